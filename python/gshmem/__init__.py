@@ -1,0 +1,1 @@
+from gshmem._errors import *  # noqa

@@ -1,0 +1,53 @@
+// CUDA access for the host runtime. The runtime links cudart statically and reaches the driver
+// API through cudaGetDriverEntryPointByVersion, so libgshmem loads on machines with no driver
+// (CI, login nodes) and fails only when a GPU is actually needed, with a clear message.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+namespace gshmem::cuda {
+
+// Driver entry points used by the heap (virtual memory management and device queries).
+struct Driver {
+  decltype(&::cuMemCreate) mem_create;
+  decltype(&::cuMemRelease) mem_release;
+  decltype(&::cuMemMap) mem_map;
+  decltype(&::cuMemUnmap) mem_unmap;
+  decltype(&::cuMemSetAccess) mem_set_access;
+  decltype(&::cuMemAddressReserve) mem_address_reserve;
+  decltype(&::cuMemAddressFree) mem_address_free;
+  decltype(&::cuMemExportToShareableHandle) mem_export;
+  decltype(&::cuMemImportFromShareableHandle) mem_import;
+  decltype(&::cuMemGetAllocationGranularity) mem_granularity;
+  decltype(&::cuDeviceGetAttribute) device_attribute;
+  decltype(&::cuDeviceGet) device_get;
+  decltype(&::cuGetErrorString) error_string;
+};
+
+// Loads the entry points once per process (thread-safe). Throws GSHMEM_ERROR_CUDA if no driver.
+const Driver& driver();
+
+// Throws GSHMEM_ERROR_CUDA "<what>: <CUDA's message>" unless the call succeeded.
+void check(cudaError_t err, const char* what);
+void check(CUresult err, const char* what);
+
+// Makes `device` current for the lifetime of the guard (creating its primary context), and
+// restores the previous device afterwards: comms on different devices share one process.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// Number of visible CUDA devices; 0 when there is no driver or no device.
+int device_count();
+
+}  // namespace gshmem::cuda

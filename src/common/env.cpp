@@ -1,0 +1,77 @@
+#include "common/env.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "common/error.h"
+
+namespace gshmem::env {
+namespace {
+
+const char* get(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+bool get_bool(const char* name, bool fallback) {
+  const char* v = get(name);
+  if (!v) return fallback;
+  std::string s(v);
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  throw_error(GSHMEM_ERROR_USAGE, std::string(name) + "='" + v + "' is not a boolean; use 0 or 1");
+}
+
+uint64_t get_size(const char* name, uint64_t fallback) {
+  const char* v = get(name);
+  return v ? parse_size(v, name) : fallback;
+}
+
+}  // namespace
+
+uint64_t parse_size(const std::string& text, const char* what) {
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  std::string unit(end ? end : "");
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double scale = 1;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") scale = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TIB") scale = 1024.0 * 1024 * 1024 * 1024;
+  else scale = -1;
+  if (end == text.c_str() || scale < 0 || !(value >= 0) || !std::isfinite(value)) {
+    throw_error(GSHMEM_ERROR_USAGE, std::string(what) + "='" + text +
+                                        "' is not a size; write bytes or a number with K, M, G or T");
+  }
+  return static_cast<uint64_t>(value * scale);
+}
+
+double timeout_seconds() {
+  const char* v = get("GSHMEM_TIMEOUT");
+  if (!v) return 120.0;
+  char* end = nullptr;
+  double t = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(t > 0)) {
+    throw_error(GSHMEM_ERROR_USAGE,
+                std::string("GSHMEM_TIMEOUT='") + v + "' is not a positive number of seconds");
+  }
+  return t;
+}
+
+bool check_alloc() { return get_bool("GSHMEM_CHECK_ALLOC", true); }
+bool disable_p2p() { return get_bool("GSHMEM_DISABLE_P2P", false); }
+bool debug() { return get_bool("GSHMEM_DEBUG", false); }
+uint64_t heap_reserve(uint64_t fallback) { return get_size("GSHMEM_HEAP_RESERVE", fallback); }
+uint64_t heap_initial() { return get_size("GSHMEM_HEAP_INITIAL", 64ull << 20); }
+uint64_t heap_grow() { return get_size("GSHMEM_HEAP_GROW", 256ull << 20); }
+
+std::string bootstrap_addr() {
+  const char* v = get("GSHMEM_BOOTSTRAP_ADDR");
+  return v ? std::string(v) : std::string();
+}
+
+}  // namespace gshmem::env

@@ -1,0 +1,30 @@
+// Run-time settings read from the environment. Each getter re-reads the variable, so tests and
+// users can change settings between inits; values are validated and a bad one is a usage error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gshmem::env {
+
+// GSHMEM_TIMEOUT: seconds any host-side wait may take before failing (default 120).
+double timeout_seconds();
+// GSHMEM_CHECK_ALLOC: compare the allocation sequence across PEs at each heap call (default 1).
+bool check_alloc();
+// GSHMEM_DISABLE_P2P: treat no peer as load/store-reachable, even on the same host (default 0).
+bool disable_p2p();
+// GSHMEM_HEAP_RESERVE: bytes of address space per PE heap (default: the device's memory).
+uint64_t heap_reserve(uint64_t fallback);
+// GSHMEM_HEAP_INITIAL: bytes mapped at init (default 64 MiB).
+uint64_t heap_initial();
+// GSHMEM_HEAP_GROW: least number of bytes added when the heap grows (default 256 MiB).
+uint64_t heap_grow();
+// GSHMEM_BOOTSTRAP_ADDR: address advertised by unique ids created without one ("" if unset).
+std::string bootstrap_addr();
+// GSHMEM_DEBUG: log what the runtime decides, to stderr (default 0).
+bool debug();
+
+// Parses sizes such as "4096", "64M", "1.5G", "2GiB". Throws a usage error naming `what`.
+uint64_t parse_size(const std::string& text, const char* what);
+
+}  // namespace gshmem::env

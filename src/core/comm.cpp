@@ -1,0 +1,181 @@
+#include "core/comm.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+#include "common/cuda_api.h"
+#include "common/env.h"
+#include "common/error.h"
+#include "common/hash.h"
+#include "common/log.h"
+
+namespace gshmem {
+namespace {
+
+// What each PE tells the others at init.
+struct PeerInfo {
+  uint64_t host;          // identifies a host and network namespace (where fds and UDS work)
+  uint64_t granularity;   // physical allocation granularity of this PE's GPU
+  uint64_t reserve;       // heap bytes this PE asks to reserve
+  int32_t error_code;     // GSHMEM_SUCCESS, or why this PE cannot take part
+  int32_t p2p_disabled;
+  char error[224];
+};
+
+std::string read_first_line(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+uint64_t host_identity() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  std::string id = std::string(name) + "|" + read_first_line("/proc/sys/kernel/random/boot_id");
+  char ns[128] = {};
+  ssize_t n = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+  if (n > 0) id += "|" + std::string(ns, static_cast<size_t>(n));
+  return hash_bytes(id.data(), id.size(), 0);
+}
+
+uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+// Checks this PE's GPU and fills the fields the heap needs. Throws gshmem::Error.
+void probe_device(int device, PeerInfo& info) {
+  int count = cuda::device_count();
+  if (count == 0) {
+    throw_error(GSHMEM_ERROR_CUDA,
+                "no CUDA device is visible to this process (no GPU, no driver, or "
+                "CUDA_VISIBLE_DEVICES is empty); gshmem needs one GPU per PE");
+  }
+  GSHMEM_REQUIRE(device >= 0 && device < count,
+                 "device " + std::to_string(device) + " does not exist: this process sees " +
+                     std::to_string(count) + " CUDA device(s)");
+  const auto& d = cuda::driver();
+  cuda::DeviceGuard guard(device);
+  CUdevice dev{};
+  cuda::check(d.device_get(&dev, device), "cuDeviceGet");
+  int vmm = 0, fd_ok = 0;
+  d.device_attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+  d.device_attribute(&fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev);
+  if (!vmm || !fd_ok) {
+    throw_error(GSHMEM_ERROR_CUDA, "GPU " + std::to_string(device) +
+                                       " does not support CUDA virtual memory management with "
+                                       "file-descriptor export, which the symmetric heap needs");
+  }
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t gran = 0;
+  cuda::check(d.mem_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+              "cuMemGetAllocationGranularity");
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  info.granularity = gran;
+  info.reserve = env::heap_reserve(round_up(total_bytes, 1ull << 30));
+}
+
+}  // namespace
+
+Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
+    : rank_(rank), nranks_(nranks), device_(device) {
+  const double timeout = env::timeout_seconds();
+  const bool check_alloc = env::check_alloc();
+  const uint64_t initial = env::heap_initial();
+  const uint64_t grow = env::heap_grow();
+  bootstrap_ = std::make_unique<Bootstrap>(id, rank, nranks, timeout);
+
+  // Each PE checks its own GPU; then all learn whether everyone can go on, so that one PE's
+  // problem becomes the same clear error on every PE instead of a timeout elsewhere.
+  PeerInfo mine{};
+  mine.host = host_identity();
+  mine.p2p_disabled = env::disable_p2p();
+  try {
+    probe_device(device, mine);
+  } catch (const Error& e) {
+    mine.error_code = e.code();
+    std::snprintf(mine.error, sizeof mine.error, "%s", e.what());
+  }
+  std::vector<PeerInfo> all(nranks);
+  bootstrap_->allgather(&mine, all.data(), sizeof mine);
+  for (int r = 0; r < nranks; ++r) {
+    if (all[r].error_code != GSHMEM_SUCCESS) {
+      throw_error(static_cast<gshmem_result_t>(all[r].error_code),
+                  "init failed on rank " + std::to_string(r) + ": " + all[r].error);
+    }
+  }
+
+  bool p2p = true;
+  uint64_t granularity = 0, reserve = 0;
+  for (int r = 0; r < nranks; ++r) {
+    if (all[r].host == mine.host) local_ranks_.push_back(r);
+    p2p = p2p && !all[r].p2p_disabled;
+    granularity = std::max<uint64_t>(granularity, all[r].granularity);
+    reserve = std::max<uint64_t>(reserve, all[r].reserve);
+  }
+  local_rank_ = static_cast<int>(std::find(local_ranks_.begin(), local_ranks_.end(), rank) -
+                                 local_ranks_.begin());
+
+  HeapConfig config;
+  config.device = device;
+  config.granularity = granularity;
+  config.slot_size = round_up(std::max(reserve, granularity), granularity);
+  config.initial_bytes = std::min(round_up(initial, granularity), config.slot_size);
+  config.grow_bytes = grow;
+  config.check_sequence = check_alloc;
+  config.local_index.assign(nranks, -1);
+  if (p2p) {
+    for (size_t i = 0; i < local_ranks_.size(); ++i) config.local_index[local_ranks_[i]] = static_cast<int>(i);
+    channel_ = std::make_unique<LocalChannel>(*bootstrap_, local_ranks_, timeout);
+  } else {
+    config.local_index[rank] = 0;
+  }
+  heap_ = std::make_unique<SymmetricHeap>(*bootstrap_, channel_.get(), std::move(config));
+  log_debug(rank, "comm ready: %d PEs, %d on this host (local rank %d), device %d, p2p %s, "
+                  "heap reserve %llu MiB",
+            nranks, local_size(), local_rank_, device, p2p ? "on" : "off",
+            static_cast<unsigned long long>(heap_->reserved() >> 20));
+}
+
+Comm::~Comm() { abort(); }
+
+Bootstrap& Comm::bootstrap() {
+  GSHMEM_REQUIRE(bootstrap_ != nullptr, "this comm has been finalized");
+  return *bootstrap_;
+}
+
+SymmetricHeap& Comm::heap() {
+  GSHMEM_REQUIRE(heap_ != nullptr, "this comm has been finalized");
+  return *heap_;
+}
+
+void Comm::finalize() {
+  GSHMEM_REQUIRE(heap_ != nullptr, "this comm has already been finalized");
+  try {
+    {
+      cuda::DeviceGuard guard(device_);
+      cuda::check(cudaDeviceSynchronize(), "waiting for GPU work before finalize");
+    }
+    bootstrap_->barrier();  // no peer still reads or writes our memory
+  } catch (...) {
+    abort();
+    throw;
+  }
+  abort();
+}
+
+void Comm::abort() noexcept {
+  heap_.reset();
+  if (channel_) channel_->close();
+  channel_.reset();
+  if (bootstrap_) bootstrap_->close();
+  bootstrap_.reset();
+}
+
+}  // namespace gshmem

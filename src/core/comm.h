@@ -1,0 +1,49 @@
+// Comm: one PE of a group. Owns its bootstrap connections, the local channel to PEs on the same
+// host, and its symmetric heap. No global state: a process may hold any number of comms.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "bootstrap/local_channel.h"
+#include "bootstrap/tcp_bootstrap.h"
+#include "bootstrap/unique_id.h"
+#include "heap/symmetric_heap.h"
+
+namespace gshmem {
+
+class Comm {
+ public:
+  // Collective (see gshmem_comm_init). Throws gshmem::Error; leaves nothing behind on failure.
+  Comm(const UniqueId& id, int rank, int nranks, int device);
+  ~Comm();  // releases without waiting for peers (as abort())
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  // Collective: waits for this device's work and for every PE, then releases everything.
+  void finalize();
+  // Releases everything now, without waiting for anyone.
+  void abort() noexcept;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return static_cast<int>(local_ranks_.size()); }
+  int device() const { return device_; }
+  bool finalized() const { return heap_ == nullptr; }
+
+  Bootstrap& bootstrap();
+  SymmetricHeap& heap();
+
+ private:
+  int rank_;
+  int nranks_;
+  int device_;
+  int local_rank_ = 0;
+  std::vector<int> local_ranks_;  // world ranks on this host, increasing
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::unique_ptr<LocalChannel> channel_;
+  std::unique_ptr<SymmetricHeap> heap_;
+};
+
+}  // namespace gshmem

@@ -1,0 +1,259 @@
+// gshmem._C: the Python extension. It binds the C ABI (so Python exercises exactly what C/C++
+// users get) plus two internal classes used by tests (the bootstrap and the local channel).
+// Blocking calls release the GIL so that one process can drive one comm per GPU from threads.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "bootstrap/local_channel.h"
+#include "bootstrap/tcp_bootstrap.h"
+#include "common/cuda_api.h"
+#include "common/env.h"
+#include "common/error.h"
+#include "gshmem/gshmem.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+// The Python exception class for a result code (classes live in gshmem/_errors.py).
+[[noreturn]] void raise(gshmem_result_t code, const std::string& message) {
+  const char* name = "Error";
+  switch (code) {
+    case GSHMEM_ERROR_USAGE: name = "UsageError"; break;
+    case GSHMEM_ERROR_BOOTSTRAP: name = "BootstrapError"; break;
+    case GSHMEM_ERROR_TIMEOUT: name = "TimeoutError"; break;
+    case GSHMEM_ERROR_HEAP: name = "HeapError"; break;
+    case GSHMEM_ERROR_CUDA: name = "CudaError"; break;
+    default: break;
+  }
+  nb::object cls = nb::module_::import_("gshmem._errors").attr(name);
+  PyErr_SetString(cls.ptr(), message.c_str());
+  throw nb::python_error();
+}
+
+// Runs a C ABI call without the GIL and raises its error, if any, with the GIL held.
+template <typename F>
+void call(F&& f) {
+  gshmem_result_t rc;
+  std::string message;
+  {
+    nb::gil_scoped_release release;
+    rc = f();
+    if (rc != GSHMEM_SUCCESS) message = gshmem_last_error();
+  }
+  if (rc != GSHMEM_SUCCESS) raise(rc, message);
+}
+
+// Runs internal C++ code without the GIL, translating gshmem::Error.
+template <typename F>
+auto call_internal(F&& f) -> decltype(f()) {
+  std::optional<gshmem::Error> failure;
+  {
+    nb::gil_scoped_release release;
+    try {
+      if constexpr (std::is_void_v<decltype(f())>) {
+        f();
+        return;
+      } else {
+        return f();
+      }
+    } catch (const gshmem::Error& e) {
+      failure.emplace(e);
+    }
+  }
+  raise(failure->code(), failure->what());
+}
+
+gshmem_unique_id_t uid_from_bytes(const nb::bytes& b) {
+  if (b.size() != GSHMEM_UNIQUE_ID_BYTES) {
+    raise(GSHMEM_ERROR_USAGE, "a unique id is " + std::to_string(GSHMEM_UNIQUE_ID_BYTES) +
+                                  " bytes, got " + std::to_string(b.size()));
+  }
+  gshmem_unique_id_t id;
+  std::memcpy(id.bytes, b.c_str(), sizeof id.bytes);
+  return id;
+}
+
+class CommHandle {
+ public:
+  CommHandle(const nb::bytes& uid, int rank, int nranks, int device) {
+    gshmem_unique_id_t id = uid_from_bytes(uid);
+    call([&] { return gshmem_comm_init(&comm_, &id, rank, nranks, device); });
+  }
+  ~CommHandle() {
+    if (comm_) gshmem_comm_abort(comm_);
+  }
+  void finalize() {
+    gshmem_comm_t c = take();
+    call([&] { return gshmem_comm_finalize(c); });
+  }
+  void abort() {
+    if (!comm_) return;
+    gshmem_comm_t c = take();
+    call([&] { return gshmem_comm_abort(c); });
+  }
+  bool alive() const { return comm_ != nullptr; }
+  nb::dict info() {
+    gshmem_comm_info_t i{};
+    call([&] { return gshmem_comm_info(get(), &i); });
+    nb::dict d;
+    d["rank"] = i.rank;
+    d["nranks"] = i.nranks;
+    d["local_rank"] = i.local_rank;
+    d["local_size"] = i.local_size;
+    d["device"] = i.device;
+    d["heap_reserved"] = i.heap_reserved;
+    d["heap_mapped"] = i.heap_mapped;
+    d["heap_in_use"] = i.heap_in_use;
+    d["heap_base"] = reinterpret_cast<uintptr_t>(i.heap_base);
+    return d;
+  }
+  void barrier() {
+    call([&] { return gshmem_barrier_host(get()); });
+  }
+  uintptr_t malloc(size_t size, size_t alignment, bool zero) {
+    void* p = nullptr;
+    call([&] { return zero ? gshmem_calloc(get(), size, alignment, &p) : gshmem_malloc(get(), size, alignment, &p); });
+    return reinterpret_cast<uintptr_t>(p);
+  }
+  void free(uintptr_t ptr) {
+    call([&] { return gshmem_free(get(), reinterpret_cast<void*>(ptr)); });
+  }
+  std::optional<uintptr_t> ptr(uintptr_t p, int pe) {
+    void* q = nullptr;
+    call([&] { return gshmem_ptr(get(), reinterpret_cast<void*>(p), pe, &q); });
+    if (!q) return std::nullopt;
+    return reinterpret_cast<uintptr_t>(q);
+  }
+
+ private:
+  gshmem_comm_t get() const {
+    if (!comm_) raise(GSHMEM_ERROR_USAGE, "this comm has been finalized");
+    return comm_;
+  }
+  gshmem_comm_t take() {
+    gshmem_comm_t c = get();
+    comm_ = nullptr;
+    return c;
+  }
+  gshmem_comm_t comm_ = nullptr;
+};
+
+// A flat uint8 view of device memory for DLPack consumers (torch, CuPy, JAX). `owner` is kept
+// alive as long as any consumer holds the view.
+nb::ndarray<> device_bytes(uintptr_t ptr, size_t nbytes, int device, nb::handle owner) {
+  size_t shape[1] = {nbytes};
+  return nb::ndarray<>(reinterpret_cast<void*>(ptr), 1, shape, owner, nullptr, nb::dtype<uint8_t>(),
+                       nb::device::cuda::value, device);
+}
+
+// Test-only access to the bootstrap and local channel (CPU tests run them without a GPU).
+class BootstrapHandle {
+ public:
+  BootstrapHandle(const nb::bytes& uid, int rank, int nranks, double timeout) {
+    gshmem_unique_id_t raw = uid_from_bytes(uid);
+    gshmem::UniqueId id = call_internal([&] { return gshmem::UniqueId::decode(raw); });
+    bs_ = call_internal([&] { return std::make_unique<gshmem::Bootstrap>(id, rank, nranks, timeout); });
+    timeout_ = timeout;
+  }
+  nb::bytes allgather(const nb::bytes& mine) {
+    std::string in(mine.c_str(), mine.size());
+    std::string out(in.size() * bs().nranks(), '\0');
+    call_internal([&] { bs().allgather(in.data(), out.data(), in.size()); });
+    return nb::bytes(out.data(), out.size());
+  }
+  nb::bytes broadcast(const nb::bytes& data, int root) {
+    std::string buf(data.c_str(), data.size());
+    call_internal([&] { bs().broadcast(buf.data(), buf.size(), root); });
+    return nb::bytes(buf.data(), buf.size());
+  }
+  void barrier() {
+    call_internal([&] { bs().barrier(); });
+  }
+  // Connects the local channel among `local_ranks` (collective over the bootstrap).
+  void connect_local(const std::vector<int>& local_ranks) {
+    call_internal([&] { lc_ = std::make_unique<gshmem::LocalChannel>(bs(), local_ranks, timeout_); });
+  }
+  // Sends fd to every local peer; returns the peers' fds (owned by the caller), -1 for ourselves.
+  std::vector<int> exchange_fd(int fd, uint64_t tag) {
+    if (!lc_) raise(GSHMEM_ERROR_USAGE, "connect_local() first");
+    return call_internal([&] {
+      std::vector<gshmem::Fd> fds = lc_->exchange_fd(fd, tag);
+      std::vector<int> raw;
+      for (auto& f : fds) raw.push_back(f.valid() ? f.release() : -1);
+      return raw;
+    });
+  }
+  void close() {
+    if (lc_) lc_->close();
+    lc_.reset();
+    if (bs_) bs_->close();
+    bs_.reset();
+  }
+
+ private:
+  gshmem::Bootstrap& bs() {
+    if (!bs_) raise(GSHMEM_ERROR_USAGE, "bootstrap is closed");
+    return *bs_;
+  }
+  std::unique_ptr<gshmem::Bootstrap> bs_;
+  std::unique_ptr<gshmem::LocalChannel> lc_;
+  double timeout_ = 0;
+};
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "gshmem native core (use the gshmem package, not this module directly)";
+  m.attr("UNIQUE_ID_BYTES") = GSHMEM_UNIQUE_ID_BYTES;
+  m.attr("VERSION") = nb::make_tuple(GSHMEM_VERSION_MAJOR, GSHMEM_VERSION_MINOR, GSHMEM_VERSION_PATCH);
+
+  m.def("unique_id_create", [](std::optional<std::string> address, int port, bool listen) {
+        gshmem_unique_id_t id{};
+        std::string addr = address.value_or("");
+        call([&] { return gshmem_unique_id_create(&id, addr.c_str(), port, listen); });
+        return nb::bytes(id.bytes, sizeof id.bytes);
+      }, "address"_a = nb::none(), "port"_a = 0, "listen"_a = true);
+  m.def("unique_id_describe", [](const nb::bytes& uid) {
+        gshmem_unique_id_t id = uid_from_bytes(uid);
+        char buf[64];
+        call([&] { return gshmem_unique_id_describe(&id, buf, sizeof buf); });
+        return std::string(buf);
+      });
+  m.def("device_count", [] { return gshmem::cuda::device_count(); },
+        "Number of CUDA devices visible to this process (0 without a driver or GPU).");
+  m.def("timeout_seconds", [] { return call_internal([] { return gshmem::env::timeout_seconds(); }); });
+  m.def("parse_size", [](const std::string& text) {
+        return call_internal([&] { return gshmem::env::parse_size(text, "size"); });
+      });
+  m.def("device_bytes", &device_bytes, "ptr"_a, "nbytes"_a, "device"_a, "owner"_a);
+
+  nb::class_<CommHandle>(m, "CommHandle")
+      .def(nb::init<const nb::bytes&, int, int, int>(), "uid"_a, "rank"_a, "nranks"_a, "device"_a)
+      .def("finalize", &CommHandle::finalize)
+      .def("abort", &CommHandle::abort)
+      .def_prop_ro("alive", &CommHandle::alive)
+      .def("info", &CommHandle::info)
+      .def("barrier", &CommHandle::barrier)
+      .def("malloc", &CommHandle::malloc, "size"_a, "alignment"_a, "zero"_a)
+      .def("free", &CommHandle::free, "ptr"_a)
+      .def("ptr", &CommHandle::ptr, "ptr"_a, "pe"_a);
+
+  nb::class_<BootstrapHandle>(m, "BootstrapHandle")
+      .def(nb::init<const nb::bytes&, int, int, double>(), "uid"_a, "rank"_a, "nranks"_a, "timeout"_a)
+      .def("allgather", &BootstrapHandle::allgather)
+      .def("broadcast", &BootstrapHandle::broadcast, "data"_a, "root"_a)
+      .def("barrier", &BootstrapHandle::barrier)
+      .def("connect_local", &BootstrapHandle::connect_local)
+      .def("exchange_fd", &BootstrapHandle::exchange_fd, "fd"_a, "tag"_a)
+      .def("close", &BootstrapHandle::close);
+}
