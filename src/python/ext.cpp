@@ -18,6 +18,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "gshmem/gshmem.h"
+#include "heap/allocator.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -247,6 +248,24 @@ NB_MODULE(_C, m) {
       .def("malloc", &CommHandle::malloc, "size"_a, "alignment"_a, "zero"_a)
       .def("free", &CommHandle::free, "ptr"_a)
       .def("ptr", &CommHandle::ptr, "ptr"_a, "pe"_a);
+
+  // The heap's allocator on its own (no GPU), for unit and property tests.
+  nb::class_<gshmem::Allocator>(m, "Allocator")
+      .def(nb::init<>())
+      .def("allocate", [](gshmem::Allocator& a, uint64_t size, uint64_t alignment) {
+            return call_internal([&] { return a.allocate(size, alignment); });
+          }, "size"_a, "alignment"_a)
+      .def("release", [](gshmem::Allocator& a, uint64_t offset) {
+            return call_internal([&] { return a.release(offset); });
+          }, "offset"_a)
+      .def("end_needed", [](const gshmem::Allocator& a, uint64_t size, uint64_t alignment) {
+            return call_internal([&] { return a.end_needed(size, alignment); });
+          }, "size"_a, "alignment"_a)
+      .def("grow", [](gshmem::Allocator& a, uint64_t end) { call_internal([&] { a.grow(end); }); })
+      .def_prop_ro("end", &gshmem::Allocator::end)
+      .def_prop_ro("in_use", &gshmem::Allocator::in_use)
+      .def_prop_ro("live_blocks", &gshmem::Allocator::live_blocks)
+      .def_prop_ro("free_blocks", &gshmem::Allocator::free_blocks);
 
   nb::class_<BootstrapHandle>(m, "BootstrapHandle")
       .def(nb::init<const nb::bytes&, int, int, double>(), "uid"_a, "rank"_a, "nranks"_a, "timeout"_a)

@@ -1,0 +1,59 @@
+"""One rank of a CPU bootstrap test: runs a scenario and prints one JSON line with the outcome.
+
+Usage: python bootstrap_worker.py UID_HEX RANK NRANKS TIMEOUT SCENARIO
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from gshmem import Error, _C
+
+
+def run(uid: bytes, rank: int, nranks: int, timeout: float, scenario: str) -> object:
+    bs = _C.BootstrapHandle(uid, rank, nranks, timeout)
+    if scenario == "connect-only":
+        return None
+    if scenario == "exit-after-connect":
+        os._exit(0)  # vanish without closing anything politely
+    if scenario == "mismatch" and rank == 1:
+        bs.barrier()
+        return None
+    if scenario in ("collectives", "mismatch", "survivor"):
+        out = {}
+        out["allgather"] = list(bs.allgather(bytes([rank, 255 - rank, 7])))
+        root = nranks - 1
+        out["broadcast"] = bs.broadcast(f"from {rank}".encode() * 3, root).decode()
+        bs.barrier()
+        big = bs.allgather(os.urandom(1) * 100000)  # a payload larger than socket buffers
+        out["big"] = [big[i * 100000] for i in range(nranks)] == [
+            big[i * 100000 + 99999] for i in range(nranks)
+        ]
+        if scenario == "collectives":
+            bs.connect_local(list(range(nranks)))
+            fd = os.memfd_create(f"rank{rank}")
+            os.write(fd, f"memory of rank {rank}".encode())
+            got = bs.exchange_fd(fd, 1234)
+            out["fds"] = [os.pread(f, 64, 0).decode() if f >= 0 else None for f in got]
+            for f in got:
+                if f >= 0:
+                    os.close(f)
+            os.close(fd)
+        bs.close()
+        return out
+    raise ValueError(scenario)
+
+
+def main() -> None:
+    uid_hex, rank, nranks, timeout, scenario = sys.argv[1:6]
+    try:
+        result = run(bytes.fromhex(uid_hex), int(rank), int(nranks), float(timeout), scenario)
+        print(json.dumps({"ok": True, "result": result}), flush=True)
+    except Error as e:
+        print(json.dumps({"ok": False, "error": type(e).__name__, "msg": str(e)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""The TCP bootstrap and the local fd channel across real processes on loopback (no GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from gshmem import BootstrapError, TimeoutError, UsageError, _C
+
+WORKER = str(Path(__file__).with_name("bootstrap_worker.py"))
+SECRET = slice(24, 40)  # where the 128-bit secret sits inside a unique id
+
+
+def new_uid() -> bytes:
+    return _C.unique_id_create("127.0.0.1", 0, False)
+
+
+def start(uid: bytes, rank: int, nranks: int, scenario: str, timeout: float = 10.0):
+    args = [sys.executable, WORKER, uid.hex(), str(rank), str(nranks), str(timeout), scenario]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def outcome(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=60)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert lines, f"worker printed no result (rc={proc.returncode}): {err}"
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4, 8])
+def test_collectives_and_fd_passing(nranks):
+    uid = new_uid()
+    results = [outcome(p) for p in [start(uid, r, nranks, "collectives") for r in range(nranks)]]
+    for rank, res in enumerate(results):
+        assert res["ok"], res
+        got = res["result"]
+        assert got["allgather"] == [b for r in range(nranks) for b in (r, 255 - r, 7)]
+        assert got["broadcast"] == f"from {nranks - 1}" * 3
+        assert got["big"]
+        assert got["fds"] == [None if r == rank else f"memory of rank {r}" for r in range(nranks)]
+
+
+def test_wrong_secret_is_refused_and_the_job_still_forms():
+    uid = new_uid()
+    forged = bytearray(uid)
+    forged[SECRET] = bytes(b ^ 0x5A for b in forged[SECRET])
+    root = start(uid, 0, 2, "collectives")
+    intruder = outcome(start(bytes(forged), 1, 2, "collectives"))
+    assert not intruder["ok"]
+    assert intruder["error"] == "BootstrapError"
+    assert "secret" in intruder["msg"]
+    honest = start(uid, 1, 2, "collectives")
+    assert outcome(root)["ok"]
+    assert outcome(honest)["ok"]
+
+
+def test_missing_rank_times_out_naming_it_on_every_rank():
+    uid = new_uid()
+    procs = [start(uid, r, 4, "collectives", timeout=2.0) for r in (0, 1, 3)]
+    for res in map(outcome, procs):
+        assert not res["ok"]
+        assert res["error"] == "TimeoutError", res
+        assert "rank(s) 2 of 4" in res["msg"]
+        assert "GSHMEM_TIMEOUT" in res["msg"]
+
+
+def test_rank_zero_never_started_times_out():
+    res = outcome(start(new_uid(), 1, 2, "collectives", timeout=1.0))
+    assert res["error"] == "TimeoutError"
+    assert "rank 0" in res["msg"]
+
+
+def test_collective_mismatch_is_reported_on_every_rank():
+    uid = new_uid()
+    for res in map(outcome, [start(uid, r, 3, "mismatch") for r in range(3)]):
+        assert not res["ok"]
+        assert res["error"] == "UsageError"
+        assert "collective mismatch" in res["msg"]
+
+
+def test_a_rank_that_dies_is_named():
+    uid = new_uid()
+    procs = [start(uid, 0, 3, "survivor"), start(uid, 1, 3, "exit-after-connect")]
+    procs.append(start(uid, 2, 3, "survivor"))
+    root, _, other = (outcome(p) if i != 1 else p.wait(30) for i, p in enumerate(procs))
+    assert root["error"] == "BootstrapError"
+    assert "rank 1 closed the connection" in root["msg"]
+    assert other["error"] == "BootstrapError"
+    assert "rank 1" in other["msg"]
+
+
+def test_nranks_disagreement_is_a_usage_error():
+    uid = new_uid()
+    a, b = start(uid, 0, 2, "connect-only"), start(uid, 1, 3, "connect-only")
+    for res in (outcome(a), outcome(b)):
+        assert res["error"] == "UsageError"
+        assert "nranks=3" in res["msg"]
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def gshmem_listeners() -> list[str]:
+    """This process's listening gshmem Unix sockets (/proc/net/unix flag 00010000 = listening)."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            mine.add(target[8:-1])
+    with open("/proc/net/unix") as f:
+        rows = [line.split() for line in f][1:]
+    return [r[-1] for r in rows if len(r) >= 8 and r[6] in mine and r[3] == "00010000"
+            and "gshmem-" in r[-1]]
+
+
+def test_failures_leave_nothing_behind():
+    before = open_fds()
+    # A timed-out bootstrap (rank 1 never comes) inside this process, twice.
+    for _ in range(2):
+        with pytest.raises(TimeoutError):
+            _C.BootstrapHandle(_C.unique_id_create("127.0.0.1", 0, True), 0, 2, 0.5)
+    # A complete group with a local channel, closed again.
+    uid = _C.unique_id_create("127.0.0.1", 0, True)
+    handles = [None, None]
+
+    def member(r: int) -> None:
+        h = _C.BootstrapHandle(uid, r, 2, 5.0)
+        h.connect_local([0, 1])
+        handles[r] = h
+
+    threads = [threading.Thread(target=member, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert all(handles)
+    assert not gshmem_listeners(), "listening names must be gone once the mesh is connected"
+    for h in handles:
+        h.close()
+    assert open_fds() == before
+
+
+def test_bad_unique_ids_are_usage_errors():
+    with pytest.raises(UsageError, match="64 bytes"):
+        _C.BootstrapHandle(b"short", 0, 1, 1.0)
+    with pytest.raises(UsageError, match="not a gshmem unique id"):
+        _C.BootstrapHandle(bytes(64), 0, 1, 1.0)
+    with pytest.raises(UsageError, match="outside"):
+        _C.BootstrapHandle(new_uid(), 2, 2, 1.0)
+
+
+def test_unique_id_describes_its_rendezvous():
+    uid = _C.unique_id_create("127.0.0.1", 0, True)
+    host, port = _C.unique_id_describe(uid).split(":")
+    assert host == "127.0.0.1" and 0 < int(port) < 65536
+    assert _C.unique_id_create("127.0.0.1", 0, True)[SECRET] != uid[SECRET]
+
+
+def test_bootstrap_error_is_a_gshmem_error():
+    assert issubclass(TimeoutError, BootstrapError)
