@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The two things a newcomer does, each in one command (installs what is missing first):
+#   bash scripts/dev.sh demo   # build gshmem and run the main job (needs GPUs)
+#   bash scripts/dev.sh test   # build gshmem and run every test this machine can run
+# Offline GPU hosts already have every dependency; nothing is downloaded there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+has() { "$PY" -c "import $1" 2>/dev/null; }
+
+install() {
+  local want=() mod
+  declare -A pkg=([nanobind]=nanobind [scikit_build_core]=scikit-build-core [numpy]=numpy
+                  [pytest]=pytest [hypothesis]=hypothesis [ruff]=ruff)
+  for mod in nanobind scikit_build_core numpy ${1:+pytest hypothesis ruff}; do
+    has "$mod" || want+=("${pkg[$mod]}")
+  done
+  has torch || want+=("torch==2.13.0")      # the CPU wheel where there is no GPU stack
+  [ -n "${1:-}" ] && { has jax || want+=(jax jaxlib); }  # tests of the jax.distributed adapter
+  if [ ${#want[@]} -gt 0 ]; then "$PY" -m pip install -q "${want[@]}"; fi
+  "$PY" -m pip install -q --no-build-isolation --no-deps -e .
+}
+
+case "${1:-}" in
+  demo)
+    install
+    exec "$PY" -m gshmem.demo
+    ;;
+  test)
+    # One GPU architecture keeps the build short on 2-core CI machines.
+    export GSHMEM_CUDA_ARCHS="${GSHMEM_CUDA_ARCHS:-90}"
+    install test
+    exec "$PY" -m pytest -q
+    ;;
+  *)
+    echo "usage: bash scripts/dev.sh demo|test" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Build, test and exercise gshmem on a GPU host; logs and JSON go to $OUT (device machines) or
+# results/<time>/, and a summary table is printed last.
+#
+#   bash scripts/gpu_check.sh            # everything
+#   PYTEST_ARGS="-k heap" bash scripts/gpu_check.sh
+#
+# NVLink multicast stays off in everything this starts (see shared/GPU.md).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+export GSHMEM_CUDA_ARCHS="${GSHMEM_CUDA_ARCHS:-90}"
+PY="${PYTHON:-python3}"
+RESULTS="${OUT:-results/$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$RESULTS"
+SUMMARY=()
+declare -A STATUS
+
+# step NAME LOGFILE TIMEOUT CMD...: runs CMD under a timeout, appends to LOGFILE, records status.
+step() {
+  local name=$1 log=$2 limit=$3
+  shift 3
+  local t0=$SECONDS
+  echo "=== $name: $*" >>"$RESULTS/$log"
+  timeout --kill-after=10 "$limit" "$@" >>"$RESULTS/$log" 2>&1
+  local rc=$?
+  local verdict=PASS
+  [ $rc -eq 0 ] || verdict="FAIL(rc=$rc)"
+  [ $rc -eq 124 ] && verdict="TIMEOUT"
+  STATUS[$name]=$verdict
+  SUMMARY+=("$(printf '%-22s %-12s %5ss  %s' "$name" "$verdict" "$((SECONDS - t0))" "$log")")
+  return $rc
+}
+
+{
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
+  nvidia-smi topo -m
+  $PY -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "gpus", torch.cuda.device_count())'
+} >"$RESULTS/machine.log" 2>&1
+
+step build build.log 900 $PY -m pip install --no-build-isolation --no-deps -e . || {
+  tail -40 "$RESULTS/build.log"; printf '%s\n' "${SUMMARY[@]}"; exit 1; }
+
+NGPU=$($PY -c 'import gshmem; print(gshmem.device_count())')
+step pytest tests.log 1500 $PY -m pytest -q -rs tests ${PYTEST_ARGS:-}
+step demo demo.log 300 $PY -m gshmem.demo
+step demo-gshmem.run demo.log 300 $PY -m gshmem.run -n "$NGPU" --timeout 280 -m gshmem.demo
+step demo-torchrun demo.log 300 torchrun --nproc_per_node "$NGPU" -m gshmem.demo
+step timing timing.log 300 $PY -m gshmem.run -n "$NGPU" --timeout 280 tests/gpu/scripts/heap_check.py timing
+grep -h '^\[rank [0-9]*\] TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //' >"$RESULTS/timing.json"
+
+echo
+echo "gshmem GPU check: $NGPU GPU(s); logs in $RESULTS"
+grep -h "passed\|failed" "$RESULTS/tests.log" | tail -1
+grep -h "init took" "$RESULTS/demo.log" | head -3
+[ -s "$RESULTS/timing.json" ] && cat "$RESULTS/timing.json"
+printf '%-22s %-12s %6s  %s\n' step status time log
+printf '%s\n' "${SUMMARY[@]}"
+for v in "${STATUS[@]}"; do [ "$v" = PASS ] || exit 1; done
