@@ -43,11 +43,11 @@ step build build.log 900 $PY -m pip install --no-build-isolation --no-deps -e . 
   tail -40 "$RESULTS/build.log"; printf '%s\n' "${SUMMARY[@]}"; exit 1; }
 
 NGPU=$($PY -c 'import gshmem; print(gshmem.device_count())')
-step pytest tests.log 1500 $PY -m pytest -q -rs tests ${PYTEST_ARGS:-}
+step pytest tests.log 1500 $PY -m pytest -q -rfEs ${PYTEST_ARGS:-tests}
 step demo demo.log 300 $PY -m gshmem.demo
 step demo-gshmem.run demo.log 300 $PY -m gshmem.run -n "$NGPU" --timeout 280 -m gshmem.demo
 step demo-torchrun demo.log 300 torchrun --nproc_per_node "$NGPU" -m gshmem.demo
-step timing timing.log 300 $PY -m gshmem.run -n "$NGPU" --timeout 280 tests/gpu/scripts/heap_check.py timing
+step timing timing.log 300 env GSHMEM_DEBUG=1 $PY -m gshmem.run -n "$NGPU" --timeout 280 tests/gpu/scripts/heap_check.py timing
 grep -h '^\[rank [0-9]*\] TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //' >"$RESULTS/timing.json"
 
 echo

@@ -46,14 +46,29 @@ class Buffer:
         self.pe = pe
 
     def __repr__(self) -> str:
-        return f"Buffer(ptr=0x{self.ptr:x}, nbytes={self.nbytes}, pe={self.pe}, device={self.device})"
+        return (
+            f"Buffer(ptr=0x{self.ptr:x}, nbytes={self.nbytes}, pe={self.pe}, device={self.device})"
+        )
 
     @property
     def device(self) -> int:
         return self.comm.device
 
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return _C.device_bytes(self.ptr, self.nbytes, self.device, self).__dlpack__(**kwargs)
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """A DLPack capsule viewing the bytes (never a copy). gshmem leaves no pending work on any
+        stream for a fresh allocation, so there is nothing for ``stream`` to wait for."""
+        if copy:
+            raise BufferError("gshmem.Buffer exports views only (copy=True is not supported)")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"gshmem.Buffer lives on {self.__dlpack_device__()}, not {dl_device}")
+        return _C.device_bytes(self.ptr, self.nbytes, self.device, self)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (2, self.device)  # kDLCUDA

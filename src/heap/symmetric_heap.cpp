@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "common/cuda_api.h"
@@ -89,6 +90,10 @@ void SymmetricHeap::grow_to(uint64_t needed_end) {
   }
   const uint64_t size = new_end - old_end;
   const auto& d = cuda::driver();
+  // Phase timestamps for the debug log (growth time is a headline figure: keep it visible).
+  using clock = std::chrono::steady_clock;
+  clock::time_point t[5];
+  t[0] = clock::now();
   cuda::DeviceGuard guard(config_.device);
   const bool share = channel_ != nullptr && slots_ > 1;
 
@@ -102,6 +107,7 @@ void SymmetricHeap::grow_to(uint64_t needed_end) {
 
   // Every PE must succeed before anyone maps: a GPU that is fuller than the others fails here,
   // and all PEs then raise the same error instead of waiting for a chunk that never comes.
+  t[1] = clock::now();
   int32_t ok = created == CUDA_SUCCESS;
   std::vector<int32_t> all_ok(bootstrap_.nranks());
   bootstrap_.allgather(&ok, all_ok.data(), sizeof ok);
@@ -131,6 +137,7 @@ void SymmetricHeap::grow_to(uint64_t needed_end) {
     cuda::check(rc, "mapping a heap chunk");
     mappings_.emplace_back(own, size);
 
+    t[2] = clock::now();
     if (share) {
       std::vector<Fd> fds = channel_->exchange_fd(exported.get(), hash_combine(old_end, size));
       for (int q = 0; q < static_cast<int>(fds.size()); ++q) {
@@ -148,6 +155,7 @@ void SymmetricHeap::grow_to(uint64_t needed_end) {
         mappings_.emplace_back(at, size);
       }
     }
+    t[3] = clock::now();
     CUmemAccessDesc access{};
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = config_.device;
@@ -164,10 +172,15 @@ void SymmetricHeap::grow_to(uint64_t needed_end) {
     throw_error(e.code(), std::string(e.what()) +
                               " (the heap could not grow; this comm is unusable: finalize it)");
   }
+  t[4] = clock::now();
   broken_ = false;
   allocator_.grow(new_end);
-  log_debug(bootstrap_.rank(), "heap grew to %llu MiB (%d slot(s))",
-            static_cast<unsigned long long>(new_end >> 20), share ? slots_ : 1);
+  auto ms = [&](int i) { return std::chrono::duration<double, std::milli>(t[i + 1] - t[i]).count(); };
+  log_debug(bootstrap_.rank(),
+            "heap grew by %llu MiB to %llu MiB (%d slot(s)): create %.2f ms, agree+export+map "
+            "%.2f ms, exchange+import+map peers %.2f ms, set access %.2f ms",
+            static_cast<unsigned long long>(size >> 20), static_cast<unsigned long long>(new_end >> 20),
+            share ? slots_ : 1, ms(0), ms(1), ms(2), ms(3));
 }
 
 void* SymmetricHeap::malloc(uint64_t size, uint64_t alignment, bool zero) {

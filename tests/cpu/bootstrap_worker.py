@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from gshmem import Error, _C
+from gshmem import _C, Error
 
 
 def run(uid: bytes, rank: int, nranks: int, timeout: float, scenario: str) -> object:

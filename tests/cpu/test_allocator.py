@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from gshmem import _C, UsageError
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from gshmem import UsageError, _C
 
 
 def grown(end: int) -> _C.Allocator:

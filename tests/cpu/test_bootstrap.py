@@ -10,8 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from gshmem import BootstrapError, TimeoutError, UsageError, _C
+from gshmem import _C, BootstrapError, TimeoutError, UsageError
 
 WORKER = str(Path(__file__).with_name("bootstrap_worker.py"))
 SECRET = slice(24, 40)  # where the 128-bit secret sits inside a unique id
@@ -119,8 +118,11 @@ def gshmem_listeners() -> list[str]:
             mine.add(target[8:-1])
     with open("/proc/net/unix") as f:
         rows = [line.split() for line in f][1:]
-    return [r[-1] for r in rows if len(r) >= 8 and r[6] in mine and r[3] == "00010000"
-            and "gshmem-" in r[-1]]
+    return [
+        r[-1]
+        for r in rows
+        if len(r) >= 8 and r[6] in mine and r[3] == "00010000" and "gshmem-" in r[-1]
+    ]
 
 
 def test_failures_leave_nothing_behind():

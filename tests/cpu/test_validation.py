@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 import gshmem
-from gshmem import CudaError, UsageError, _C
+import pytest
+from gshmem import _C, CudaError, UsageError
 
 
 def test_sizes_parse_with_units():

@@ -13,9 +13,22 @@ SCRIPT = str(Path(__file__).parent / "scripts" / "heap_check.py")
 
 
 def launch(n: int, scenario: str, timeout: int = 240, **env: str) -> str:
-    cmd = [sys.executable, "-m", "gshmem.run", "-n", str(n), "--timeout", str(timeout - 20), SCRIPT, scenario]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gshmem.run",
+        "-n",
+        str(n),
+        "--timeout",
+        str(timeout - 20),
+        SCRIPT,
+        scenario,
+    ]
     proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout,
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "GSHMEM_TIMEOUT": "60", "GSHMEM_CHECK_ALLOC": "1", **env},
     )
     out = proc.stdout + proc.stderr
@@ -39,21 +52,27 @@ def test_heap_without_p2p_has_no_peer_views(tmp_path):
     code = (
         "import gshmem, torch\n"
         "c = gshmem.init(); t = c.empty((10,))\n"
-        "assert c.peer_tensor(t, 1 - c.rank) is None and c.ptr(t.data_ptr(), c.rank) == t.data_ptr()\n"
+        "assert c.peer_tensor(t, 1 - c.rank) is None\n"
+        "assert c.ptr(t.data_ptr(), c.rank) == t.data_ptr()\n"
         "c.finalize(); print('PASS nop2p')\n"
     )
     script = tmp_path / "nop2p.py"
     script.write_text(code)
     proc = subprocess.run(
         [sys.executable, "-m", "gshmem.run", "-n", "2", "--timeout", "100", str(script)],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "GSHMEM_DISABLE_P2P": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "GSHMEM_DISABLE_P2P": "1"},
     )
     assert proc.returncode == 0 and proc.stdout.count("PASS nop2p") == 2, proc.stdout + proc.stderr
 
 
 @pytest.mark.gpus(2)
 def test_one_comm_per_gpu_in_one_process():
-    proc = subprocess.run([sys.executable, SCRIPT, "local"], capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, "local"], capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0 and "PASS local" in proc.stdout, proc.stdout + proc.stderr
 
 
