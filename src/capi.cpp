@@ -5,51 +5,23 @@
 #include <string>
 
 #include "bootstrap/unique_id.h"
+#include "capi_internal.h"
 #include "common/error.h"
 #include "core/comm.h"
 #include "gshmem/gshmem.h"
 
-struct gshmem_comm {
-  std::unique_ptr<gshmem::Comm> impl;
-};
+using gshmem::capi::guarded;
+using gshmem::capi::live;
+using gshmem::capi::require_out;
 
-namespace {
-
-thread_local std::string last_error;
-
-template <typename F>
-gshmem_result_t guarded(F&& body) {
-  try {
-    body();
-    last_error.clear();
-    return GSHMEM_SUCCESS;
-  } catch (const gshmem::Error& e) {
-    last_error = e.what();
-    return e.code();
-  } catch (const std::bad_alloc&) {
-    last_error = "out of host memory";
-    return GSHMEM_ERROR_SYSTEM;
-  } catch (const std::exception& e) {
-    last_error = std::string("internal error: ") + e.what();
-    return GSHMEM_ERROR_SYSTEM;
-  }
+std::string& gshmem::capi::last_error() {
+  thread_local std::string message;
+  return message;
 }
-
-gshmem::Comm& live(gshmem_comm_t comm) {
-  GSHMEM_REQUIRE(comm != nullptr && comm->impl != nullptr, "comm is NULL or already finalized");
-  return *comm->impl;
-}
-
-template <typename T>
-void require_out(T* out, const char* name) {
-  GSHMEM_REQUIRE(out != nullptr, std::string(name) + " must not be NULL");
-}
-
-}  // namespace
 
 extern "C" {
 
-const char* gshmem_last_error(void) { return last_error.c_str(); }
+const char* gshmem_last_error(void) { return gshmem::capi::last_error().c_str(); }
 
 gshmem_result_t gshmem_unique_id_create(gshmem_unique_id_t* id, const char* address, int port,
                                         int listen) {

@@ -125,6 +125,45 @@ gshmem_result_t gshmem_free(gshmem_comm_t comm, void* ptr);
  * device, or NULL in *peer_ptr when `pe` is not load/store-reachable. ptr must lie in the heap. */
 gshmem_result_t gshmem_ptr(gshmem_comm_t comm, const void* ptr, int pe, void** peer_ptr);
 
+/* =============================================================================================
+ * Device API state and teams (include/gshmem/device.cuh, docs/device-api.md)
+ *
+ * Kernels take a gshmem_device_t (C++: gshmem::Device) by value; teams are gshmem_team_t values
+ * (strided sets of world PEs) passed the same way. None of these calls is collective: the
+ * runtime's symmetric sync memory was allocated when the comm was created, and teams own no
+ * memory, so making a team is local arithmetic. Team PE numbers: team->my_pe is this PE's
+ * index (-1 when not a member), team->size the number of PEs; device_state.h has the inline
+ * translations gshmem_team_world_pe / gshmem_team_pe_of / gshmem_team_translate.
+ * ===========================================================================================*/
+#include "device_state.h"
+
+/* Fills *dev with what kernels need to reach every load/store-reachable PE. The values stay
+ * valid until the comm is finalized or aborted (the heap never moves as it grows). */
+gshmem_result_t gshmem_comm_device(gshmem_comm_t comm, gshmem_device_t* dev);
+
+/* Every PE of the comm. */
+gshmem_result_t gshmem_team_world(gshmem_comm_t comm, gshmem_team_t* team);
+
+/* The PEs this PE reaches by loads and stores (on this host, P2P enabled). Fails with
+ * GSHMEM_ERROR_USAGE when they are not evenly strided in the world (unusual launcher layouts). */
+gshmem_result_t gshmem_team_node(gshmem_comm_t comm, gshmem_team_t* team);
+
+/* PEs start, start + stride, ..., start + (size - 1) * stride of `parent` (parent numbering;
+ * size >= 1, stride >= 1, all inside the parent). The calling PE must be a member of `parent`;
+ * child->my_pe is -1 when it is not in the child. */
+gshmem_result_t gshmem_team_split_strided(const gshmem_team_t* parent, int start, int stride,
+                                          int size, gshmem_team_t* child);
+
+/* Splits `parent` into rows of `xrange` PEs (clamped to the parent size; the last row may be
+ * shorter): *xteam is the calling PE's row (consecutive parent PEs), *yteam its column (parent
+ * stride xrange). The calling PE must be a member of `parent`. */
+gshmem_result_t gshmem_team_split_2d(const gshmem_team_t* parent, int xrange, gshmem_team_t* xteam,
+                                     gshmem_team_t* yteam);
+
+/* *dst_pe = index in `dst` of PE `src_pe` of `src`, or -1 when it is not a member of `dst`. */
+gshmem_result_t gshmem_team_translate_pe(const gshmem_team_t* src, int src_pe,
+                                         const gshmem_team_t* dst, int* dst_pe);
+
 #ifdef __cplusplus
 }
 #endif

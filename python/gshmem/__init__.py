@@ -30,6 +30,8 @@ from gshmem._errors import (
     UsageError,
 )
 from gshmem.comm import Buffer, Comm, for_each, run_concurrently
+from gshmem.device import DeviceHandle
+from gshmem.team import Team
 
 __version__ = "0.1.0"
 log = logging.getLogger("gshmem")
@@ -114,6 +116,8 @@ __all__ = [
     "Buffer",
     "BootstrapError",
     "Comm",
+    "DeviceHandle",
+    "Team",
     "CudaError",
     "Error",
     "HeapError",

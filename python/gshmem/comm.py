@@ -26,6 +26,9 @@ from gshmem._errors import UsageError
 if TYPE_CHECKING:
     import torch
 
+    from gshmem.device import DeviceHandle
+    from gshmem.team import Team
+
 T = TypeVar("T")
 
 DEFAULT_ALIGNMENT = 256
@@ -137,6 +140,33 @@ class Comm:
         """Bytes reserved, mapped and in use in this PE's heap, and its base address."""
         info = self._handle.info()
         return {k: info[k] for k in ("heap_reserved", "heap_mapped", "heap_in_use", "heap_base")}
+
+    # -- device API handles -----------------------------------------------------------------
+    def device_handle(self) -> DeviceHandle:
+        """This PE's ``gshmem::Device``: bytes a kernel takes by value (NVRTC, CuPy, extensions).
+        Not collective; valid until ``finalize``."""
+        from gshmem.device import device_handle
+
+        return device_handle(self)
+
+    def peer_bases(self) -> torch.Tensor:
+        """int64 tensor on this GPU: PE q's heap base as this GPU sees it (0: unreachable), for
+        kernels that compute peer addresses themselves (Triton). Not collective."""
+        from gshmem.device import peer_bases
+
+        return peer_bases(self)
+
+    def team_world(self) -> Team:
+        """The team of every PE (teams are values; splitting one is local arithmetic)."""
+        from gshmem.team import Team
+
+        return Team.world(self)
+
+    def team_node(self) -> Team:
+        """The PEs this PE reaches by loads and stores (same host, P2P on)."""
+        from gshmem.team import Team
+
+        return Team.node(self)
 
     # -- raw symmetric memory ---------------------------------------------------------------
     def malloc(self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT) -> Buffer:

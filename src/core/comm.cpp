@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 
@@ -89,7 +90,13 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
   const bool check_alloc = env::check_alloc();
   const uint64_t initial = env::heap_initial();
   const uint64_t grow = env::heap_grow();
+  using clock = std::chrono::steady_clock;
+  auto ms_since = [](clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock::now() - t).count();
+  };
+  const auto t_start = clock::now();
   bootstrap_ = std::make_unique<Bootstrap>(id, rank, nranks, timeout);
+  const double bootstrap_ms = ms_since(t_start);
 
   // Each PE checks its own GPU; then all learn whether everyone can go on, so that one PE's
   // problem becomes the same clear error on every PE instead of a timeout elsewhere.
@@ -136,11 +143,15 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
   } else {
     config.local_index[rank] = 0;
   }
+  const double setup_ms = ms_since(t_start) - bootstrap_ms;
   heap_ = std::make_unique<SymmetricHeap>(*bootstrap_, channel_.get(), std::move(config));
   log_debug(rank, "comm ready: %d PEs, %d on this host (local rank %d), device %d, p2p %s, "
-                  "heap reserve %llu MiB",
+                  "heap reserve %llu MiB; bootstrap %.1f ms (includes waiting for the last "
+                  "rank), device probe + local channel %.1f ms, total %.1f ms",
             nranks, local_size(), local_rank_, device, p2p ? "on" : "off",
-            static_cast<unsigned long long>(heap_->reserved() >> 20));
+            static_cast<unsigned long long>(heap_->reserved() >> 20), bootstrap_ms, setup_ms,
+            ms_since(t_start));
+  device_state_ = std::make_unique<DeviceState>(*this);
 }
 
 Comm::~Comm() { abort(); }
@@ -153,6 +164,11 @@ Bootstrap& Comm::bootstrap() {
 SymmetricHeap& Comm::heap() {
   GSHMEM_REQUIRE(heap_ != nullptr, "this comm has been finalized");
   return *heap_;
+}
+
+DeviceState& Comm::device_state() {
+  GSHMEM_REQUIRE(device_state_ != nullptr, "this comm has been finalized");
+  return *device_state_;
 }
 
 void Comm::finalize() {
@@ -171,6 +187,7 @@ void Comm::finalize() {
 }
 
 void Comm::abort() noexcept {
+  device_state_.reset();
   heap_.reset();
   if (channel_) channel_->close();
   channel_.reset();

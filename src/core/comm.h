@@ -8,6 +8,7 @@
 #include "bootstrap/local_channel.h"
 #include "bootstrap/tcp_bootstrap.h"
 #include "bootstrap/unique_id.h"
+#include "core/device_state.h"
 #include "heap/symmetric_heap.h"
 
 namespace gshmem {
@@ -34,6 +35,7 @@ class Comm {
 
   Bootstrap& bootstrap();
   SymmetricHeap& heap();
+  DeviceState& device_state();
 
  private:
   int rank_;
@@ -44,6 +46,7 @@ class Comm {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<LocalChannel> channel_;
   std::unique_ptr<SymmetricHeap> heap_;
+  std::unique_ptr<DeviceState> device_state_;  // after heap_: destroyed first
 };
 
 }  // namespace gshmem

@@ -129,6 +129,7 @@ class CommHandle {
   void free(uintptr_t ptr) {
     call([&] { return gshmem_free(get(), reinterpret_cast<void*>(ptr)); });
   }
+  gshmem_comm_t raw() const { return get(); }
   std::optional<uintptr_t> ptr(uintptr_t p, int pe) {
     void* q = nullptr;
     call([&] { return gshmem_ptr(get(), reinterpret_cast<void*>(p), pe, &q); });
@@ -213,6 +214,9 @@ class BootstrapHandle {
 
 }  // namespace
 
+void bind_device(nb::module_& m, gshmem_comm_t (*comm_of)(nb::handle),
+                 void (*raise)(gshmem_result_t, const std::string&));  // ext_device.cpp
+
 NB_MODULE(_C, m) {
   m.doc() = "gshmem native core (use the gshmem package, not this module directly)";
   m.attr("UNIQUE_ID_BYTES") = GSHMEM_UNIQUE_ID_BYTES;
@@ -275,4 +279,5 @@ NB_MODULE(_C, m) {
       .def("connect_local", &BootstrapHandle::connect_local)
       .def("exchange_fd", &BootstrapHandle::exchange_fd, "fd"_a, "tag"_a)
       .def("close", &BootstrapHandle::close);
+  bind_device(m, [](nb::handle h) { return nb::cast<CommHandle&>(h).raw(); }, &raise);
 }

@@ -1,0 +1,90 @@
+// One-sided RMA: put, get, their non-blocking forms, single elements (p, g) and strided (iput,
+// iget), at Thread, Warp or Block scope (scope.cuh: a scoped call is made by every thread of the
+// scope, which synchronises on entry so the scope's earlier writes to the source are read).
+//
+// On load/store-reachable PEs the calling threads move the data themselves (copy.cuh: 16-byte
+// words when the two addresses allow), so:
+//   put / get          blocking: on return (after the scope's exit barrier) the source may be
+//                      reused and, for get, the destination holds the data for every thread of
+//                      the scope. A put is not yet ordered before later operations: follow it by
+//                      fence/quiet, or use put_signal, before a peer may read the data.
+//   put_nbi / get_nbi  the same data movement without the exit barrier; the source may be reused
+//                      and the destination read once quiet<Scope>() has returned. (On the proxy
+//                      path for unreachable PEs, still to come, they will return before the
+//                      transfer is done.)
+//   p / g              one element of 1, 2, 4 or 8 bytes, as a strong (relaxed, system-scope)
+//                      store/load: never torn, never a stale cached value, so g can poll and
+//                      `put; fence; p(flag)` is a valid release pattern.
+//   iput / iget        dst[i * dst_stride] = src[i * src_stride] for i < nelems (strides in
+//                      elements), weak element accesses, blocking as put/get.
+// Symmetric addresses (dst of put, src of get) must lie in the symmetric heap; `pe` must be a
+// load/store-reachable world rank (gshmem::ptr(dev, p, pe) != nullptr).
+#pragma once
+
+#include "copy.cuh"
+#include "ptr.cuh"
+#include "ptx.cuh"
+#include "scope.cuh"
+
+namespace gshmem {
+
+template <class Scope = Thread>
+__device__ inline void put_nbi(const Device& dev, void* dst, const void* src, size_t bytes,
+                               int pe) {
+  Scope::sync();
+  detail::copy<Scope>(detail::peer(dev, dst, pe), src, bytes);
+}
+
+template <class Scope = Thread>
+__device__ inline void put(const Device& dev, void* dst, const void* src, size_t bytes, int pe) {
+  put_nbi<Scope>(dev, dst, src, bytes, pe);
+  Scope::sync();
+}
+
+template <class Scope = Thread>
+__device__ inline void get_nbi(const Device& dev, void* dst, const void* src, size_t bytes,
+                               int pe) {
+  Scope::sync();
+  detail::copy<Scope>(dst, detail::peer(dev, src, pe), bytes);
+}
+
+template <class Scope = Thread>
+__device__ inline void get(const Device& dev, void* dst, const void* src, size_t bytes, int pe) {
+  get_nbi<Scope>(dev, dst, src, bytes, pe);
+  Scope::sync();
+}
+
+// Single element, made by the calling thread alone.
+template <class T>
+__device__ inline void p(const Device& dev, T* dst, T value, int pe) {
+  detail::store_relaxed(detail::peer(dev, dst, pe), value);
+}
+
+template <class T>
+__device__ inline T g(const Device& dev, const T* src, int pe) {
+  return detail::load_relaxed(detail::peer(dev, src, pe));
+}
+
+template <class Scope = Thread, class T>
+__device__ inline void iput(const Device& dev, T* dst, const T* src, ptrdiff_t dst_stride,
+                            ptrdiff_t src_stride, size_t nelems, int pe) {
+  Scope::sync();
+  T* remote = detail::peer(dev, dst, pe);
+  for (size_t i = Scope::rank(); i < nelems; i += Scope::size()) {
+    remote[static_cast<ptrdiff_t>(i) * dst_stride] = src[static_cast<ptrdiff_t>(i) * src_stride];
+  }
+  Scope::sync();
+}
+
+template <class Scope = Thread, class T>
+__device__ inline void iget(const Device& dev, T* dst, const T* src, ptrdiff_t dst_stride,
+                            ptrdiff_t src_stride, size_t nelems, int pe) {
+  Scope::sync();
+  const T* remote = detail::peer(dev, src, pe);
+  for (size_t i = Scope::rank(); i < nelems; i += Scope::size()) {
+    dst[static_cast<ptrdiff_t>(i) * dst_stride] = remote[static_cast<ptrdiff_t>(i) * src_stride];
+  }
+  Scope::sync();
+}
+
+}  // namespace gshmem

@@ -1,0 +1,93 @@
+/*
+ * gshmem device state: the plain-C structs that the host runtime fills (gshmem_comm_device,
+ * gshmem_team_*) and that kernels receive by value. Included by host C/C++ code, by nvcc device
+ * code and by NVRTC (which has no standard headers), so it uses nothing but fixed-width types.
+ *
+ * Layout is part of the ABI: Python builds the same bytes (gshmem.device) and passes them to
+ * NVRTC/CuPy kernels, so fields are only ever appended, and `version` changes when they are.
+ */
+#ifndef GSHMEM_DEVICE_STATE_H
+#define GSHMEM_DEVICE_STATE_H
+
+#if defined(__CUDACC_RTC__)
+/* NVRTC has no standard headers: the LP64 (Linux) types glibc defines, and size_t/ptrdiff_t
+ * as the compiler itself defines them (NVRTC is always C++). */
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long int64_t;
+typedef unsigned long uint64_t;
+typedef decltype(sizeof(0)) size_t;
+typedef decltype(static_cast<char*>(0) - static_cast<char*>(0)) ptrdiff_t;
+#else
+#include <stddef.h>
+#include <stdint.h>
+#endif
+
+#if defined(__CUDACC__)
+#define GSHMEM_HOST_DEVICE __host__ __device__
+#else
+#define GSHMEM_HOST_DEVICE
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GSHMEM_DEVICE_STATE_VERSION 1
+
+/* A team: the PEs start, start + stride, ..., start + (size - 1) * stride of the world (world
+ * ranks). Teams are values: creating one is local arithmetic, never a collective, and a team
+ * needs no memory of its own (team barriers use the per-PE counters of gshmem_device_t.sync). */
+typedef struct gshmem_team {
+  int32_t start;  /* world rank of team PE 0 */
+  int32_t stride; /* >= 1 */
+  int32_t size;   /* number of PEs; 0 for the empty team */
+  int32_t my_pe;  /* this PE's index in the team, or -1 when this PE is not a member */
+} gshmem_team_t;
+
+/* Everything a kernel needs to reach every load/store-reachable PE's symmetric heap.
+ * All addresses are device virtual addresses of the comm's GPU (valid in kernels on that GPU). */
+typedef struct gshmem_device {
+  uint32_t version;     /* GSHMEM_DEVICE_STATE_VERSION */
+  int32_t my_pe;        /* this PE's world rank */
+  int32_t n_pes;        /* PEs in the world */
+  int32_t my_slot;      /* local_index[my_pe] */
+  uint64_t heap_base;   /* this PE's heap base: symmetric address p is at offset p - heap_base */
+  uint64_t slot_base;   /* address of slot 0 of the reservation that maps every reachable heap */
+  uint64_t slot_size;   /* bytes between consecutive slots */
+  uint64_t local_index; /* int32_t[n_pes] in device memory: world rank -> slot, -1 unreachable */
+  uint64_t sync;        /* symmetric uint64_t[2 * n_pes] owned by the runtime (team barriers):
+                           [0, n_pes) arrivals written by peers, [n_pes, 2 n_pes) local tallies */
+  gshmem_team_t world;  /* every PE */
+  gshmem_team_t node;   /* the PEs this PE reaches by loads/stores (same host, P2P on); size 0
+                           when they are not evenly strided in the world */
+} gshmem_device_t;
+
+/* World rank of team PE `pe` (0 <= pe < team->size). */
+static inline GSHMEM_HOST_DEVICE int32_t gshmem_team_world_pe(const gshmem_team_t* team,
+                                                              int32_t pe) {
+  return team->start + pe * team->stride;
+}
+
+/* Index in `team` of world rank `world_pe`, or -1 when that PE is not a member. */
+static inline GSHMEM_HOST_DEVICE int32_t gshmem_team_pe_of(const gshmem_team_t* team,
+                                                           int32_t world_pe) {
+  int32_t d = world_pe - team->start;
+  if (d < 0 || d % team->stride != 0 || d / team->stride >= team->size) return -1;
+  return d / team->stride;
+}
+
+/* Index in `dst` of PE `src_pe` of team `src`, or -1 when it is not a member of `dst` (or
+ * src_pe is out of range). */
+static inline GSHMEM_HOST_DEVICE int32_t gshmem_team_translate(const gshmem_team_t* src,
+                                                               int32_t src_pe,
+                                                               const gshmem_team_t* dst) {
+  if (src_pe < 0 || src_pe >= src->size) return -1;
+  return gshmem_team_pe_of(dst, gshmem_team_world_pe(src, src_pe));
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GSHMEM_DEVICE_STATE_H */

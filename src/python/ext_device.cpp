@@ -1,0 +1,89 @@
+// gshmem._C, device part: binds the device-state and team section of the C ABI. ext.cpp lends
+// two things through bind_device's arguments: the gshmem_comm_t behind a CommHandle, and its
+// function that raises the gshmem error class for a result code.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstddef>
+#include <string>
+#include <tuple>
+
+#include "gshmem/gshmem.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using TeamTuple = std::tuple<int, int, int, int>;  // (start, stride, size, my_pe)
+using RaiseFn = void (*)(gshmem_result_t, const std::string&);
+
+TeamTuple to_tuple(const gshmem_team_t& t) { return {t.start, t.stride, t.size, t.my_pe}; }
+
+gshmem_team_t from_tuple(const TeamTuple& t) {
+  return gshmem_team_t{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t)};
+}
+
+// Runs a C ABI call (all of these are quick and never block: the GIL stays held) and raises.
+template <typename F>
+void call(RaiseFn raise, F&& f) {
+  gshmem_result_t rc = f();
+  if (rc != GSHMEM_SUCCESS) raise(rc, gshmem_last_error());
+}
+
+}  // namespace
+
+void bind_device(nb::module_& m, gshmem_comm_t (*comm_of)(nb::handle), RaiseFn raise) {
+  m.attr("DEVICE_STATE_VERSION") = GSHMEM_DEVICE_STATE_VERSION;
+  m.attr("DEVICE_STATE_SIZE") = sizeof(gshmem_device_t);
+  m.attr("TEAM_SIZE") = sizeof(gshmem_team_t);
+
+  // Byte offsets of gshmem_device_t's fields, for the Python mirror's self-check.
+  nb::dict offsets;
+  offsets["version"] = offsetof(gshmem_device_t, version);
+  offsets["my_pe"] = offsetof(gshmem_device_t, my_pe);
+  offsets["n_pes"] = offsetof(gshmem_device_t, n_pes);
+  offsets["my_slot"] = offsetof(gshmem_device_t, my_slot);
+  offsets["heap_base"] = offsetof(gshmem_device_t, heap_base);
+  offsets["slot_base"] = offsetof(gshmem_device_t, slot_base);
+  offsets["slot_size"] = offsetof(gshmem_device_t, slot_size);
+  offsets["local_index"] = offsetof(gshmem_device_t, local_index);
+  offsets["sync"] = offsetof(gshmem_device_t, sync);
+  offsets["world"] = offsetof(gshmem_device_t, world);
+  offsets["node"] = offsetof(gshmem_device_t, node);
+  m.attr("DEVICE_STATE_OFFSETS") = offsets;
+
+  m.def("comm_device", [=](nb::handle comm) {
+        gshmem_device_t dev{};
+        call(raise, [&] { return gshmem_comm_device(comm_of(comm), &dev); });
+        return nb::bytes(reinterpret_cast<const char*>(&dev), sizeof dev);
+      }, "comm"_a, "The gshmem_device_t of a CommHandle, as bytes.");
+  m.def("team_world", [=](nb::handle comm) {
+        gshmem_team_t t{};
+        call(raise, [&] { return gshmem_team_world(comm_of(comm), &t); });
+        return to_tuple(t);
+      }, "comm"_a);
+  m.def("team_node", [=](nb::handle comm) {
+        gshmem_team_t t{};
+        call(raise, [&] { return gshmem_team_node(comm_of(comm), &t); });
+        return to_tuple(t);
+      }, "comm"_a);
+  m.def("team_split_strided", [=](const TeamTuple& parent, int start, int stride, int size) {
+        gshmem_team_t p = from_tuple(parent), child{};
+        call(raise, [&] { return gshmem_team_split_strided(&p, start, stride, size, &child); });
+        return to_tuple(child);
+      }, "parent"_a, "start"_a, "stride"_a, "size"_a);
+  m.def("team_split_2d", [=](const TeamTuple& parent, int xrange) {
+        gshmem_team_t p = from_tuple(parent), x{}, y{};
+        call(raise, [&] { return gshmem_team_split_2d(&p, xrange, &x, &y); });
+        return std::make_pair(to_tuple(x), to_tuple(y));
+      }, "parent"_a, "xrange"_a);
+  m.def("team_translate_pe", [=](const TeamTuple& src, int pe, const TeamTuple& dst) {
+        gshmem_team_t s = from_tuple(src), d = from_tuple(dst);
+        int out = -1;
+        call(raise, [&] { return gshmem_team_translate_pe(&s, pe, &d, &out); });
+        return out;
+      }, "src"_a, "pe"_a, "dst"_a);
+}

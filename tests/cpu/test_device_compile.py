@@ -1,0 +1,92 @@
+"""The device API is header-only: a kernel using all of it compiles with plain `nvcc -c` (no -rdc,
+no device link step) for sm_80 and sm_90, and so does a C++ host file including the C header."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+INCLUDE = ROOT / "include"
+KERNELS = ROOT / "tests" / "gpu" / "kernels" / "device_api_test.cu"
+NVCC = shutil.which("nvcc")
+
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["80", "90"])
+def test_device_api_compiles_without_rdc(tmp_path, arch):
+    obj = tmp_path / f"device_api_sm{arch}.o"
+    cmd = [
+        NVCC,
+        "-c",
+        "-std=c++17",
+        f"-I{INCLUDE}",
+        "-Werror",
+        "all-warnings",
+        f"-gencode=arch=compute_{arch},code=sm_{arch}",
+        str(KERNELS),
+        "-o",
+        str(obj),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert obj.stat().st_size > 0
+
+
+@needs_nvcc
+def test_each_device_header_compiles_alone(tmp_path):
+    headers = sorted((INCLUDE / "gshmem" / "device").glob("*.cuh"))
+    assert headers
+    src = tmp_path / "each.cu"
+    for h in headers:
+        src.write_text(f"#include <gshmem/device/{h.name}>\n__global__ void k() {{}}\n")
+        proc = subprocess.run(
+            [
+                NVCC,
+                "-c",
+                "-std=c++17",
+                f"-I{INCLUDE}",
+                "-arch=sm_90",
+                str(src),
+                "-o",
+                str(tmp_path / "each.o"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, f"{h.name}:\n{proc.stdout}{proc.stderr}"
+
+
+def test_c_header_is_plain_c(tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "c.c"
+    src.write_text(
+        "#include <gshmem/gshmem.h>\n"
+        "int f(const gshmem_team_t* t) { return gshmem_team_translate(t, 0, t); }\n"
+    )
+    proc = subprocess.run(
+        [
+            cc,
+            "-std=c99",
+            "-Wall",
+            "-Werror",
+            "-pedantic",
+            f"-I{INCLUDE}",
+            "-c",
+            str(src),
+            "-o",
+            str(tmp_path / "c.o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,57 @@
+"""Device API on GPUs (include/gshmem/device.cuh): every scenario of scripts/device_api_check.py
+at 2 and 4 PEs, each launched through the project's launcher with a timeout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cupy")
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "device_api_check.py")
+SCENARIOS = ["rma", "signal", "pg", "strided", "amo", "order", "wait", "barrier", "ptr"]
+PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
+
+
+def launch(n: int, scenario: str, cache_dir: Path, timeout: int = 600) -> str:
+    cmd = [
+        sys.executable,
+        "-m",
+        "gshmem.run",
+        "-n",
+        str(n),
+        "--timeout",
+        str(timeout - 30),
+        SCRIPT,
+        scenario,
+    ]
+    env = {**os.environ, "GSHMEM_TIMEOUT": "120", "CUPY_CACHE_DIR": str(cache_dir)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert out.count(f"PASS {scenario}") == n, out
+    return out
+
+
+@pytest.fixture(scope="session")
+def cupy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One CuPy kernel cache for the session: the test kernels compile once, not per run."""
+    return tmp_path_factory.mktemp("cupy_cache")
+
+
+@pytest.mark.parametrize("n", PES)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_device_api(n, scenario, cupy_cache):
+    launch(n, scenario, cupy_cache)
+
+
+@pytest.mark.gpus(2)
+def test_put_get_bandwidth_32mib(cupy_cache):
+    out = launch(2, "bw", cupy_cache)
+    lines = [line for line in out.splitlines() if "BW " in line]
+    print("\n".join(lines))
+    assert len(lines) == 6, out
