@@ -101,7 +101,7 @@ def _key_prefix(call: int, key: str | None, *extra: str) -> str:
     return "/".join(parts)
 
 
-# -- logging ---------------------------------------------------------------------------------------
+# -- logging --------------------------------------------------------------------------------------
 
 
 def _env_flag(name: str) -> bool:
@@ -121,7 +121,7 @@ def _enable_debug_log() -> None:
     log.setLevel(logging.DEBUG)
 
 
-# -- helpers shared by the adapters -----------------------------------------------------------------
+# -- helpers shared by the adapters ---------------------------------------------------------------
 
 
 def _timeout() -> float:
@@ -155,8 +155,8 @@ def _local_from_hosts(hosts: Sequence[str], rank: int) -> tuple[int, int]:
     return local_rank, sum(1 for h in hosts if h == mine)
 
 
-def _int_env(name: str, env: dict[str, str] | os._Environ[str] | None = None) -> int | None:
-    value = (env if env is not None else os.environ).get(name)
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name)
     if value is None or value.strip() == "":
         return None
     try:
@@ -184,7 +184,7 @@ def _check_uid(uid: bytes, what: str) -> bytes:
     return uid
 
 
-# -- key-value stores ------------------------------------------------------------------------------
+# -- key-value stores -----------------------------------------------------------------------------
 
 
 class _KV:
@@ -294,10 +294,10 @@ def _env_local(rank: int, nranks: int) -> tuple[int, int] | None:
     return lr, ls
 
 
-# -- adapters: each returns None when its method does not apply --------------------------------------
+# -- adapters: each returns None when its method does not apply -----------------------------------
 
 
-def _from_run_env(key: str | None) -> Launch | None:
+def _from_run_env() -> Launch | None:
     """gshmem.run's environment. The first call returns the launcher's id; later calls (a second
     comm) get a fresh id from rank 0, sent over a short bootstrap on the launcher's id."""
     global _run_env_used
@@ -424,8 +424,9 @@ def _from_torchrun_env(call: int, key: str | None) -> Launch | None:
     if store_port > 65535:
         raise UsageError(f"MASTER_PORT={port}: gshmem needs MASTER_PORT+1 free; use a lower port")
     try:
-        store = TCPStore(addr, store_port, nranks if hosted else None, hosted, timeout,
-                         wait_for_workers=False)
+        store = TCPStore(
+            addr, store_port, nranks if hosted else None, hosted, timeout, wait_for_workers=False
+        )
     except Exception as e:
         who = "host" if hosted else "reach"
         raise BootstrapError(
@@ -461,7 +462,7 @@ def _local_hint(rank: int, nranks: int) -> tuple[int, int]:
     return -1, -1
 
 
-# -- entry point ------------------------------------------------------------------------------------
+# -- entry point ----------------------------------------------------------------------------------
 
 
 def detect(
@@ -479,8 +480,9 @@ def detect(
     separates independent calls, e.g. two groups created in one job.
 
     Passing ``rank`` and ``nranks`` without ``uid`` detects the method as usual and checks that
-    it agrees. Raises :class:`gshmem.UsageError` for inconsistent input, :class:`gshmem.TimeoutError`
-    when a peer's value never arrives, :class:`gshmem.BootstrapError` when a store fails.
+    it agrees. Raises :class:`gshmem.UsageError` for inconsistent input,
+    :class:`gshmem.TimeoutError` when a peer's value never arrives, and
+    :class:`gshmem.BootstrapError` when a store fails.
     """
     _enable_debug_log()
     call = _next_call()
@@ -501,7 +503,7 @@ def detect(
     if rank is not None and nranks is not None:
         _check_rank(rank, nranks, "detect()")
     adapters: list[Callable[[], Launch | None]] = [
-        lambda: _from_run_env(key),
+        _from_run_env,
         lambda: _from_torch_distributed(call, key),
         lambda: _from_jax_distributed(call, key),
         _from_mpi,
