@@ -18,7 +18,15 @@ install() {
     has "$mod" || want+=("${pkg[$mod]}")
   done
   has torch || want+=("torch==2.13.0")      # the CPU wheel where there is no GPU stack
-  [ -n "${1:-}" ] && { has jax || want+=(jax jaxlib); }  # tests of the jax.distributed adapter
+  if [ -n "${1:-}" ]; then
+    has jax || want+=(jax jaxlib)  # tests of the jax.distributed adapter
+    # NVRTC compiles the device API in CPU tests (no GPU needed): the toolkit's or the wheel's.
+    "$PY" - <<'PYEOF' || want+=("nvidia-cuda-nvrtc==13.0.*")
+import glob, os, sys
+hits = [glob.glob(os.path.join(p, "nvidia", "cu13", "lib", "libnvrtc.so*")) for p in sys.path if p]
+sys.exit(0 if any(hits) or glob.glob("/usr/local/cuda/lib64/libnvrtc.so*") else 1)
+PYEOF
+  fi
   if [ ${#want[@]} -gt 0 ]; then "$PY" -m pip install -q "${want[@]}"; fi
   "$PY" -m pip install -q --no-build-isolation --no-deps -e .
 }

@@ -3,7 +3,8 @@
 # results/<time>/, and a summary table is printed last.
 #
 #   bash scripts/gpu_check.sh            # everything
-#   PYTEST_ARGS="-k heap" bash scripts/gpu_check.sh
+#   PYTEST_ARGS="tests/gpu/test_heap.py" bash scripts/gpu_check.sh   # a subset of the tests
+#   SANITIZER=0 bash scripts/gpu_check.sh                              # skip compute-sanitizer
 #
 # NVLink multicast stays off in everything this starts (see shared/GPU.md).
 set -uo pipefail
@@ -48,6 +49,12 @@ step demo demo.log 300 $PY -m gshmem.demo
 step demo-gshmem.run demo.log 300 $PY -m gshmem.run -n "$NGPU" --timeout 280 -m gshmem.demo
 step demo-torchrun demo.log 300 torchrun --nproc_per_node "$NGPU" -m gshmem.demo
 step timing timing.log 300 env GSHMEM_DEBUG=1 $PY -m gshmem.run -n "$NGPU" --timeout 280 tests/gpu/scripts/heap_check.py timing
+# Small cases of the device API under compute-sanitizer (memcheck, then racecheck), 2 PEs.
+[ "${SANITIZER:-1}" = 1 ] && for tool in memcheck racecheck; do
+  step "sanitizer-$tool" sanitizer.log 280 env GSHMEM_TEST_SMALL=1 $PY -m gshmem.run -n 2 \
+    --timeout 260 --wrap "compute-sanitizer --tool $tool --error-exitcode 99" \
+    tests/gpu/scripts/device_api_check.py rma signal pg amo wait barrier
+done
 grep -h '^\[rank [0-9]*\] TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //' >"$RESULTS/timing.json"
 
 echo

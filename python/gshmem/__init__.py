@@ -73,12 +73,14 @@ def init(
     With no arguments the peers are found from what the launcher set up (``python -m gshmem.run``,
     torchrun, an initialized torch.distributed or jax.distributed, MPI via mpi4py, or a single
     process); ``GSHMEM_DEBUG=1`` logs which. ``device`` defaults to GSHMEM_DEVICE, else the local
-    rank modulo the visible GPUs; if torch is imported, it becomes torch's current device.
+    rank (else the rank) modulo the visible GPUs; if torch is imported, it becomes torch's current device.
     """
     from gshmem import launch
 
     info = launch.detect(uid, rank, nranks)
-    dev = _default_device(info.local_rank) if device is None else device
+    # An explicit setup may not know the local rank (-1): the world rank is the best guess.
+    local = info.local_rank if info.local_rank >= 0 else info.rank
+    dev = _default_device(local) if device is None else device
     log.debug("init: rank %d of %d via %s on device %d", info.rank, info.nranks, info.method, dev)
     comm = Comm(info.uid, info.rank, info.nranks, dev)
     if "torch" in sys.modules:
@@ -100,11 +102,12 @@ def init_local(devices: Sequence[int] | None = None) -> list[Comm]:
 
 
 def include_dir() -> str:
-    """Directory holding the public headers (gshmem/gshmem.h, gshmem/device.cuh)."""
-    installed = Path(_C.__file__).resolve().parent / "include"
-    if installed.is_dir():
-        return str(installed)
-    return str(Path(__file__).resolve().parents[2] / "include")
+    """Directory holding the public headers (gshmem/gshmem.h, gshmem/device.cuh): the source
+    tree's in an editable install (so header edits need no reinstall), else the installed copy."""
+    source = Path(__file__).resolve().parents[2] / "include"
+    if (source / "gshmem" / "device.cuh").is_file():
+        return str(source)
+    return str(Path(_C.__file__).resolve().parent / "include")
 
 
 def library_dir() -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -45,7 +46,7 @@ MULTICAST_OFF = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
-_VALUE_OPTIONS = ("-n", "--nprocs", "--timeout", "--devices")
+_VALUE_OPTIONS = ("-n", "--nprocs", "--timeout", "--devices", "--wrap")
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -64,6 +65,7 @@ class Options:
     timeout: float | None = None
     devices: list[str] | None = None
     tag_output: bool = True
+    wrap: list[str] | None = None  # a command each rank runs under (a sanitizer, a profiler)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
         "GSHMEM_RUN_TIMEOUT, else none)",
     )
     p.add_argument("--devices", default=None, help="comma-separated device of each rank")
+    p.add_argument(
+        "--wrap",
+        default=None,
+        help='run each rank under this command, e.g. --wrap "compute-sanitizer --tool memcheck"',
+    )
     p.add_argument(
         "--tag-output",
         action=argparse.BooleanOptionalAction,
@@ -131,7 +138,8 @@ def parse_args(argv: Sequence[str]) -> Options:
                 f"--devices {ns.devices!r}: give {ns.nprocs} device ordinals, one per rank "
                 "(for example --devices 0,1)"
             )
-    return Options(ns.nprocs, program, timeout, devices, ns.tag_output)
+    wrap = shlex.split(ns.wrap) if ns.wrap else None
+    return Options(ns.nprocs, program, timeout, devices, ns.tag_output, wrap)
 
 
 # -- children -------------------------------------------------------------------------------------
@@ -207,7 +215,7 @@ def _spawn(opts: Options, uid: bytes) -> list[_Rank]:
         for r in range(opts.nprocs):
             device = opts.devices[r] if opts.devices else None
             proc = subprocess.Popen(
-                [sys.executable, *opts.program],
+                [*(opts.wrap or []), sys.executable, *opts.program],
                 env=child_env(dict(os.environ), uid, r, opts.nprocs, device),
                 stdin=subprocess.DEVNULL,
                 stdout=pipe,

@@ -267,3 +267,20 @@ def test_signal_is_forwarded(tmp_path: Path, sig: signal.Signals) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_wrap_runs_every_rank_under_a_command(tmp_path):
+    # The wrapper sees the rank's environment and the python command it must run.
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text('#!/bin/sh\necho "wrapped rank $GSHMEM_RANK"\nexec "$@"\n')
+    wrapper.chmod(0o755)
+    script = tmp_path / "hello.py"
+    script.write_text("import os; print('ran', os.environ['GSHMEM_RANK'])\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gshmem.run", "-n", "2", "--wrap", f"{wrapper}", str(script)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for r in range(2):
+        assert f"[rank {r}] wrapped rank {r}" in proc.stdout
+        assert f"[rank {r}] ran {r}" in proc.stdout

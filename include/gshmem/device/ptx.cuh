@@ -24,19 +24,25 @@ template <> struct UInt<2> { using type = unsigned short; };
 template <> struct UInt<4> { using type = unsigned int; };
 template <> struct UInt<8> { using type = unsigned long long; };
 
+// Bit casts through a union: nvcc and NVRTC both support this punning, while NVRTC has no
+// memcpy builtin and C++20's std::bit_cast is not available under C++17.
 template <class T>
 __device__ inline typename UInt<sizeof(T)>::type to_bits(T v) {
-  typename UInt<sizeof(T)>::type b;
-  __builtin_memcpy(&b, &v, sizeof b);
-  return b;
+  union {
+    T value;
+    typename UInt<sizeof(T)>::type bits;
+  } u{v};
+  return u.bits;
 }
 
 template <class T, class B>
 __device__ inline T from_bits(B b) {
   static_assert(sizeof(T) == sizeof(B), "size mismatch");
-  T v;
-  __builtin_memcpy(&v, &b, sizeof v);
-  return v;
+  union {
+    B bits;
+    T value;
+  } u{b};
+  return u.value;
 }
 
 // ---- strong loads and stores: ld_<sem>(p), st_<sem>(p, v) on 1-, 2-, 4- and 8-byte words ----

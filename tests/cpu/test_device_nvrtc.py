@@ -1,0 +1,67 @@
+"""The device API compiles under NVRTC (the path CuPy RawModule and other JITs take), checked on
+the CPU: NVRTC needs no GPU. Uses libnvrtc from the CUDA toolkit or the nvidia-cuda-nvrtc wheel."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import gshmem
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELS = ROOT / "tests" / "gpu" / "kernels" / "device_api_test.cu"
+
+
+def find_nvrtc() -> str | None:
+    patterns = [
+        os.path.join(p, "nvidia", "cu13", "lib", "libnvrtc.so*") for p in sys.path if p
+    ] + ["/usr/local/cuda/lib64/libnvrtc.so*", "/usr/local/cuda/targets/*/lib/libnvrtc.so*"]
+    for pattern in patterns:
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[0]
+    return None
+
+
+LIB = find_nvrtc()
+
+
+def nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[int, str]:
+    # libnvrtc dlopens its builtins by soname: load them from the same folder first.
+    for builtins in glob.glob(os.path.join(os.path.dirname(LIB), "libnvrtc-builtins.so*")):
+        ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+    lib = ctypes.CDLL(LIB)
+    prog = ctypes.c_void_p()
+    rc = lib.nvrtcCreateProgram(
+        ctypes.byref(prog), source.encode(), name.encode(), 0, None, None
+    )
+    assert rc == 0, f"nvrtcCreateProgram failed: {rc}"
+    opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+    rc = lib.nvrtcCompileProgram(prog, len(options), opts)
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    return rc, log.value.decode(errors="replace")
+
+
+@pytest.mark.skipif(LIB is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)")
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_device_api_compiles_with_nvrtc(arch):
+    options = [f"-I{gshmem.include_dir()}", "-std=c++17", f"--gpu-architecture={arch}"]
+    rc, log = nvrtc_compile(KERNELS.read_text(), "device_api_test.cu", options)
+    assert rc == 0, log
+
+
+@pytest.mark.skipif(LIB is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)")
+def test_nvrtc_reports_errors():
+    # The check above can fail: a broken kernel must come back as a compile error.
+    source = '#include <gshmem/device.cuh>\n__global__ void k(gshmem::Device d) { d.nope(); }\n'
+    rc, log = nvrtc_compile(source, "broken.cu", [f"-I{gshmem.include_dir()}", "-std=c++17"])
+    assert rc != 0 and "nope" in log
