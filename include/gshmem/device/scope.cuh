@@ -31,8 +31,15 @@ struct Warp {
   }
   __device__ static unsigned size() { return 32; }
   __device__ static void sync() { __syncwarp(); }
+  // __shfl_sync moves the value but orders no memory accesses; the __syncwarp after it does
+  // (bar.warp.sync orders memory among the lanes), so lane 0's acquire precedes every lane's
+  // later loads. Without it, lanes were seen reading data older than the signal lane 0 saw.
   template <class T>
-  __device__ static T broadcast(T v) { return __shfl_sync(0xffffffffu, v, 0); }
+  __device__ static T broadcast(T v) {
+    T r = __shfl_sync(0xffffffffu, v, 0);
+    __syncwarp();
+    return r;
+  }
 };
 
 struct Block {
