@@ -49,6 +49,7 @@ step demo demo.log 300 $PY -m gshmem.demo
 step demo-gshmem.run demo.log 300 $PY -m gshmem.run -n "$NGPU" --timeout 280 -m gshmem.demo
 step demo-torchrun demo.log 300 torchrun --nproc_per_node "$NGPU" -m gshmem.demo
 step timing timing.log 300 env GSHMEM_DEBUG=1 $PY -m gshmem.run -n "$NGPU" --timeout 280 tests/gpu/scripts/heap_check.py timing
+step bandwidth bw.log 200 $PY -m gshmem.run -n 2 --timeout 190 tests/gpu/scripts/device_api_check.py bw
 # Small cases of the device API under compute-sanitizer (memcheck, then racecheck), 2 PEs.
 [ "${SANITIZER:-1}" = 1 ] && for tool in memcheck racecheck; do
   step "sanitizer-$tool" sanitizer.log 280 env GSHMEM_TEST_SMALL=1 $PY -m gshmem.run -n 2 \
@@ -62,6 +63,7 @@ echo "gshmem GPU check: $NGPU GPU(s); logs in $RESULTS"
 grep -h "passed\|failed" "$RESULTS/tests.log" | tail -1
 grep -h "init took" "$RESULTS/demo.log" | head -3
 [ -s "$RESULTS/timing.json" ] && cat "$RESULTS/timing.json"
+grep -h "BW " "$RESULTS/bw.log" | sort -u
 printf '%-22s %-12s %6s  %s\n' step status time log
 printf '%s\n' "${SUMMARY[@]}"
 for v in "${STATUS[@]}"; do [ "$v" = PASS ] || exit 1; done

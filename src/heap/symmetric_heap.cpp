@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
-#include <thread>
 
 #include "common/cuda_api.h"
 #include "common/error.h"
@@ -161,26 +160,13 @@ void SymmetricHeap::grow_to(uint64_t needed_end) {
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = config_.device;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    // Enabling access builds this GPU's page tables for the range; it is most of a growth's
-    // time, so the slots are done concurrently (one thread each, same device).
-    std::vector<CUresult> results(slots_, CUDA_SUCCESS);
-    std::vector<std::thread> workers;
     for (int q = 0; q < slots_; ++q) {
       if (!share && q != my_slot_) continue;
-      workers.emplace_back([&, q] {
-        if (cudaSetDevice(config_.device) != cudaSuccess) {
-          results[q] = CUDA_ERROR_INVALID_CONTEXT;
-          return;
-        }
-        results[q] = d.mem_set_access(va_ + q * config_.slot_size + old_end, size, &access, 1);
-      });
-    }
-    for (auto& w : workers) w.join();
-    for (int q = 0; q < slots_; ++q) {
-      cuda::check(results[q], ("enabling access to local PE " + std::to_string(q) +
-                               "'s heap from this GPU (set GSHMEM_DISABLE_P2P=1 if GPUs cannot "
-                               "reach each other)")
-                                  .c_str());
+      cuda::check(d.mem_set_access(va_ + q * config_.slot_size + old_end, size, &access, 1),
+                  ("enabling access to local PE " + std::to_string(q) +
+                   "'s heap from this GPU (set GSHMEM_DISABLE_P2P=1 if GPUs cannot reach each "
+                   "other)")
+                      .c_str());
     }
   } catch (const Error& e) {
     throw_error(e.code(), std::string(e.what()) +
