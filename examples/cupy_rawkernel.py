@@ -7,9 +7,10 @@ right neighbour at warp scope and checks what its left neighbour sent.
 from __future__ import annotations
 
 import cupy as cp
-import gshmem
 import numpy as np
 import torch
+
+import gshmem
 from gshmem.device import device_handle
 
 SOURCE = r"""

@@ -11,10 +11,11 @@ that distance is a whole number of elements and plain pointer arithmetic reaches
 
 from __future__ import annotations
 
-import gshmem
 import torch
 import triton
 import triton.language as tl
+
+import gshmem
 from gshmem.device import peer_bases
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ctypes
 import sys
 
-import gshmem
 import torch
+
+import gshmem
 from gshmem.device import device_handle
 
 lib = ctypes.CDLL(sys.argv[1])

@@ -73,7 +73,8 @@ def init(
     With no arguments the peers are found from what the launcher set up (``python -m gshmem.run``,
     torchrun, an initialized torch.distributed or jax.distributed, MPI via mpi4py, or a single
     process); ``GSHMEM_DEBUG=1`` logs which. ``device`` defaults to GSHMEM_DEVICE, else the local
-    rank (else the rank) modulo the visible GPUs; if torch is imported, it becomes torch's current device.
+    rank (else the rank) modulo the visible GPUs; if torch is imported, it becomes torch's
+    current device.
     """
     from gshmem import launch
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from gshmem import _C, UsageError
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from gshmem import _C, UsageError
 
 
 def grown(end: int) -> _C.Allocator:

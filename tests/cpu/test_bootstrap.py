@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from gshmem import _C, BootstrapError, TimeoutError, UsageError
 
 WORKER = str(Path(__file__).with_name("bootstrap_worker.py"))

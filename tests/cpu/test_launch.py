@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 
-# isort: split
 import gshmem
 from gshmem import _C, launch
 

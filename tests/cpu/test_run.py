@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-# isort: split
 from gshmem import run
 
 LAUNCH_VARS = (

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 
-import gshmem
 import pytest
+
+import gshmem
 from gshmem.team import Team
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 
-import gshmem
 import pytest
+
+import gshmem
 from gshmem import _C, CudaError, UsageError
 
 

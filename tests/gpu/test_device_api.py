@@ -3,12 +3,10 @@ at 2 and 4 PEs, each launched through the project's launcher with a timeout."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from gpu_launch import launch_pes
 
 pytest.importorskip("cupy")
 
@@ -18,23 +16,7 @@ PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
 
 
 def launch(n: int, scenario: str, cache_dir: Path, timeout: int = 600) -> str:
-    cmd = [
-        sys.executable,
-        "-m",
-        "gshmem.run",
-        "-n",
-        str(n),
-        "--timeout",
-        str(timeout - 30),
-        SCRIPT,
-        scenario,
-    ]
-    env = {**os.environ, "GSHMEM_TIMEOUT": "120", "CUPY_CACHE_DIR": str(cache_dir)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    assert out.count(f"PASS {scenario}") == n, out
-    return out
+    return launch_pes(n, SCRIPT, scenario, timeout, CUPY_CACHE_DIR=str(cache_dir))
 
 
 @pytest.fixture(scope="session")

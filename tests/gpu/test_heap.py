@@ -8,33 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from gpu_launch import launch_pes
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "heap_check.py")
 
 
-def launch(n: int, scenario: str, timeout: int = 240, **env: str) -> str:
-    cmd = [
-        sys.executable,
-        "-m",
-        "gshmem.run",
-        "-n",
-        str(n),
-        "--timeout",
-        str(timeout - 20),
-        SCRIPT,
-        scenario,
-    ]
-    proc = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "GSHMEM_TIMEOUT": "60", "GSHMEM_CHECK_ALLOC": "1", **env},
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    assert out.count(f"PASS {scenario}") == n, out
-    return out
+def launch(n: int, scenario: str, **env: str) -> str:
+    return launch_pes(n, SCRIPT, scenario, **env)
 
 
 PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]

@@ -28,9 +28,10 @@ import sys
 from pathlib import Path
 
 import cupy as cp
-import gshmem
 import numpy as np
 import torch
+
+import gshmem
 from gshmem.device import device_handle
 from gshmem.team import Team
 

@@ -11,8 +11,9 @@ import os
 import sys
 import time
 
-import gshmem
 import torch
+
+import gshmem
 
 FIRST_INIT_S = 0.0
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.uint8]
