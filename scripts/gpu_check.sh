@@ -48,6 +48,11 @@ step pytest tests.log 1500 $PY -m pytest -q -rfEs ${PYTEST_ARGS:-tests}
 step demo demo.log 300 $PY -m gshmem.demo
 step demo-gshmem.run demo.log 300 $PY -m gshmem.run -n "$NGPU" --timeout 280 -m gshmem.demo
 step demo-torchrun demo.log 300 torchrun --nproc_per_node "$NGPU" -m gshmem.demo
+if command -v mpirun >/dev/null && $PY -c 'import mpi4py' 2>/dev/null; then
+  step demo-mpirun demo.log 300 mpirun --allow-run-as-root --oversubscribe -n "$NGPU" \
+    -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
+    -x PYTHONUNBUFFERED $PY -m gshmem.demo
+fi
 step timing timing.log 300 env GSHMEM_DEBUG=1 $PY -m gshmem.run -n "$NGPU" --timeout 280 tests/gpu/scripts/heap_check.py timing
 step bandwidth bw.log 200 $PY -m gshmem.run -n 2 --timeout 190 tests/gpu/scripts/device_api_check.py bw
 # Small cases of the device API under compute-sanitizer (memcheck, then racecheck), 2 PEs.
