@@ -1,0 +1,19 @@
+"""Benchmarks: ``python -m gshmem.bench <suite> [options]`` (DESIGN.md §7, docs/benchmarks.md).
+
+Suites:
+  p2p   point-to-point between 2 PEs: device put/get bandwidth (thread, warp and block scope,
+        several CTA x thread configurations, one and both directions), on-stream (copy-engine)
+        put/get bandwidth, p/g/atomic message rates, put-with-signal ping-pong latency (device
+        and on-stream), with ``--compare`` baselines (copy-engine peer copies, NCCL send/recv,
+        NVSHMEM) measured in the same run. Options follow NVSHMEM's perftest.
+
+Run outside a launched job, the command re-launches itself as ``python -m gshmem.run -n 2
+--timeout ...``; inside one (``python -m gshmem.run``, torchrun, MPI) every rank runs the suite.
+It prints a table (last) and writes JSON (``--json``; default ``$OUT/bench_p2p.json``).
+"""
+
+from __future__ import annotations
+
+SUITES = ("p2p",)
+
+__all__ = ["SUITES"]

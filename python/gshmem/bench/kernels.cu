@@ -1,0 +1,141 @@
+// Benchmark kernels for `python -m gshmem.bench p2p` (python/gshmem/bench/p2p.py). Compiled once
+// per process by CuPy's RawModule (NVRTC); tests/cpu/test_bench.py compiles it with NVRTC and
+// nvcc on the CPU. Every kernel is extern "C" so Python fetches it by name. A "unit" is one
+// instance of the scope (a thread, a warp or a block); units split each transfer into contiguous
+// chunks, as NVSHMEM's perftest does.
+#include <gshmem/device.cuh>
+
+namespace {
+
+using gshmem::Block;
+using gshmem::Thread;
+using gshmem::Warp;
+typedef unsigned long long u64;
+
+template <class Scope>
+__device__ u64 unit_index() {
+  const unsigned per_block = (blockDim.x * blockDim.y * blockDim.z) / Scope::size();
+  return static_cast<u64>(blockIdx.x) * per_block + (Block::rank() / Scope::size());
+}
+
+template <class Scope>
+__device__ u64 unit_count() {
+  return static_cast<u64>(gridDim.x) * (blockDim.x * blockDim.y * blockDim.z) / Scope::size();
+}
+
+__device__ u64 global_time_ns() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// `iters` blocking puts (or gets) of `bytes`, slot i % nslots of `stride` bytes each, then quiet.
+template <class Scope>
+__device__ void bw_loop(const gshmem::Device& dev, char* dst, const char* src, u64 bytes,
+                        u64 stride, int nslots, int iters, int pe, int get) {
+  const u64 units = unit_count<Scope>(), u = unit_index<Scope>();
+  u64 per = (bytes + units - 1) / units;
+  per = (per + 15) & ~static_cast<u64>(15);  // chunks start 16-byte aligned
+  const u64 b = per * u < bytes ? per * u : bytes;
+  const u64 e = b + per < bytes ? b + per : bytes;
+  for (int i = 0; i < iters; ++i) {
+    const u64 off = static_cast<u64>(i % nslots) * stride;
+    if (get) {
+      gshmem::get<Scope>(dev, dst + off + b, src + off + b, e - b, pe);
+    } else {
+      gshmem::put<Scope>(dev, dst + off + b, src + off + b, e - b, pe);
+    }
+  }
+  gshmem::quiet<Scope>();
+}
+
+// Ping-pong with put_signal: the initiator sends round i (signal value i) and waits for the
+// reply i; the responder waits for i and replies. The initiator's globaltimer over the timed
+// rounds (after `warmup` rounds) goes to out_ns[0].
+template <class Scope>
+__device__ void ping_pong(const gshmem::Device& dev, char* buf, const char* src, u64 bytes,
+                          uint64_t* sig, int warmup, int iters, int peer, int initiator, u64* out_ns) {
+  u64 t0 = 0;
+  for (int i = 1; i <= warmup + iters; ++i) {
+    if (i == warmup + 1) t0 = global_time_ns();
+    if (initiator) {
+      gshmem::put_signal<Scope>(dev, buf, src, bytes, sig, static_cast<uint64_t>(i),
+                                gshmem::SignalOp::Set, peer);
+      gshmem::signal_wait_until<Scope>(sig, gshmem::Cmp::GE, static_cast<uint64_t>(i));
+    } else {
+      gshmem::signal_wait_until<Scope>(sig, gshmem::Cmp::GE, static_cast<uint64_t>(i));
+      gshmem::put_signal<Scope>(dev, buf, src, bytes, sig, static_cast<uint64_t>(i),
+                                gshmem::SignalOp::Set, peer);
+    }
+  }
+  if (initiator && Scope::rank() == 0) out_ns[0] = global_time_ns() - t0;
+}
+
+}  // namespace
+
+// Device barrier of every PE (one thread): lines up the PEs' next kernels within ~1 us.
+extern "C" __global__ void start_sync(gshmem::Device dev) { gshmem::sync_all<Thread>(dev); }
+
+#define GSHMEM_BENCH_BW(NAME, SCOPE)                                                          \
+  extern "C" __global__ void bw_##NAME(gshmem::Device dev, char* dst, const char* src,       \
+                                       u64 bytes, u64 stride, int nslots, int iters, int pe,  \
+                                       int get) {                                             \
+    bw_loop<SCOPE>(dev, dst, src, bytes, stride, nslots, iters, pe, get);                     \
+  }
+GSHMEM_BENCH_BW(thread, Thread)
+GSHMEM_BENCH_BW(warp, Warp)
+GSHMEM_BENCH_BW(block, Block)
+#undef GSHMEM_BENCH_BW
+
+#define GSHMEM_BENCH_PP(NAME, SCOPE)                                                          \
+  extern "C" __global__ void pingpong_##NAME(gshmem::Device dev, char* buf, const char* src, \
+                                             u64 bytes, uint64_t* sig, int warmup, int iters, \
+                                             int peer, int initiator, u64* out_ns) {          \
+    ping_pong<SCOPE>(dev, buf, src, bytes, sig, warmup, iters, peer, initiator, out_ns);      \
+  }
+GSHMEM_BENCH_PP(thread, Thread)
+GSHMEM_BENCH_PP(warp, Warp)
+GSHMEM_BENCH_PP(block, Block)
+#undef GSHMEM_BENCH_PP
+
+// Element index of thread `tid`'s i-th operation: consecutive threads, consecutive elements.
+__device__ inline u64 rate_index(u64 tid, u64 nthreads, int i, u64 nelems) {
+  return (tid + static_cast<u64>(i) * nthreads) % nelems;
+}
+
+__device__ inline u64 rate_pattern(u64 idx) { return idx * 0x9E3779B97F4A7C15ull + 1; }
+
+// Message rates on 8-byte words of PE `pe`. op: 0 p, 1 g, 2 atomic_fetch_add, 3 atomic_add.
+// p stores rate_pattern(idx); g with `check` stores what it read at out[idx] (else one xor per
+// thread at out[tid]); the atomics add 1 to word tid % nelems.
+extern "C" __global__ void rate(gshmem::Device dev, u64* sym, u64 nelems, int iters, int pe,
+                                int op, int check, u64* out) {
+  const u64 nthreads = static_cast<u64>(gridDim.x) * blockDim.x;
+  const u64 tid = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  u64 acc = 0;
+  if (op == 0) {
+    for (int i = 0; i < iters; ++i) {
+      const u64 idx = rate_index(tid, nthreads, i, nelems);
+      gshmem::p(dev, sym + idx, rate_pattern(idx), pe);
+    }
+    gshmem::quiet<Thread>();
+  } else if (op == 1) {
+    for (int i = 0; i < iters; ++i) {
+      const u64 idx = rate_index(tid, nthreads, i, nelems);
+      const u64 v = gshmem::g(dev, static_cast<const u64*>(sym + idx), pe);
+      if (check) {
+        out[idx] = v;
+      } else {
+        acc ^= v;
+      }
+    }
+  } else if (op == 2) {
+    u64* cell = sym + tid % nelems;
+    for (int i = 0; i < iters; ++i) acc += gshmem::atomic_fetch_add(dev, cell, 1ull, pe);
+  } else {
+    u64* cell = sym + tid % nelems;
+    for (int i = 0; i < iters; ++i) gshmem::atomic_add(dev, cell, 1ull, pe);
+    gshmem::quiet<Thread>();
+  }
+  if (!check && op != 0 && op != 3) out[tid] = acc;
+}

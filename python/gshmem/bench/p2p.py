@@ -1,0 +1,1040 @@
+"""The point-to-point suite: ``python -m gshmem.bench p2p [options]`` (DESIGN.md §7).
+
+Options follow NVSHMEM's perftest (``-b MIN -e MAX -f FACTOR -n ITERS -w WARMUP -c CTAS
+-t THREADS``); see ``parser()``. ``parse_args``, ``size_range`` and the NVSHMEM helpers are plain
+Python; ``run(opts)`` is the GPU part: every PE of a launched job (``python -m gshmem.run -n 2``)
+calls it. It is collective: all PEs run the same measurements in the same order, meeting at host
+barriers (``comm.barrier``, bounded by GSHMEM_TIMEOUT) and device barriers (the ``start_sync``
+kernel). Every wait on the GPU is bounded too (GSHMEM_BENCH_WAIT_TIMEOUT, default 120 s), so a
+lost peer or signal ends the run with a message instead of a hang.
+
+Measurement (PERFORMANCE.md "How to measure"): random data; a transfer is validated once per row
+and size before it is timed; a device barrier lines up the PEs, then CUDA events bracket
+``-n`` iterations (raised for small sizes so each timed region moves at least 256 MiB), after
+``-w`` warm-up iterations; the median of ``--repeats``; buffers rotate through slots when a size
+fits in L2. Bandwidth = bytes moved by one PE / time, GB = 1e9 bytes; bidirectional rows use the
+slower PE's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gshmem.bench.report import BASELINES, Row, bandwidth_gbps, median, parse_perf_lines
+
+KERNELS = Path(__file__).resolve().parent / "kernels.cu"
+SCOPES = ("thread", "warp", "block")
+TESTS = ("device_bw", "onstream_bw", "rate", "latency")
+ROTATE_BYTES = 256 << 20  # rotate slots until a buffer spans this much (> 4 x the 50-60 MB L2)
+MAX_SLOTS = 256
+MIN_BYTES_PER_REPEAT = 256 << 20
+MAX_ITERS_PER_REPEAT = 10000
+LATENCY_WARMUP = 50
+RATE_OPS = ("p", "g", "fetch_add", "add")
+ONSTREAM_METHODS = ("put", "get", "put_signal", "signal_wait_until", "quiet")
+NVSHMEM_DIR = Path(__file__).resolve().parents[3] / "benchmarks" / "nvshmem_p2p"
+
+
+class BenchError(RuntimeError):
+    """A measurement could not be made or was wrong; the message says which and why."""
+
+
+# -- options --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    """What to measure. Sizes in bytes; ``ctas``/``threads`` None means the default configs."""
+
+    min_size: int = 1 << 20
+    max_size: int = 256 << 20
+    factor: int = 2
+    iters: int = 20
+    warmup: int = 5
+    repeats: int = 5
+    ctas: list[int] | None = None
+    threads: list[int] | None = None
+    scopes: list[str] = field(default_factory=lambda: list(SCOPES))
+    directions: list[str] = field(default_factory=lambda: ["uni", "bidir"])
+    tests: list[str] = field(default_factory=lambda: list(TESTS))
+    compare: list[str] = field(default_factory=list)
+    json: str | None = None
+    perf_lines: bool = False
+    quick: bool = False
+    nprocs: int = 2
+    timeout: float = 1500.0
+    latency_sizes: list[int] = field(default_factory=lambda: [8, 1024])
+    latency_iters: int = 1000
+    rate_iters: int = 200
+
+    def sizes(self) -> list[int]:
+        return size_range(self.min_size, self.max_size, self.factor)
+
+    def configs(self, scope: str) -> list[tuple[int, int]]:
+        """(CTAs, threads) pairs for a bandwidth row of ``scope``."""
+        if self.ctas or self.threads:
+            ctas = self.ctas or [32]
+            threads = self.threads or [1024]
+            return [(c, t) for c in ctas for t in threads]
+        if scope == "block":
+            return [(8, 1024), (32, 1024)] if self.quick else [
+                (4, 1024), (8, 1024), (16, 1024), (32, 1024), (132, 512)]
+        return [(32, 1024)]
+
+
+def parse_size(text: str) -> int:
+    """'8' -> 8, '64K' -> 65536, '1M'/'1MiB'/'1m' -> 1048576, '2G' -> 2 << 30."""
+    s = text.strip().upper().removesuffix("IB").removesuffix("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
+    digits = s[:-1] if s[-1:] in "KMG" else s
+    try:
+        value = int(digits)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8, 64K, 1M, 2G)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"sizes must be positive, got {text!r}")
+    return value * mult
+
+
+def size_range(min_size: int, max_size: int, factor: int) -> list[int]:
+    """NVSHMEM perftest's sizes: min, min*f, ... while <= max."""
+    if min_size <= 0 or max_size < min_size:
+        raise ValueError(f"need 0 < -b <= -e, got -b {min_size} -e {max_size}")
+    if factor < 2:
+        raise ValueError(f"-f must be at least 2, got {factor}")
+    sizes, s = [], min_size
+    while s <= max_size:
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want comma-separated integers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"want positive integers, got {text!r}")
+    return values
+
+
+def _choices(text: str, allowed: Sequence[str], name: str) -> list[str]:
+    items = [v.strip() for v in text.split(",") if v.strip()]
+    if items == ["all"]:
+        return list(allowed)
+    bad = [v for v in items if v not in allowed]
+    if bad or not items:
+        raise argparse.ArgumentTypeError(f"{name}: {bad or text!r} not in {', '.join(allowed)}")
+    return items
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m gshmem.bench p2p",
+        description="gshmem point-to-point benchmarks (NVSHMEM perftest options).",
+    )
+    a = p.add_argument
+    a("-b", "--min-size", type=parse_size, default=None, help="smallest size (default 1M)")
+    a("-e", "--max-size", type=parse_size, default=None, help="largest size (default 256M)")
+    a("-f", "--step-factor", type=int, default=None, help="size multiplier (default 2)")
+    a("-n", "--iters", type=int, default=None, help="timed iterations per repeat (default 20)")
+    a("-w", "--warmup", type=int, default=None, help="warm-up iterations (default 5)")
+    a("-c", "--ctas", type=_int_list, default=None, help="CTAs, e.g. 8 or 4,8,32")
+    a("-t", "--threads", type=_int_list, default=None, help="threads per CTA, e.g. 1024")
+    a("--repeats", type=int, default=None, help="timed repeats; the median is kept (default 5)")
+    a("--scope", default="all", help="thread|warp|block|all, or a comma list (default all)")
+    a("--dir", default="all", help="uni|bidir|all (default all)")
+    a("--only", default="all", help=f"subset of {','.join(TESTS)} (default all)")
+    a("--compare", default="", help="copy_engine,nccl,nvshmem or all (default none)")
+    a("--json", default=None, help="write the results here (default $OUT/bench_p2p.json when "
+      "$OUT is set, else results/bench_p2p-<time>.json)")
+    a("--perf-lines", action="store_true", help="also print '&&&& PERF' lines")
+    a("--quick", action="store_true", help="a short run (sizes 1M,16M,256M, fewer configs)")
+    a("--np", type=int, default=2, help="PEs to launch when not already launched (default 2)")
+    a("--timeout", type=float, default=None,
+      help="seconds before the launcher kills the job (default 1500; 170 with --quick)")
+    return p
+
+
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    """Options from the command line; exits 2 with a usage message when it is wrong."""
+    p = parser()
+    ns = p.parse_args(list(argv))
+    q = ns.quick
+    try:
+        scopes = _choices(ns.scope, SCOPES, "--scope")
+        dirs = _choices(ns.dir, ("uni", "bidir"), "--dir")
+        tests = _choices(ns.only, TESTS, "--only")
+        compare = _choices(ns.compare, BASELINES, "--compare") if ns.compare else []
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
+    o = Options(
+        min_size=ns.min_size or (1 << 20),
+        max_size=ns.max_size or (256 << 20),
+        factor=_given(ns.step_factor, 16 if q else 2),
+        iters=_given(ns.iters, 10 if q else 20),
+        warmup=_given(ns.warmup, 2 if q else 5),
+        repeats=_given(ns.repeats, 3 if q else 5),
+        ctas=ns.ctas,
+        threads=ns.threads,
+        scopes=scopes,
+        directions=dirs,
+        tests=tests,
+        compare=compare,
+        json=ns.json,
+        perf_lines=ns.perf_lines,
+        quick=q,
+        nprocs=ns.np,
+        timeout=ns.timeout or (170.0 if q else 1500.0),
+        latency_iters=200 if q else 1000,
+        rate_iters=50 if q else 200,
+    )
+    if o.nprocs < 2:
+        p.error(f"--np must be at least 2 (point-to-point needs a peer), got {o.nprocs}")
+    if o.iters < 1 or o.repeats < 1 or o.warmup < 0:
+        p.error("-n and --repeats must be at least 1, -w at least 0")
+    if o.threads and any(t % 32 or t > 1024 for t in o.threads):
+        p.error(f"-t: threads per CTA must be multiples of 32 up to 1024, got {o.threads}")
+    try:
+        o.sizes()
+    except ValueError as e:
+        p.error(str(e))
+    return o
+
+
+def slots_for(size: int) -> int:
+    """Buffer slots a size rotates through so the working set exceeds L2."""
+    return max(1, min(MAX_SLOTS, math.ceil(ROTATE_BYTES / size)))
+
+
+def iters_for(size: int, iters: int) -> int:
+    """Timed iterations for a size: at least ``iters``, more for small sizes (>= 256 MiB)."""
+    return max(iters, min(MAX_ITERS_PER_REPEAT, math.ceil(MIN_BYTES_PER_REPEAT / size)))
+
+
+# -- NVSHMEM comparison program -------------------------------------------------------------------
+
+
+def nvshmem_home() -> str | None:
+    """The NVSHMEM wheel's folder (site-packages/nvidia/nvshmem), or NVSHMEM_HOME."""
+    if os.environ.get("NVSHMEM_HOME"):
+        return os.environ["NVSHMEM_HOME"]
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("nvidia.nvshmem")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def nvshmem_args(o: Options) -> list[str]:
+    """The comparison program's options for the same measurements as ``o``."""
+    configs = sorted({c for s in o.scopes for c in o.configs(s)})
+    return [
+        "-b", str(o.min_size), "-e", str(o.max_size), "-f", str(o.factor),
+        "-n", str(o.iters), "-w", str(o.warmup), "--repeats", str(o.repeats),
+        "--configs", ",".join(f"{c}x{t}" for c, t in configs),
+        "--scopes", ",".join(o.scopes), "--dirs", ",".join(o.directions),
+        "--lat-sizes", ",".join(str(s) for s in o.latency_sizes),
+        "--lat-iters", str(o.latency_iters),
+        "--onstream", "1" if "onstream_bw" in o.tests else "0",
+    ]  # fmt: skip
+
+
+def build_nvshmem(
+    build_dir: Path, log: Callable[[str], None], limit: float = 300.0
+) -> tuple[Path | None, str]:
+    """Configures and builds benchmarks/nvshmem_p2p (cached by source digest); returns the
+    program, or None and why not."""
+    if not (NVSHMEM_DIR / "CMakeLists.txt").is_file():
+        return None, f"{NVSHMEM_DIR} not found (needs the gshmem source tree)"
+    home = nvshmem_home()
+    if home is None:
+        return None, "NVSHMEM not found (pip wheel nvidia-nvshmem-cu13, or set NVSHMEM_HOME)"
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        return None, "cmake not found"
+    digest = hashlib.sha256()
+    for f in sorted(NVSHMEM_DIR.iterdir()):
+        digest.update(f.read_bytes())
+    build = build_dir / digest.hexdigest()[:12]
+    exe = build / "nvshmem_p2p"
+    if exe.is_file():
+        return exe, ""
+    log(f"building the NVSHMEM comparison program in {build} ...")
+    steps = [
+        [cmake, "-S", str(NVSHMEM_DIR), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+         f"-DNVSHMEM_HOME={home}", f"-DPython3_EXECUTABLE={sys.executable}"],
+        [cmake, "--build", str(build), "-j", "8"],
+    ]  # fmt: skip
+    for cmd in steps:
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return None, f"build failed: {e}"
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            return None, f"build failed ({' '.join(cmd[:2])} ...):\n{tail}"
+    return (exe, "") if exe.is_file() else (None, "build produced no nvshmem_p2p")
+
+
+def run_nvshmem(exe: Path, o: Options, devices: Sequence[int], timeout: float) -> tuple[
+        list[Row], str]:  # fmt: skip
+    """Runs the program as 2 processes (UID bootstrap through a file); returns rank 0's rows,
+    or [] and why not. Kills both processes on timeout."""
+    home = nvshmem_home() or ""
+    with tempfile.TemporaryDirectory(prefix="gshmem-nvshmem-") as tmp:
+        uid = Path(tmp) / "uid"
+        env = dict(os.environ)
+        for k in [k for k in env if k.startswith("GSHMEM_")]:
+            env.pop(k)
+        env.update(
+            NVSHMEM_DISABLE_NVLS="1",
+            NVSHMEM_BOOTSTRAP="UID",
+            NVSHMEM_REMOTE_TRANSPORT=env.get("NVSHMEM_REMOTE_TRANSPORT", "none"),
+            NVSHMEM_SYMMETRIC_SIZE=env.get("NVSHMEM_SYMMETRIC_SIZE", "3G"),
+            NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=env.get("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo"),
+            LD_LIBRARY_PATH=os.pathsep.join(
+                p for p in (os.path.join(home, "lib"), env.get("LD_LIBRARY_PATH", "")) if p
+            ),
+            CUDA_VISIBLE_DEVICES=",".join(str(d) for d in devices),
+        )
+        procs = []
+        outs = [Path(tmp) / f"out{r}.txt" for r in range(2)]
+        try:
+            for r in range(2):
+                with open(outs[r], "w") as f:
+                    cmd = [str(exe), "--rank", str(r), "--nranks", "2", "--uid-file", str(uid)]
+                    procs.append(
+                        subprocess.Popen(
+                            cmd + nvshmem_args(o), stdout=f, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True,
+                        )
+                    )
+            deadline = time.monotonic() + timeout
+            while any(p.poll() is None for p in procs):
+                if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in procs):
+                    break
+                time.sleep(0.1)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, 9)
+                    p.wait()
+        text = [f.read_text(errors="replace") for f in outs]
+        codes = [p.returncode for p in procs]
+    if codes != [0, 0]:
+        why = "timed out" if any(c == -9 for c in codes) else f"exit codes {codes}"
+        tail = "\n".join((text[0] + text[1]).strip().splitlines()[-12:])
+        return [], f"NVSHMEM program failed ({why}):\n{tail}"
+    return parse_perf_lines(text[0], impl="nvshmem"), ""
+
+
+# -- the GPU part ---------------------------------------------------------------------------------
+
+def _wait_limit() -> float:
+    try:
+        return float(os.environ.get("GSHMEM_BENCH_WAIT_TIMEOUT", "120"))
+    except ValueError:
+        return 120.0
+
+
+def _module() -> Any:
+    """The bench kernels, compiled once per process by CuPy (NVRTC); the digest of the headers
+    and the source keys CuPy's cache."""
+    import cupy as cp
+
+    import gshmem
+
+    inc = Path(gshmem.include_dir())
+    digest = hashlib.sha256(KERNELS.read_bytes())
+    for h in sorted((inc / "gshmem").rglob("*")):
+        if h.is_file():
+            digest.update(h.read_bytes())
+    module = cp.RawModule(
+        code=KERNELS.read_text(),
+        options=(f"-I{inc}", "-std=c++17", f"-DGSHMEM_HEADERS={digest.hexdigest()[:16]}"),
+    )
+    try:
+        module.compile()
+    except Exception as e:  # noqa: BLE001 - CuPy's compile errors carry the NVRTC log
+        raise BenchError(f"compiling {KERNELS.name} failed: {e}") from None
+    return module
+
+
+_RATE_PATTERN = 0x9E3779B97F4A7C15 - (1 << 64)  # kernels.cu rate_pattern, as a signed int64
+
+
+class Bench:
+    """One PE's state for the suite. Every method that measures is collective: all PEs call it
+    with the same arguments; ``active`` PEs issue the transfers (PE 2k to 2k+1 one way, both
+    ways for bidir), the others only meet the barriers."""
+
+    def __init__(self, comm: Any, o: Options) -> None:
+        import cupy as cp
+        import numpy as np
+        import torch
+
+        from gshmem.device import device_handle
+
+        self.cp, self.np, self.torch = cp, np, torch
+        self.comm, self.o = comm, o
+        self.rank, self.n = comm.rank, comm.nranks
+        self.peer = self.rank ^ 1
+        self.paired = self.peer < self.n  # with an odd PE count the last PE sits out
+        self.device = comm.device
+        torch.cuda.set_device(self.device)
+        self.stream = torch.cuda.Stream(self.device)
+        torch.cuda.set_stream(self.stream)  # torch ops and the on-stream API default to it
+        cp.cuda.Device(self.device).use()
+        cp.cuda.ExternalStream(self.stream.cuda_stream).use()  # CuPy launches go there too
+        self.dev = device_handle(comm).numpy()
+        self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+        self.gpu = torch.cuda.get_device_name(self.device)
+        self.module = _module()
+        self.rows: list[Row] = []
+        self.box = comm.zeros((self.n,), torch.float64)
+        self.sig = comm.zeros((8,), torch.int64)
+        self.devices = [int(d) for d in self.gather(float(self.device))]
+        sizes = o.sizes()
+        self.cap = max([slots_for(s) * s for s in sizes] + o.latency_sizes)
+        self.src = comm.empty((self.cap,), torch.uint8)
+        self.dst = comm.empty((self.cap,), torch.uint8)
+        self.src.copy_(self.random(1234 + self.rank, self.cap))
+        nthreads = max(c * t for c, t in self.rate_configs())
+        self.rbuf = comm.zeros((8 * nthreads,), torch.int64)
+        self.sync("setup")
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def log(self, text: str) -> None:
+        if self.rank == 0:
+            print(text, flush=True)
+
+    def random(self, seed: int, nbytes: int) -> Any:
+        torch = self.torch
+        g = torch.Generator(device=f"cuda:{self.device}").manual_seed(seed)
+        return torch.randint(
+            0, 256, (nbytes,), generator=g, device=f"cuda:{self.device}", dtype=torch.uint8
+        )
+
+    def kernel(self, name: str) -> Any:
+        return self.module.get_function(name)
+
+    def wait(self, what: str) -> None:
+        """Waits for this PE's stream, at most GSHMEM_BENCH_WAIT_TIMEOUT seconds."""
+        ev = self.torch.cuda.Event()
+        ev.record(self.stream)
+        limit = _wait_limit()
+        deadline = time.monotonic() + limit
+        while not ev.query():
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"rank {self.rank}: '{what}' did not finish on the GPU within {limit:g} s "
+                    "(a peer stopped, or a signal never came); GSHMEM_BENCH_WAIT_TIMEOUT sets "
+                    "the limit"
+                )
+            time.sleep(0.0002)
+
+    def sync(self, what: str) -> None:
+        """This PE's GPU work is done, then a host barrier (collective)."""
+        self.wait(what)
+        self.comm.barrier()
+
+    def start_sync(self) -> None:
+        """A device barrier of every PE on the stream: the next kernels start together."""
+        self.kernel("start_sync")((1,), (1,), (self.dev,))
+
+    def gather(self, value: float | None) -> list[float]:
+        """Every PE's ``value`` (None: NaN), in rank order (collective)."""
+        v = float("nan") if value is None else float(value)
+        for q in range(self.n):
+            self.comm.peer_tensor(self.box, q)[self.rank] = v
+        self.sync("gather")
+        out = [float(x) for x in self.box.tolist()]
+        self.comm.barrier()
+        return out
+
+    def check(self, ok: bool, what: str) -> None:
+        """Raises on every PE when the data was wrong on any (collective)."""
+        bad = [q for q, v in enumerate(self.gather(1.0 if ok else 0.0)) if v != 1.0]
+        if bad:
+            raise BenchError(f"{what}: wrong data seen by PE(s) {bad}")
+
+    def timed(self, launch: Callable[[int], None] | None, iters: int, what: str) -> float | None:
+        """Warm-up, then ``repeats`` x (device barrier, events around launch(iters)); the median
+        seconds on PEs with a launch, None on the others (collective)."""
+        torch = self.torch
+        if launch is not None and self.o.warmup > 0:
+            launch(self.o.warmup)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(self.o.repeats):
+            self.start_sync()
+            if launch is not None:
+                start.record(self.stream)
+                launch(iters)
+                stop.record(self.stream)
+            self.wait(what)
+            if launch is not None:
+                times.append(start.elapsed_time(stop) / 1e3)
+        return median(times) if times else None
+
+    def slowest(self, t: float | None) -> float | None:
+        valid = [x for x in self.gather(t) if not math.isnan(x)]
+        return max(valid) if valid else None
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        shown = "-" if row.value is None else f"{row.value:.3f}"
+        where = f"{row.scope} {row.config()}" if row.path == "device" else row.path
+        size = f" {row.size} B" if row.size else ""
+        self.log(f"  {row.impl} {row.op} {where} {row.direction}{size}: {shown} {row.unit} "
+                 f"{row.note}".rstrip())
+
+    def roles(self, direction: str) -> tuple[bool, bool]:
+        """(issues the transfer, owns the destination of a put) for this PE."""
+        if not self.paired:
+            return False, False
+        if direction == "bidir":
+            return True, True
+        return self.rank % 2 == 0, self.rank % 2 == 1
+
+    # -- device put/get bandwidth -----------------------------------------------------------------
+    def device_bw(self, scope: str, ctas: int, threads: int, direction: str, op: str,
+                  size: int) -> None:  # fmt: skip
+        np, torch = self.np, self.torch
+        active, _ = self.roles(direction)
+        slots, iters = slots_for(size), iters_for(size, self.o.iters)
+        fn = self.kernel(f"bw_{scope}")
+        what = f"device {op}<{scope}> {ctas}x{threads} {direction} {size} B"
+
+        def launch(n: int, nslots: int = slots) -> None:
+            fn(
+                (ctas,),
+                (threads,),
+                (self.dev, self.dst.data_ptr(), self.src.data_ptr(), np.uint64(size),
+                 np.uint64(size), np.int32(nslots), np.int32(n), np.int32(self.peer),
+                 np.int32(op == "get")),
+            )  # fmt: skip
+
+        self.dst[:size].fill_(0xA5)
+        self.sync(f"{what}: poison")
+        if active:
+            launch(1, 1)
+        self.sync(f"{what}: validation")
+        ok = True
+        if active and op == "put":
+            ok = torch.equal(self.comm.peer_tensor(self.dst, self.peer)[:size], self.src[:size])
+        if active and op == "get":
+            ok = torch.equal(self.dst[:size], self.comm.peer_tensor(self.src, self.peer)[:size])
+        self.check(ok, what)
+        t = self.slowest(self.timed(launch if active else None, iters, what))
+        self.add(Row("gshmem", op, "device", "GB/s",
+                     None if t is None else bandwidth_gbps(size * iters, t), size, scope, ctas,
+                     threads, direction, min(ctas, self.sms)))  # fmt: skip
+
+    # -- message rates ----------------------------------------------------------------------------
+    def rate_configs(self) -> list[tuple[int, int]]:
+        if self.o.ctas or self.o.threads:
+            return self.o.configs("block")
+        return [(32, 1024)] if self.o.quick else [(8, 1024), (32, 1024)]
+
+    def rate(self, op: str, ctas: int, threads: int) -> None:
+        np, torch = self.np, self.torch
+        active, _ = self.roles("uni")
+        nthreads = ctas * threads
+        nelems = nthreads * 8 if op in ("p", "g") else nthreads
+        out = torch.zeros((nelems,), dtype=torch.int64, device=f"cuda:{self.device}")
+        fn = self.kernel("rate")
+        what = f"{op} rate {ctas}x{threads}"
+
+        def launch(n: int, check: int = 0) -> None:
+            fn(
+                (ctas,),
+                (threads,),
+                (self.dev, self.rbuf.data_ptr(), np.uint64(nelems), np.int32(n),
+                 np.int32(self.peer), np.int32(RATE_OPS.index(op)), np.int32(check),
+                 out.data_ptr()),
+            )  # fmt: skip
+
+        if op == "g":
+            self.rbuf[:nelems].view(torch.uint8).copy_(self.random(99 + self.rank, 8 * nelems))
+        else:
+            self.rbuf.zero_()
+        self.sync(f"{what}: setup")
+        if active:
+            launch(8 if op in ("p", "g") else 4, check=int(op == "g"))
+        self.sync(f"{what}: validation")
+        ok = True
+        if active:
+            theirs = self.comm.peer_tensor(self.rbuf, self.peer)[:nelems]
+            if op == "p":
+                idx = torch.arange(nelems, dtype=torch.int64, device=f"cuda:{self.device}")
+                ok = torch.equal(theirs, idx * _RATE_PATTERN + 1)
+            elif op == "g":
+                ok = torch.equal(out, theirs)
+            else:
+                ok = bool((theirs == 4).all())
+        self.check(ok, what)
+        iters = self.o.rate_iters
+        t = self.slowest(self.timed(launch if active else None, iters, what))
+        value = None if t is None else nthreads * iters / t / 1e6
+        self.add(Row("gshmem", op, "device", "Mops/s", value, 8, "thread", ctas, threads, "uni",
+                     min(ctas, self.sms)))  # fmt: skip
+
+    # -- put-with-signal ping-pong ----------------------------------------------------------------
+    def pingpong(self, scope: str, size: int) -> None:
+        np, torch = self.np, self.torch
+        block = {"thread": 1, "warp": 32, "block": 256}[scope]
+        initiator = self.rank % 2 == 0
+        iters = self.o.latency_iters
+        out = torch.zeros((1,), dtype=torch.int64, device=f"cuda:{self.device}")
+        what = f"ping-pong<{scope}> {size} B"
+        times = []
+        for _ in range(self.o.repeats):
+            self.sig.zero_()
+            self.sync(f"{what}: reset")
+            if self.paired:
+                self.kernel(f"pingpong_{scope}")(
+                    (1,),
+                    (block,),
+                    (self.dev, self.dst.data_ptr(), self.src.data_ptr(), np.uint64(size),
+                     self.sig.data_ptr(), np.int32(LATENCY_WARMUP), np.int32(iters),
+                     np.int32(self.peer), np.int32(initiator), out.data_ptr()),
+                )  # fmt: skip
+            self.wait(what)
+            if self.paired and initiator:
+                times.append(int(out.item()) / 1e9)
+        self.comm.barrier()
+        ok = not self.paired or torch.equal(
+            self.comm.peer_tensor(self.dst, self.peer)[:size], self.src[:size]
+        )
+        self.check(ok, what)
+        t = self.slowest(median(times) if times else None)
+        us = None if t is None else t / (2 * iters) * 1e6
+        self.add(Row("gshmem", "pingpong", "device", "us", us, size, scope, 1, block, "uni", 1))
+
+    # -- on-stream (host-issued) ------------------------------------------------------------------
+    def onstream_missing(self) -> str:
+        missing = [m for m in ONSTREAM_METHODS if not callable(getattr(self.comm, m, None))]
+        return f"n/a: on-stream API missing ({', '.join(missing)})" if missing else ""
+
+    def onstream_sms(self, size: int) -> int | None:
+        """0 (copy engine / stream memory operations), None where the small-kernel path may
+        take a message of this size."""
+        from gshmem import _C
+
+        limit = getattr(_C, "stream_kernel_max_bytes", None)
+        try:
+            return 0 if limit is None or size > int(limit()) else None
+        except Exception:  # noqa: BLE001 - informational only
+            return None
+
+    def capture(self, fn: Callable[[], None]) -> tuple[Callable[[], None], str]:
+        """A CUDA graph of ``fn`` (replayed on the bench stream), else ``fn`` itself: host-issued
+        operations are timed without the host's enqueue cost where capture works."""
+        torch = self.torch
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn()
+            self.wait("graph capture")
+            return graph.replay, "graph"
+        except Exception as e:  # noqa: BLE001 - falls back to eager issue, noted in the row
+            self.wait("after a failed graph capture")
+            return fn, f"eager ({type(e).__name__} in graph capture)"
+
+    def onstream_bw(self, direction: str, op: str, size: int) -> None:
+        torch = self.torch
+        active, _ = self.roles(direction)
+        slots, iters = slots_for(size), iters_for(size, self.o.iters)
+        dsts = [self.dst[s * size : (s + 1) * size] for s in range(slots)]
+        srcs = [self.src[s * size : (s + 1) * size] for s in range(slots)]
+        call = self.comm.put if op == "put" else self.comm.get
+        what = f"on-stream {op} {direction} {size} B"
+
+        def issue(n: int) -> None:
+            for i in range(n):
+                call(dsts[i % slots], srcs[i % slots], self.peer)
+            self.comm.quiet()
+
+        self.dst[:size].fill_(0xA5)
+        self.sync(f"{what}: poison")
+        if active:
+            issue(1)
+        self.sync(f"{what}: validation")
+        ok = True
+        if active and op == "put":
+            ok = torch.equal(self.comm.peer_tensor(self.dst, self.peer)[:size], self.src[:size])
+        if active and op == "get":
+            ok = torch.equal(self.dst[:size], self.comm.peer_tensor(self.src, self.peer)[:size])
+        self.check(ok, what)
+        mode = ""
+        launch = None
+        if active:
+            replay, mode = self.capture(lambda: issue(iters))
+            launch = lambda _n: replay()  # noqa: E731
+        t = self.slowest(self.timed(launch, iters, what))
+        self.add(Row("gshmem", op, "on_stream", "GB/s",
+                     None if t is None else bandwidth_gbps(size * iters, t), size, "-", 0, 0,
+                     direction, self.onstream_sms(size), mode))  # fmt: skip
+
+    def onstream_pingpong(self, size: int) -> None:
+        torch = self.torch
+        comm = self.comm
+        initiator = self.rank % 2 == 0
+        iters = max(10, self.o.latency_iters // 5)
+        sig = self.sig[1:2]
+        d, s = self.dst[:size], self.src[:size]
+        what = f"on-stream put_signal ping-pong {size} B"
+
+        def rounds() -> None:
+            for i in range(1, iters + 1):
+                if initiator:
+                    comm.put_signal(d, s, sig, i, self.peer, op="set")
+                    comm.signal_wait_until(sig, "ge", i)
+                else:
+                    comm.signal_wait_until(sig, "ge", i)
+                    comm.put_signal(d, s, sig, i, self.peer, op="set")
+
+        replay, mode = (self.capture(rounds) if self.paired else (lambda: None, ""))
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(self.o.repeats + 1):  # the first round is the warm-up
+            self.sig.zero_()
+            self.sync(f"{what}: reset")
+            self.start_sync()
+            start.record(self.stream)
+            if self.paired:
+                replay()
+            stop.record(self.stream)
+            self.wait(what)
+            times.append(start.elapsed_time(stop) / 1e3)
+        self.comm.barrier()
+        ok = not self.paired or torch.equal(comm.peer_tensor(self.dst, self.peer)[:size], s)
+        self.check(ok, what)
+        t = median(times[1:]) if self.paired and initiator else None
+        t = self.slowest(t)
+        us = None if t is None else t / (2 * iters) * 1e6
+        self.add(Row("gshmem", "put_signal_wait", "on_stream", "us", us, size, "-", 0, 0, "uni",
+                     self.onstream_sms(size), mode))  # fmt: skip
+
+    # -- baselines --------------------------------------------------------------------------------
+    def copy_engine(self, direction: str, op: str, size: int, remote: Any, local: Any) -> None:
+        """torch peer copies across devices (cudaMemcpyPeerAsync): ``remote`` lives on the peer
+        PE's GPU (allocated by this process), ``local`` on this one."""
+        torch = self.torch
+        active, _ = self.roles(direction)
+        slots, iters = slots_for(size), iters_for(size, self.o.iters)
+        what = f"copy engine {op} {direction} {size} B"
+        rv = [remote[k * size : (k + 1) * size] for k in range(slots)]
+        lv = [local[k * size : (k + 1) * size] for k in range(slots)]
+
+        def launch(n: int) -> None:
+            for i in range(n):
+                if op == "put":
+                    rv[i % slots].copy_(lv[i % slots], non_blocking=True)
+                else:
+                    lv[i % slots].copy_(rv[i % slots], non_blocking=True)
+
+        ok = True
+        if active:
+            (rv if op == "put" else lv)[0].fill_(0xA5)
+            launch(1)
+            if op == "put":
+                ok = torch.equal(rv[0].to(f"cuda:{self.device}"), lv[0])
+            else:
+                ok = torch.equal(lv[0], rv[0].to(f"cuda:{self.device}"))
+        self.check(ok, what)
+        t = self.slowest(self.timed(launch if active else None, iters, what))
+        self.add(Row("copy_engine", op, "host", "GB/s",
+                     None if t is None else bandwidth_gbps(size * iters, t), size, "-", 0, 0,
+                     direction, 0))  # fmt: skip
+
+    def nccl(self, direction: str, size: int, send: Any, recv: Any, expect: Any) -> None:
+        """NCCL send/recv through torch.distributed (``expect``: the peer's send buffer)."""
+        import torch.distributed as dist
+
+        torch = self.torch
+        sender, receiver = self.roles(direction)
+        slots, iters = slots_for(size), iters_for(size, self.o.iters)
+        what = f"NCCL send/recv {direction} {size} B"
+
+        def launch(n: int, first: int = 0) -> None:
+            for i in range(first, first + n):
+                k = i % slots
+                ops = []
+                if sender:
+                    ops.append(dist.P2POp(dist.isend, send[k * size : (k + 1) * size], self.peer))
+                if receiver:
+                    ops.append(dist.P2POp(dist.irecv, recv[k * size : (k + 1) * size], self.peer))
+                for w in dist.batch_isend_irecv(ops):
+                    w.wait()
+
+        recv[:size].fill_(0xA5)
+        self.sync(f"{what}: poison")
+        if sender or receiver:
+            launch(1)
+        self.sync(f"{what}: validation")
+        ok = not receiver or torch.equal(recv[:size], expect[:size])
+        self.check(ok, what)
+        active = sender or receiver
+        t = self.slowest(self.timed(launch if active else None, iters, what))
+        self.add(Row("nccl", "put", "host", "GB/s",
+                     None if t is None else bandwidth_gbps(size * iters, t), size, "-", 0, 0,
+                     direction, None, "send/recv"))  # fmt: skip
+
+    def nccl_init(self) -> str:
+        """Joins torch.distributed (NCCL) with this job's ranks; '' or why not (collective)."""
+        import datetime
+
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_nccl_available():
+            return "torch.distributed with NCCL is not available"
+        if dist.is_initialized():
+            return "" if dist.get_backend() == "nccl" else "torch.distributed uses another backend"
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+        port = int(os.environ.get("GSHMEM_BENCH_PORT", "0") or 0)
+        if not port:
+            from gshmem import _C
+
+            uid = os.environ.get("GSHMEM_UNIQUE_ID", "")
+            port = int(_C.unique_id_describe(bytes.fromhex(uid)).rsplit(":", 1)[1]) + 1
+        timeout = datetime.timedelta(seconds=120)
+        store = dist.TCPStore("127.0.0.1", port, self.n, self.rank == 0, timeout=timeout)
+        dist.init_process_group(
+            "nccl", store=store, rank=self.rank, world_size=self.n, timeout=timeout,
+            device_id=self.torch.device("cuda", self.device),
+        )  # fmt: skip
+        return ""
+
+    # -- the suite --------------------------------------------------------------------------------
+    def run_all(self) -> None:
+        o = self.o
+        sizes = o.sizes()
+        self.log(f"gshmem.bench p2p: {self.n} PEs, {self.gpu}, {self.sms} SMs, sizes "
+                 f"{sizes[0]}..{sizes[-1]} B")  # fmt: skip
+        if "device_bw" in o.tests:
+            for scope in o.scopes:
+                for ctas, threads in o.configs(scope):
+                    for direction in o.directions:
+                        for op in ("put", "get"):
+                            for size in sizes:
+                                self.device_bw(scope, ctas, threads, direction, op, size)
+        if "rate" in o.tests:
+            for op in RATE_OPS:
+                for ctas, threads in self.rate_configs():
+                    self.rate(op, ctas, threads)
+        if "latency" in o.tests:
+            for scope in o.scopes:
+                for size in o.latency_sizes:
+                    self.pingpong(scope, size)
+        self.onstream(sizes)
+        if "copy_engine" in o.compare:
+            self.run_copy_engine(sizes)
+        if "nccl" in o.compare:
+            self.run_nccl(sizes)
+
+    def onstream(self, sizes: list[int]) -> None:
+        o = self.o
+        wanted = "onstream_bw" in o.tests or "latency" in o.tests
+        if not wanted:
+            return
+        missing = self.onstream_missing()
+        if missing:
+            self.add(Row("gshmem", "put", "on_stream", "GB/s", None, note=missing))
+            return
+        try:
+            if "onstream_bw" in o.tests:
+                for direction in o.directions:
+                    for op in ("put", "get"):
+                        for size in sizes:
+                            self.onstream_bw(direction, op, size)
+            if "latency" in o.tests:
+                for size in o.latency_sizes:
+                    self.onstream_pingpong(size)
+        except BenchError:
+            raise
+        except Exception as e:  # noqa: BLE001 - an API mismatch is reported, the suite goes on
+            self.wait("after an on-stream error")
+            self.comm.barrier()
+            self.add(Row("gshmem", "put", "on_stream", "GB/s", None,
+                         note=f"error: {type(e).__name__}: {e}"))  # fmt: skip
+
+    def run_copy_engine(self, sizes: list[int]) -> None:
+        torch = self.torch
+        if not self.paired:
+            return
+        peer_dev = self.devices[self.peer]
+        if peer_dev == self.device or not torch.cuda.can_device_access_peer(self.device, peer_dev):
+            self.add(Row("copy_engine", "-", "host", "GB/s", None,
+                         note=f"no peer access from GPU {self.device} to GPU {peer_dev}"))
+            return
+        remote = torch.empty((self.cap,), dtype=torch.uint8, device=f"cuda:{peer_dev}")
+        remote.copy_(self.random(4321 + self.rank, self.cap).to(f"cuda:{peer_dev}"))
+        local = self.random(5678 + self.rank, self.cap)
+        for direction in self.o.directions:
+            for op in ("put", "get"):
+                for size in sizes:
+                    self.copy_engine(direction, op, size, remote, local)
+        del remote, local
+        torch.cuda.empty_cache()
+
+    def run_nccl(self, sizes: list[int]) -> None:
+        torch = self.torch
+        import torch.distributed as dist
+
+        why = self.nccl_init()
+        if why:
+            self.add(Row("nccl", "put", "host", "GB/s", None, note=why))
+            return
+        send = self.random(777 + self.rank, self.cap)
+        expect = self.random(777 + self.peer, self.cap) if self.paired else send
+        recv = torch.empty_like(send)
+        for direction in self.o.directions:
+            for size in sizes:
+                self.nccl(direction, size, send, recv, expect)
+        self.sync("NCCL done")
+        dist.destroy_process_group()
+        del send, expect, recv
+        torch.cuda.empty_cache()
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"gshmem.bench: {text}\n")
+    sys.stderr.flush()
+
+
+def default_json_path() -> Path:
+    if os.environ.get("OUT"):
+        return Path(os.environ["OUT"]) / "bench_p2p.json"
+    return Path("results") / f"bench_p2p-{time.strftime('%Y%m%d-%H%M%S')}.json"
+
+
+def finish(o: Options, rows: list[Row], meta: dict[str, Any]) -> None:
+    """Rank 0: PERF lines (on request), the JSON file, then the table (printed last)."""
+    from gshmem.bench import report
+
+    if o.perf_lines:
+        for r in rows:
+            line = report.perf_line(r)
+            if line:
+                print(line)
+    path = Path(o.json) if o.json else default_json_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(report.to_json(rows, meta, o.compare))
+    print(f"gshmem.bench: results written to {path}")
+    title = f"gshmem p2p on {meta.get('gpu', '?')} ({meta.get('nranks', '?')} PEs)"
+    print()
+    print(report.format_table(rows, o.compare, title=title), flush=True)
+
+
+def nvshmem_rows(o: Options, devices: Sequence[int], log: Callable[[str], None],
+                 seconds_left: Callable[[], float]) -> list[Row]:  # fmt: skip
+    """The NVSHMEM baseline (build, then run on the first two PEs' GPUs), or a row saying why
+    it was skipped. Stays within ``seconds_left()`` so the table is printed before the
+    launcher's --timeout."""
+    build_dir = Path(os.environ.get("GSHMEM_BENCH_BUILD", Path.home() / ".cache" / "gshmem"))
+    exe, why = None, f"not enough of --timeout left ({seconds_left():.0f} s)"
+    if seconds_left() > 20:
+        exe, why = build_nvshmem(build_dir / "nvshmem_p2p", log, limit=seconds_left() - 15)
+    if exe is not None:
+        left = seconds_left()
+        why = f"not enough of --timeout left to run it ({left:.0f} s)"
+        if left > 15:
+            log(f"running the NVSHMEM comparison program (at most {left:.0f} s) ...")
+            rows, why = run_nvshmem(exe, o, devices[:2], timeout=left)
+        if rows:
+            return rows
+        why = why or "the NVSHMEM program printed no results"
+    log(f"NVSHMEM comparison skipped: {why}")
+    return [Row("nvshmem", "-", "-", "", None, note=f"skipped: {why}")]
+
+
+def run(o: Options) -> int:
+    """Runs the suite on this PE of a launched job (collective); rank 0 prints the table and
+    writes the JSON. Returns the exit code: 0, 1 (a measurement failed), 3 (no GPU / torch /
+    CuPy)."""
+    import gshmem
+
+    try:
+        import cupy  # noqa: F401
+        import torch
+    except ImportError as e:
+        _say(f"needs torch and CuPy on the GPU host: {e}")
+        return 3
+    if gshmem.device_count() == 0 or not torch.cuda.is_available():
+        _say("no CUDA GPU is visible to this process; run it on a GPU host")
+        return 3
+    started = time.monotonic()
+    comm = gshmem.init()
+    if comm.nranks < 2:
+        _say(f"needs at least 2 PEs, this job has {comm.nranks}")
+        comm.finalize()
+        return 2
+    try:
+        bench = Bench(comm, o)
+        bench.run_all()
+        rows = list(bench.rows)
+        meta = {
+            "gpu": bench.gpu, "sms": bench.sms, "nranks": comm.nranks, "devices": bench.devices,
+            "torch": torch.__version__, "command": " ".join(sys.argv),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "options": o.__dict__,
+        }  # fmt: skip
+        try:
+            meta["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        except Exception:  # noqa: BLE001 - informational only
+            pass
+        devices = bench.devices
+        bench.sync("end of the suite")
+        del bench
+        torch.cuda.empty_cache()
+    except BaseException as e:
+        _say(f"rank {comm.rank}: {type(e).__name__}: {e}")
+        comm.abort()
+        return 1
+    comm.finalize()
+    if comm.rank == 0:
+        if "nvshmem" in o.compare:
+            # Leave 15 s of the launcher's --timeout for the table and the JSON.
+            left = lambda: o.timeout - 15 - (time.monotonic() - started)  # noqa: E731
+            say = lambda s: print(f"gshmem.bench: {s}", flush=True)  # noqa: E731
+            rows += nvshmem_rows(o, devices, say, left)
+        finish(o, rows, meta)
+    return 0
+
+__all__ = [
+    "BenchError",
+    "Options",
+    "build_nvshmem",
+    "iters_for",
+    "nvshmem_args",
+    "parse_args",
+    "parse_size",
+    "parser",
+    "run",
+    "run_nvshmem",
+    "size_range",
+    "slots_for",
+]

@@ -1,0 +1,349 @@
+"""CPU tests of `python -m gshmem.bench p2p`: options, size ranges, the arithmetic, the report
+(table, JSON, &&&& PERF lines), the NVSHMEM output parser, that the kernels compile, and that a
+host without GPUs gets a clear message and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gshmem
+from gshmem.bench import __main__ as cli
+from gshmem.bench import p2p, report
+from gshmem.bench.report import Row
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# -- options --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text,value",
+    [("8", 8), ("64K", 65536), ("1M", 1 << 20), ("1MiB", 1 << 20), ("1m", 1 << 20),
+     ("2G", 2 << 30)],  # fmt: skip
+)
+def test_parse_size(text, value):
+    assert p2p.parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "x", "1X", "-4", "0"])
+def test_parse_size_rejects(text):
+    with pytest.raises(Exception):  # noqa: B017 - argparse.ArgumentTypeError
+        p2p.parse_size(text)
+
+
+def test_size_range_follows_perftest():
+    assert p2p.size_range(1 << 20, 256 << 20, 16) == [1 << 20, 16 << 20, 256 << 20]
+    assert p2p.size_range(8, 64, 2) == [8, 16, 32, 64]
+    assert p2p.size_range(8, 100, 4) == [8, 32]  # stops before passing -e
+    assert p2p.size_range(4, 4, 2) == [4]
+    for bad in ((0, 8, 2), (16, 8, 2), (8, 64, 1)):
+        with pytest.raises(ValueError):
+            p2p.size_range(*bad)
+
+
+def test_defaults_and_quick():
+    o = p2p.parse_args([])
+    assert (o.min_size, o.max_size, o.factor) == (1 << 20, 256 << 20, 2)
+    assert (o.iters, o.warmup, o.repeats) == (20, 5, 5)
+    assert o.scopes == ["thread", "warp", "block"] and o.directions == ["uni", "bidir"]
+    assert o.compare == [] and not o.perf_lines and o.nprocs == 2
+    assert (8, 1024) in o.configs("block") and (4, 1024) in o.configs("block")  # <= 8 SMs
+    q = p2p.parse_args(["--quick"])
+    assert q.sizes() == [1 << 20, 16 << 20, 256 << 20]
+    assert q.timeout < 180 and q.repeats <= 3 and len(q.configs("block")) == 2
+
+
+def test_perftest_options():
+    o = p2p.parse_args(
+        "-b 8 -e 1K -f 4 -n 7 -w 0 -c 4,8 -t 256 --scope warp,block --dir bidir".split()
+        + ["--compare", "all", "--json", "x.json", "--perf-lines", "--only", "device_bw,rate"]
+    )
+    assert o.sizes() == [8, 32, 128, 512]
+    assert (o.iters, o.warmup) == (7, 0)
+    assert o.configs("warp") == [(4, 256), (8, 256)] == o.configs("block")
+    assert o.scopes == ["warp", "block"] and o.directions == ["bidir"]
+    assert o.compare == ["copy_engine", "nccl", "nvshmem"]
+    assert o.json == "x.json" and o.perf_lines and o.tests == ["device_bw", "rate"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--scope", "grid"],
+        ["--dir", "sideways"],
+        ["--compare", "mpi"],
+        ["--only", "everything"],
+        ["-b", "2M", "-e", "1M"],
+        ["-f", "1"],
+        ["-t", "100"],
+        ["-n", "0"],
+        ["--np", "1"],
+        ["-b", "lots"],
+    ],
+)
+def test_bad_options_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        p2p.parse_args(argv)
+    assert e.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_rotation_and_iterations():
+    assert p2p.slots_for(1 << 20) == 256 and p2p.slots_for(256 << 20) == 1
+    assert p2p.slots_for(32 << 20) * (32 << 20) >= 4 * (60 << 20)  # working set beyond L2
+    assert p2p.slots_for(8) == p2p.MAX_SLOTS
+    assert p2p.iters_for(256 << 20, 20) == 20
+    assert p2p.iters_for(1 << 20, 20) == 256  # >= 256 MiB per timed region
+    assert p2p.iters_for(8, 20) == p2p.MAX_ITERS_PER_REPEAT
+
+
+def test_nvshmem_args_mirror_the_options():
+    o = p2p.parse_args(["--quick", "--scope", "block", "--dir", "uni"])
+    args = p2p.nvshmem_args(o)
+    at = {args[i]: args[i + 1] for i in range(0, len(args), 2)}
+    assert at["-b"] == str(1 << 20) and at["-e"] == str(256 << 20) and at["-f"] == "16"
+    assert at["--configs"] == "8x1024,32x1024" and at["--scopes"] == "block"
+    assert at["--dirs"] == "uni" and at["--lat-sizes"] == "8,1024"
+
+
+# -- arithmetic -----------------------------------------------------------------------------------
+
+
+def test_bandwidth_and_rates():
+    assert report.bandwidth_gbps(400e9, 1.0) == pytest.approx(400.0)
+    # 20 iterations of 256 MiB in 13.4 ms: bytes moved by one PE / time, GB = 1e9.
+    assert report.bandwidth_gbps(20 * (256 << 20), 13.4e-3) == pytest.approx(400.6, rel=1e-3)
+    assert report.rate_mops(32768 * 200, 5e-3) == pytest.approx(1310.72)
+    with pytest.raises(ValueError):
+        report.bandwidth_gbps(1, 0)
+    assert report.median([3.0, 1.0, 2.0]) == 2.0 and report.median([1.0, 2.0]) == 1.5
+
+
+def test_bus_bandwidth_factors_match_nccl_tests():
+    assert report.bus_bandwidth(100.0, "all_reduce", 4) == pytest.approx(150.0)
+    assert report.bus_bandwidth(100.0, "all_gather", 4) == pytest.approx(75.0)
+    assert report.bus_bandwidth(100.0, "reduce_scatter", 2) == pytest.approx(50.0)
+    assert report.bus_bandwidth(100.0, "sendrecv", 2) == 100.0
+    with pytest.raises(ValueError):
+        report.bus_bandwidth(1.0, "gather", 2)
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def sample_rows() -> list[Row]:
+    mib = 1 << 20
+    return [
+        Row("gshmem", "put", "device", "GB/s", 400.0, 256 * mib, "block", 32, 1024, "uni", 32),
+        Row("gshmem", "put", "on_stream", "GB/s", 390.0, 256 * mib, "-", 0, 0, "uni", 0, "graph"),
+        Row("gshmem", "pingpong", "device", "us", 1.0, 8, "thread", 1, 1, "uni", 1),
+        Row("gshmem", "get", "device", "GB/s", None, 256 * mib, "block", 8, 1024, "uni", 8),
+        Row("copy_engine", "put", "host", "GB/s", 390.0, 256 * mib, sms=0),
+        Row("nccl", "put", "host", "GB/s", 320.0, 256 * mib, note="send/recv"),
+        Row("nvshmem", "put", "device", "GB/s", 372.0, 256 * mib, "block", 32, 1024, "uni"),
+        Row("nvshmem", "pingpong", "device", "us", 2.0, 8, "thread", 1, 1, "uni", 1),
+    ]
+
+
+def test_compare_matches_baselines_and_ratios():
+    entries = report.compare(sample_rows(), report.BASELINES)
+    by = {(e["row"].op, e["row"].path): e for e in entries}
+    dev = by[("put", "device")]
+    assert dev["copy_engine"] == (390.0, pytest.approx(400 / 390))
+    assert dev["nccl"] == (320.0, pytest.approx(1.25))
+    assert dev["nvshmem"] == (372.0, pytest.approx(400 / 372))
+    stream = by[("put", "on_stream")]
+    assert stream["copy_engine"][1] == pytest.approx(1.0) and stream["nvshmem"] is None
+    assert by[("pingpong", "device")]["nvshmem"] == (2.0, pytest.approx(0.5))
+    assert by[("pingpong", "device")]["copy_engine"] is None  # latency: no CE counterpart
+    assert by[("get", "device")]["nccl"] is None  # NCCL has no get
+    assert report.ratio(None, 1.0) is None and report.ratio(1.0, 0.0) is None
+
+
+def test_table_side_by_side():
+    rows = sample_rows() + [Row("nvshmem", "-", "-", "", None, note="skipped: no cmake")]
+    text = report.format_table(rows, ["copy_engine", "nccl", "nvshmem"], title="T")
+    lines = text.splitlines()
+    assert lines[0] == "T"
+    assert lines[1].split()[:9] == ["op", "path", "scope", "CTAsxthr", "SMs", "dir", "size",
+                                    "gshmem", "unit"]  # fmt: skip
+    put = next(ln for ln in lines if ln.startswith("put ") and "device" in ln)
+    assert "32x1024" in put and "256M" in put and "400.0" in put
+    assert "390.0 (1.03x)" in put and "320.0 (1.25x)" in put and "372.0 (1.08x)" in put
+    assert any("2.000 (0.50x)" in ln for ln in lines)
+    assert any(ln.startswith("get ") and " - " in ln for ln in lines)  # unmeasured: '-'
+    assert "NVSHMEM: skipped: no cmake" in text
+    assert "gshmem/baseline" in text
+    # Baseline-only rows are not table rows; columns line up.
+    assert not any(ln.startswith("put ") and " host " in ln for ln in lines)
+    assert len({len(ln.rstrip()) > 0 for ln in lines}) == 1
+
+
+def test_table_without_baselines():
+    text = report.format_table(sample_rows())
+    assert "copy engine" not in text.splitlines()[0] and "400.0" in text
+
+
+def test_fmt_size():
+    assert [report.fmt_size(s) for s in (8, 1024, 1000, 3 << 20, 1 << 30)] == [
+        "8", "1K", "1000", "3M", "1G"]  # fmt: skip
+
+
+def test_json_round_trip():
+    rows = sample_rows()
+    doc = report.to_json(rows, {"gpu": "H200", "options": {"iters": 20}}, ["nvshmem"])
+    parsed = json.loads(doc)
+    assert parsed["suite"] == "p2p" and parsed["meta"]["gpu"] == "H200"
+    assert len(parsed["rows"]) == len(rows)
+    assert parsed["rows"][0]["value"] == 400.0 and parsed["rows"][0]["direction"] == "uni"
+    ratios = {tuple(r["key"][:2]): r["nvshmem"] for r in parsed["ratios"]}
+    assert ratios[("put", "device")] == pytest.approx(400 / 372)
+    assert report.rows_from_json(doc) == rows
+
+
+def test_perf_lines_round_trip():
+    rows = [r for r in sample_rows() if r.value is not None]
+    text = "\n".join(report.perf_line(r) for r in rows)
+    assert all(line.startswith("&&&& PERF ") for line in text.splitlines())
+    back = report.parse_perf_lines(text)
+    for a, b in zip(rows, back, strict=True):
+        assert (a.impl, a.op, a.path, a.scope, a.ctas, a.threads, a.direction, a.size, a.sms) == (
+            b.impl, b.op, b.path, b.scope, b.ctas, b.threads, b.direction, b.size, b.sms)
+        assert b.value == pytest.approx(a.value)
+    assert report.perf_line(Row("gshmem", "get", "device", "GB/s", None)) == ""
+
+
+NVSHMEM_SAMPLE = "\n".join(
+    [
+        "nvshmem_p2p: NVSHMEM 3.4, 2 PEs, 132 SMs, 3 sizes",
+        "&&&& PERF put 371.9042 GB/s impl=nvshmem path=device scope=block ctas=32 threads=1024 "
+        "dir=uni size=268435456 sms=32",
+        "&&&& PERF get 178.5000 GB/s impl=nvshmem path=device scope=block ctas=4 threads=1024 "
+        "dir=bidir size=1048576 sms=4",
+        "/opt/.../nvshmem_init.cpp: WARN: some unrelated line",
+        "&&&& PERF put 395.1 GB/s impl=nvshmem path=on_stream scope=- ctas=0 threads=0 dir=uni "
+        "size=268435456 sms=?",
+        "&&&& PERF pingpong 2.0100 us impl=nvshmem path=device scope=thread ctas=1 threads=1 "
+        "dir=uni size=8 sms=1",
+        "nvshmem_p2p: done",
+    ]
+)
+
+
+def test_parse_nvshmem_output():
+    rows = report.parse_perf_lines(NVSHMEM_SAMPLE)
+    assert len(rows) == 4
+    put, get, stream, lat = rows
+    assert put == Row("nvshmem", "put", "device", "GB/s", 371.9042, 268435456, "block", 32, 1024,
+                      "uni", 32)  # fmt: skip
+    assert get.direction == "bidir" and get.ctas == 4 and get.value == 178.5
+    assert stream.path == "on_stream" and stream.sms is None
+    assert lat.unit == "us" and lat.value == pytest.approx(2.01) and lat.size == 8
+    # Lines forwarded by a launcher keep their prefix; impl can be forced.
+    tagged = "[rank 0] " + NVSHMEM_SAMPLE.splitlines()[1]
+    assert report.parse_perf_lines(tagged, impl="x")[0].impl == "x"
+
+
+def test_parse_rejects_malformed_perf_line():
+    with pytest.raises(ValueError, match="malformed PERF line"):
+        report.parse_perf_lines("&&&& PERF put fast GB/s")
+
+
+# -- command line and the GPU-less host -----------------------------------------------------------
+
+
+def test_inside_job_detection():
+    assert cli.inside_job({"GSHMEM_RANK": "0"})
+    assert cli.inside_job({"RANK": "1", "WORLD_SIZE": "2"})
+    assert cli.inside_job({"OMPI_COMM_WORLD_SIZE": "2"})
+    assert not cli.inside_job({"RANK": "1"})
+    assert not cli.inside_job({})
+
+
+def test_relaunch_command():
+    cmd = cli.relaunch_command("p2p", ["--quick", "-b", "8"], 2, 170.0)
+    assert cmd[:4] == [sys.executable, "-m", "gshmem.run", "-n"]
+    assert cmd[4:8] == ["2", "--timeout", "170", "--no-tag-output"]
+    assert cmd[8:] == ["-m", "gshmem.bench", "p2p", "--quick", "-b", "8"]
+    assert 0 < cli.free_port() < 65536
+
+
+def test_missing_gpus_give_a_clear_message(monkeypatch, capsys):
+    for var in cli._JOB_VARS + ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(cli, "gpu_count", lambda: 1)
+    assert cli.main(["p2p", "--quick"]) == 3
+    err = capsys.readouterr().err
+    assert "needs 2 CUDA GPUs" in err and "found 1" in err
+
+
+@pytest.mark.skipif(gshmem.device_count() > 0, reason="checks the GPU-less path")
+def test_cli_without_gpu_exits_non_zero():
+    env = {k: v for k, v in __import__("os").environ.items() if k not in cli._JOB_VARS}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gshmem.bench", "p2p", "--quick"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert "needs 2 CUDA GPUs" in proc.stderr
+    # Inside a job (as a rank) it says what is missing instead of failing obscurely.
+    proc = subprocess.run(
+        [sys.executable, "-m", "gshmem.bench", "p2p", "--quick"],
+        capture_output=True, text=True, timeout=60, env={**env, "GSHMEM_RANK": "0"},
+    )  # fmt: skip
+    assert proc.returncode == 3 and "gshmem.bench:" in proc.stderr, proc.stderr
+
+
+def test_cli_usage():
+    assert cli.main([]) == 2
+    assert cli.main(["--help"]) == 0
+    assert cli.main(["allreduce"]) == 2
+
+
+def test_nvshmem_build_skips_with_a_reason(monkeypatch, tmp_path):
+    monkeypatch.setattr(p2p, "nvshmem_home", lambda: None)
+    exe, why = p2p.build_nvshmem(tmp_path, lambda s: None)
+    assert exe is None and "NVSHMEM not found" in why
+
+
+# -- the kernels compile (NVRTC like CuPy; nvcc -c) -----------------------------------------------
+
+
+def test_kernels_ship_inside_the_package():
+    assert p2p.KERNELS.is_file() and p2p.KERNELS.parent.name == "bench"
+    assert "GSHMEM_BENCH_BW(block, Block)" in p2p.KERNELS.read_text()
+
+
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_kernels_compile_with_nvrtc(arch):
+    nvrtc = pytest.importorskip("test_device_nvrtc")
+    if nvrtc.LIB is None:
+        pytest.skip("libnvrtc not found (pip install nvidia-cuda-nvrtc)")
+    options = [f"-I{gshmem.include_dir()}", "-std=c++17", f"--gpu-architecture={arch}"]
+    rc, log = nvrtc.nvrtc_compile(p2p.KERNELS.read_text(), "kernels.cu", options)
+    assert rc == 0, log
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found")
+def test_kernels_compile_with_nvcc(tmp_path):
+    proc = subprocess.run(
+        ["nvcc", "-c", "-x", "cu", "-std=c++17", "-arch=sm_90", f"-I{gshmem.include_dir()}",
+         str(p2p.KERNELS), "-o", str(tmp_path / "k.o")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_nvshmem_program_sources_present():
+    assert (ROOT / "benchmarks" / "nvshmem_p2p" / "CMakeLists.txt").is_file()
+    src = (ROOT / "benchmarks" / "nvshmem_p2p" / "nvshmem_p2p.cu").read_text()
+    for needle in ("nvshmemx_set_attr_uniqueid_args", "nvshmemx_putmem_block",
+                   "nvshmemx_putmem_on_stream", "nvshmem_putmem_signal", "&&&& PERF"):
+        assert needle in src
