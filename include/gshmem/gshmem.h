@@ -164,6 +164,90 @@ gshmem_result_t gshmem_team_split_2d(const gshmem_team_t* parent, int xrange, gs
 gshmem_result_t gshmem_team_translate_pe(const gshmem_team_t* src, int src_pe,
                                          const gshmem_team_t* dst, int* dst_pe);
 
+/* =============================================================================================
+ * On-stream operations (host-initiated, docs/on-stream.md)
+ *
+ * The host enqueues one-sided operations on a CUDA stream; they run in that stream's order, on
+ * this comm's GPU, when the stream reaches them. `stream` is a cudaStream_t passed as void*
+ * (NULL = the legacy default stream); it must belong to this comm's device.
+ *
+ *   - Non-blocking for the host: no call waits for the GPU or for another PE (barrier included:
+ *     only the GPU waits). Arguments are checked on the host when the call is made.
+ *   - Capturable: every call may be made while `stream` is being captured into a CUDA graph; the
+ *     graph is correct on every replay (no host-side state is baked into it that replays would
+ *     have to update).
+ *   - Reach: `pe` must be load/store-reachable (same host, P2P on); other PEs fail with
+ *     GSHMEM_ERROR_USAGE, since there is no proxy path yet.
+ *   - Symmetric pointers (dst_sym, src_sym, sig_sym) lie, with all their bytes, in this comm's
+ *     mapped heap; local pointers (src of put, dst of get) are device memory this GPU can
+ *     address.
+ *   - SMs: put, get and put_signal move data with the copy engines (zero SMs), except messages of
+ *     at most GSHMEM_STREAM_KERNEL_MAX_BYTES (default 0: none), which a one-block kernel copies.
+ *     signal SET and waits EQ/GE/GT (values below 2^63) use stream memory operations (zero SMs;
+ *     a one-thread kernel on GPUs without 64-bit ones); signal ADD, the other waits and the
+ *     barrier run a one-block kernel (at most 32 threads). quiet enqueues nothing.
+ *
+ * Completion: an operation is complete, and its writes visible to this GPU's later stream work,
+ * when the stream has passed it. To make data visible to another PE, follow it with a signal
+ * (put_signal, signal_op) that the PE waits for, or with a barrier on both sides.
+ * ===========================================================================================*/
+
+/* Signal updates: *sig = value, or *sig += value (atomically). */
+#define GSHMEM_SIGNAL_SET 0
+#define GSHMEM_SIGNAL_ADD 1
+
+/* Wait comparisons: wait until (*sig <cmp> value), unsigned 64-bit. */
+#define GSHMEM_CMP_EQ 0
+#define GSHMEM_CMP_NE 1
+#define GSHMEM_CMP_GT 2
+#define GSHMEM_CMP_GE 3
+#define GSHMEM_CMP_LT 4
+#define GSHMEM_CMP_LE 5
+
+/* Copies `bytes` from local device memory `src` to PE `pe`'s copy of symmetric `dst_sym`.
+ * bytes == 0 enqueues nothing. */
+gshmem_result_t gshmem_put_on_stream(gshmem_comm_t comm, void* dst_sym, const void* src,
+                                     size_t bytes, int pe, void* stream);
+
+/* Copies `bytes` from PE `pe`'s copy of symmetric `src_sym` to local device memory `dst`. */
+gshmem_result_t gshmem_get_on_stream(gshmem_comm_t comm, void* dst, const void* src_sym,
+                                     size_t bytes, int pe, void* stream);
+
+/* put, then updates PE `pe`'s copy of signal `sig_sym` (8-byte aligned, symmetric) with `op`
+ * (GSHMEM_SIGNAL_SET/ADD) and `value`. Every byte of the put is visible on `pe` before the new
+ * signal value is: a waiter that sees the signal sees the data. bytes may be 0 (signal only). */
+gshmem_result_t gshmem_put_signal_on_stream(gshmem_comm_t comm, void* dst_sym, const void* src,
+                                            size_t bytes, uint64_t* sig_sym, uint64_t value,
+                                            int op, int pe, void* stream);
+
+/* Updates PE `pe`'s copy of `sig_sym` after everything earlier on the stream is complete and
+ * visible to `pe` (the update has release semantics at system scope). */
+gshmem_result_t gshmem_signal_op_on_stream(gshmem_comm_t comm, uint64_t* sig_sym, uint64_t value,
+                                           int op, int pe, void* stream);
+
+/* Later work on the stream starts only once this PE's copy of `sig_sym` satisfies
+ * (*sig_sym <cmp> value), and then sees everything the PE that made it so wrote before its
+ * signal update. Comparisons that can never hold (GT UINT64_MAX, LT 0) are usage errors.
+ * EQ, and GE/GT with value below 2^63, are stream memory operations, which compare GE
+ * cyclically: (int64_t)(*sig_sym - value) >= 0; this is the unsigned comparison whenever the
+ * signal itself stays below 2^63 (counters and flags do). The other cases poll in a kernel with
+ * exact unsigned comparison. */
+gshmem_result_t gshmem_signal_wait_until_on_stream(gshmem_comm_t comm, uint64_t* sig_sym, int cmp,
+                                                   uint64_t value, void* stream);
+
+/* OpenSHMEM quiet: every operation enqueued earlier on the stream is complete and visible to all
+ * PEs before anything enqueued later runs. Stream order already guarantees it for every
+ * operation above (docs/on-stream.md says why), so this checks its arguments and enqueues
+ * nothing. */
+gshmem_result_t gshmem_quiet_on_stream(gshmem_comm_t comm, void* stream);
+
+/* Collective over all PEs (every PE load/store-reachable), enqueued in the same order on every
+ * PE: later work on the stream starts once every PE's stream has reached its barrier, and then
+ * sees every write that any PE's stream made before it. On one PE, stream barriers must not run
+ * concurrently (two streams without an order between them): they share one set of counters,
+ * separate from the device API's barriers. */
+gshmem_result_t gshmem_barrier_on_stream(gshmem_comm_t comm, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,6 +16,7 @@ Contract (same as the C ABI in include/gshmem/gshmem.h):
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -246,11 +247,226 @@ class Comm:
         flat = torch.from_dlpack(peer).view(t.dtype)
         return flat.as_strided(t.shape, t.stride(), t.storage_offset())
 
+    # -- on-stream operations ---------------------------------------------------------------
+    # Host-initiated one-sided operations enqueued on a CUDA stream (docs/on-stream.md). None of
+    # them blocks the host or waits for a peer; each runs when the stream reaches it, in stream
+    # order, and every one may be captured into a CUDA graph (correct on every replay).
+    # ``stream``: a torch.cuda.Stream, an int cudaStream_t handle (0: the legacy default stream),
+    # or None: torch's current stream on this comm's device (the legacy default stream when
+    # torch has not been imported). ``pe`` must be load/store-reachable (same host, P2P on).
+    # Symmetric arguments are tensors from ``empty``/``zeros`` (or views of them) or Buffers from
+    # ``malloc``/``calloc``; local arguments are any contiguous tensor or Buffer on this GPU.
+
+    def put(self, dst: Any, src: Any, pe: int, stream: Any = None) -> None:
+        """Copies local ``src`` into PE ``pe``'s copy of symmetric ``dst`` (same byte count).
+
+        By the copy engines (zero SMs), unless the message is at most
+        GSHMEM_STREAM_KERNEL_MAX_BYTES (default 0), which a one-block kernel copies. Complete when
+        the stream passes it: later work on this stream sees ``dst`` written and may reuse
+        ``src``. PE ``pe`` sees the data once it observes a later signal or barrier from this
+        stream (``put_signal``, ``signal_op``, ``barrier_on_stream``)."""
+        dst_ptr, nbytes = _span(dst, "put: dst", self.device)
+        src_ptr, src_bytes = _span(src, "put: src", self.device)
+        _same_size("put", nbytes, src_bytes)
+        _C.put_on_stream(
+            self._handle, dst_ptr, src_ptr, nbytes, _as_count(pe, "pe"), self._stream(stream)
+        )
+
+    def get(self, dst: Any, src: Any, pe: int, stream: Any = None) -> None:
+        """Copies PE ``pe``'s copy of symmetric ``src`` into local ``dst`` (same byte count).
+
+        By the copy engines (zero SMs) unless at most GSHMEM_STREAM_KERNEL_MAX_BYTES. Complete,
+        with ``dst`` readable by later work on this stream, when the stream passes it. It reads
+        what PE ``pe`` wrote before a signal or barrier this stream waited for earlier."""
+        dst_ptr, nbytes = _span(dst, "get: dst", self.device)
+        src_ptr, src_bytes = _span(src, "get: src", self.device)
+        _same_size("get", nbytes, src_bytes)
+        _C.get_on_stream(
+            self._handle, dst_ptr, src_ptr, nbytes, _as_count(pe, "pe"), self._stream(stream)
+        )
+
+    def put_signal(
+        self,
+        dst: Any,
+        src: Any,
+        sig: Any,
+        value: int,
+        pe: int,
+        op: str = "set",
+        stream: Any = None,
+    ) -> None:
+        """``put(dst, src, pe)``, then PE ``pe``'s copy of signal ``sig`` is set to ``value``
+        (``op="set"``) or atomically increased by it (``op="add"``).
+
+        A PE that sees the new signal value (``signal_wait_until``) sees all of the data: the
+        update is ordered after the copy. Data by the copy engines; the signal SET by a stream
+        memory operation (zero SMs in all); ADD needs a one-thread kernel. ``sig`` is one
+        int64/uint64 element of a symmetric tensor (or an 8-byte Buffer); ``dst``/``src`` may
+        be empty (signal only)."""
+        dst_ptr, nbytes = _span(dst, "put_signal: dst", self.device)
+        src_ptr, src_bytes = _span(src, "put_signal: src", self.device)
+        _same_size("put_signal", nbytes, src_bytes)
+        _C.put_signal_on_stream(
+            self._handle,
+            dst_ptr,
+            src_ptr,
+            nbytes,
+            _signal_ptr(sig, "put_signal", self.device),
+            _u64(value, "put_signal: value"),
+            _signal_op(op),
+            _as_count(pe, "pe"),
+            self._stream(stream),
+        )
+
+    def signal_op(self, sig: Any, value: int, pe: int, op: str = "set", stream: Any = None) -> None:
+        """Sets (``op="set"``) or atomically adds to (``op="add"``) PE ``pe``'s copy of signal
+        ``sig`` once everything earlier on the stream is complete; that earlier work is visible
+        to ``pe`` before the new value. SET: a stream memory operation (zero SMs); ADD: a
+        one-thread kernel."""
+        _C.signal_op_on_stream(
+            self._handle,
+            _signal_ptr(sig, "signal_op", self.device),
+            _u64(value, "signal_op: value"),
+            _signal_op(op),
+            _as_count(pe, "pe"),
+            self._stream(stream),
+        )
+
+    def signal_wait_until(self, sig: Any, cmp: str, value: int, stream: Any = None) -> None:
+        """Holds later work on the stream until this PE's copy of ``sig`` satisfies
+        ``sig <cmp> value`` (``cmp``: "eq", "ne", "gt", "ge", "lt", "le"; unsigned 64-bit).
+
+        The host returns at once. Afterwards the stream sees everything the signalling PE wrote
+        before its update. "eq", and "ge"/"gt" with value below 2**63, are stream memory
+        operations (zero SMs; "ge"/"gt" compare cyclically, which is exact while the signal
+        stays below 2**63); the rest poll in a one-thread kernel."""
+        _C.signal_wait_until_on_stream(
+            self._handle,
+            _signal_ptr(sig, "signal_wait_until", self.device),
+            _cmp(cmp),
+            _u64(value, "signal_wait_until: value"),
+            self._stream(stream),
+        )
+
+    def quiet(self, stream: Any = None) -> None:
+        """OpenSHMEM quiet on a stream: everything enqueued earlier on it completes before
+        anything later runs. Stream order already guarantees that for every on-stream operation,
+        so nothing is enqueued (docs/on-stream.md says why)."""
+        _C.quiet_on_stream(self._handle, self._stream(stream))
+
+    def barrier_on_stream(self, stream: Any = None) -> None:
+        """Collective over all PEs, in the same order on each: later work on the stream waits
+        until every PE's stream has reached its barrier, and then sees everything each PE's
+        stream did before it. Only the GPU waits (a one-warp kernel); the host returns at once.
+        Do not run two stream barriers of one comm concurrently (on unordered streams)."""
+        _C.barrier_on_stream(self._handle, self._stream(stream))
+
+    def _stream(self, stream: Any) -> int:
+        return _stream_handle(stream, self.device)
+
 
 def _as_count(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise UsageError(f"{name} must be an int, got {type(value).__name__}")
     return value
+
+
+# -- argument conversion for the on-stream operations --------------------------------------------
+_SIGNAL_OPS = {"set": _C.SIGNAL_SET, "add": _C.SIGNAL_ADD}
+_U64_LIMIT = 1 << 64
+
+
+def _signal_op(op: object) -> int:
+    """``"set"``/``"add"`` (any case) -> GSHMEM_SIGNAL_SET/ADD."""
+    key = op.lower() if isinstance(op, str) else None
+    if key not in _SIGNAL_OPS:
+        raise UsageError(f"op must be 'set' or 'add', got {op!r}")
+    return _SIGNAL_OPS[key]
+
+
+def _cmp(cmp: object) -> int:
+    """``"eq"``, ``"ne"``, ``"gt"``, ``"ge"``, ``"lt"``, ``"le"`` (any case) -> GSHMEM_CMP_*."""
+    key = cmp.lower() if isinstance(cmp, str) else None
+    if key not in _C.CMPS:
+        names = ", ".join(repr(k) for k in _C.CMPS)
+        raise UsageError(f"cmp must be one of {names}, got {cmp!r}")
+    return int(_C.CMPS[key])
+
+
+def _u64(value: object, name: str) -> int:
+    value = _as_count(value, name)
+    if not 0 <= value < _U64_LIMIT:
+        raise UsageError(
+            f"{name} must be an unsigned 64-bit value (0 <= value < 2**64), got {value}"
+        )
+    return value
+
+
+def _stream_handle(stream: Any, device: int) -> int:
+    """The cudaStream_t (as an int) for ``stream``: None (torch's current stream on ``device``
+    when torch is imported, else 0, the legacy default stream), an int handle, or an object with
+    a ``cuda_stream`` handle (torch.cuda.Stream) on ``device``."""
+    if stream is None:
+        torch = sys.modules.get("torch")
+        return int(torch.cuda.current_stream(device).cuda_stream) if torch is not None else 0
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        if stream < 0:
+            raise UsageError(f"stream handle must not be negative, got {stream}")
+        return stream
+    handle = getattr(stream, "cuda_stream", None)
+    if isinstance(handle, int) and not isinstance(handle, bool):
+        index = getattr(getattr(stream, "device", None), "index", device)
+        if index is not None and index != device:
+            raise UsageError(
+                f"stream belongs to cuda:{index} but this comm's GPU is cuda:{device}; "
+                f"use a stream created on cuda:{device}"
+            )
+        return handle
+    raise UsageError(
+        "stream must be a torch.cuda.Stream, an int cudaStream_t handle or None (torch's "
+        f"current stream), got {type(stream).__name__}"
+    )
+
+
+def _span(obj: Any, name: str, device: int) -> tuple[int, int]:
+    """(address, bytes) of a contiguous tensor or a Buffer on cuda:``device``."""
+    if isinstance(obj, Buffer):
+        if obj.device != device:
+            raise UsageError(f"{name} is a Buffer on cuda:{obj.device}, not on cuda:{device}")
+        return obj.ptr, obj.nbytes
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.Tensor):
+        raise UsageError(
+            f"{name} must be a torch.Tensor or a gshmem.Buffer, got {type(obj).__name__}"
+        )
+    if obj.device.type != "cuda" or obj.device.index != device:
+        raise UsageError(f"{name} is on {obj.device}; it must be on cuda:{device}, this comm's GPU")
+    if not obj.is_contiguous():
+        raise UsageError(f"{name} is not contiguous; pass a contiguous tensor (.contiguous())")
+    return obj.data_ptr(), obj.numel() * obj.element_size()
+
+
+def _signal_ptr(sig: Any, op: str, device: int) -> int:
+    """Address of a signal: one int64/uint64 element of a tensor, or an 8-byte Buffer."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(sig, torch.Tensor):
+        if sig.dtype not in (torch.int64, torch.uint64) or sig.numel() != 1:
+            raise UsageError(
+                f"{op}: sig must be one int64/uint64 element (e.g. sigs[i:i+1] of a symmetric "
+                f"int64 tensor), got {sig.numel()} element(s) of {sig.dtype}"
+            )
+    elif isinstance(sig, Buffer):
+        if sig.nbytes != 8:
+            raise UsageError(f"{op}: a Buffer used as sig must be 8 bytes, got {sig.nbytes}")
+    return _span(sig, f"{op}: sig", device)[0]
+
+
+def _same_size(op: str, dst_bytes: int, src_bytes: int) -> None:
+    if dst_bytes != src_bytes:
+        raise UsageError(
+            f"{op}: dst has {dst_bytes} bytes but src has {src_bytes}; they must match "
+            "(slice the larger one)"
+        )
 
 
 def for_each(comms: Sequence[Comm], fn: Callable[[Comm], T]) -> list[T]:

@@ -39,6 +39,8 @@ Driver load_driver() {
   load(d.device_attribute, "cuDeviceGetAttribute");
   load(d.device_get, "cuDeviceGet");
   load(d.error_string, "cuGetErrorString");
+  load(d.stream_write_value64, "cuStreamWriteValue64");
+  load(d.stream_wait_value64, "cuStreamWaitValue64");
   return d;
 }
 

@@ -10,7 +10,8 @@
 
 namespace gshmem::cuda {
 
-// Driver entry points used by the heap (virtual memory management and device queries).
+// Driver entry points used by the heap (virtual memory management and device queries) and by
+// on-stream signals (stream memory operations, src/stream/).
 struct Driver {
   decltype(&::cuMemCreate) mem_create;
   decltype(&::cuMemRelease) mem_release;
@@ -25,6 +26,8 @@ struct Driver {
   decltype(&::cuDeviceGetAttribute) device_attribute;
   decltype(&::cuDeviceGet) device_get;
   decltype(&::cuGetErrorString) error_string;
+  decltype(&::cuStreamWriteValue64) stream_write_value64;
+  decltype(&::cuStreamWaitValue64) stream_wait_value64;
 };
 
 // Loads the entry points once per process (thread-safe). Throws GSHMEM_ERROR_CUDA if no driver.

@@ -152,6 +152,7 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
             static_cast<unsigned long long>(heap_->reserved() >> 20), bootstrap_ms, setup_ms,
             ms_since(t_start));
   device_state_ = std::make_unique<DeviceState>(*this);
+  stream_state_ = std::make_unique<stream::StreamState>(*this);
 }
 
 Comm::~Comm() { abort(); }
@@ -171,6 +172,11 @@ DeviceState& Comm::device_state() {
   return *device_state_;
 }
 
+stream::StreamState& Comm::stream_state() {
+  GSHMEM_REQUIRE(stream_state_ != nullptr, "this comm has been finalized");
+  return *stream_state_;
+}
+
 void Comm::finalize() {
   GSHMEM_REQUIRE(heap_ != nullptr, "this comm has already been finalized");
   try {
@@ -187,6 +193,7 @@ void Comm::finalize() {
 }
 
 void Comm::abort() noexcept {
+  stream_state_.reset();
   device_state_.reset();
   heap_.reset();
   if (channel_) channel_->close();

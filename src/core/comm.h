@@ -10,6 +10,7 @@
 #include "bootstrap/unique_id.h"
 #include "core/device_state.h"
 #include "heap/symmetric_heap.h"
+#include "stream/stream_state.h"
 
 namespace gshmem {
 
@@ -36,6 +37,7 @@ class Comm {
   Bootstrap& bootstrap();
   SymmetricHeap& heap();
   DeviceState& device_state();
+  stream::StreamState& stream_state();
 
  private:
   int rank_;
@@ -47,6 +49,7 @@ class Comm {
   std::unique_ptr<LocalChannel> channel_;
   std::unique_ptr<SymmetricHeap> heap_;
   std::unique_ptr<DeviceState> device_state_;  // after heap_: destroyed first
+  std::unique_ptr<stream::StreamState> stream_state_;  // on-stream operations (src/stream/)
 };
 
 }  // namespace gshmem

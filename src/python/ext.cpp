@@ -216,6 +216,8 @@ class BootstrapHandle {
 
 void bind_device(nb::module_& m, gshmem_comm_t (*comm_of)(nb::handle),
                  void (*raise)(gshmem_result_t, const std::string&));  // ext_device.cpp
+void bind_stream(nb::module_& m, gshmem_comm_t (*comm_of)(nb::handle),
+                 void (*raise)(gshmem_result_t, const std::string&));  // ext_stream.cpp
 
 NB_MODULE(_C, m) {
   m.doc() = "gshmem native core (use the gshmem package, not this module directly)";
@@ -280,4 +282,5 @@ NB_MODULE(_C, m) {
       .def("exchange_fd", &BootstrapHandle::exchange_fd, "fd"_a, "tag"_a)
       .def("close", &BootstrapHandle::close);
   bind_device(m, [](nb::handle h) { return nb::cast<CommHandle&>(h).raw(); }, &raise);
+  bind_stream(m, [](nb::handle h) { return nb::cast<CommHandle&>(h).raw(); }, &raise);
 }

@@ -14,7 +14,7 @@ import pytest
 
 import gshmem
 from gshmem.bench import __main__ as cli
-from gshmem.bench import p2p, report
+from gshmem.bench import nvshmem, options, p2p, report
 from gshmem.bench.report import Row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,39 +29,39 @@ ROOT = Path(__file__).resolve().parents[2]
      ("2G", 2 << 30)],  # fmt: skip
 )
 def test_parse_size(text, value):
-    assert p2p.parse_size(text) == value
+    assert options.parse_size(text) == value
 
 
 @pytest.mark.parametrize("text", ["", "x", "1X", "-4", "0"])
 def test_parse_size_rejects(text):
     with pytest.raises(Exception):  # noqa: B017 - argparse.ArgumentTypeError
-        p2p.parse_size(text)
+        options.parse_size(text)
 
 
 def test_size_range_follows_perftest():
-    assert p2p.size_range(1 << 20, 256 << 20, 16) == [1 << 20, 16 << 20, 256 << 20]
-    assert p2p.size_range(8, 64, 2) == [8, 16, 32, 64]
-    assert p2p.size_range(8, 100, 4) == [8, 32]  # stops before passing -e
-    assert p2p.size_range(4, 4, 2) == [4]
+    assert options.size_range(1 << 20, 256 << 20, 16) == [1 << 20, 16 << 20, 256 << 20]
+    assert options.size_range(8, 64, 2) == [8, 16, 32, 64]
+    assert options.size_range(8, 100, 4) == [8, 32]  # stops before passing -e
+    assert options.size_range(4, 4, 2) == [4]
     for bad in ((0, 8, 2), (16, 8, 2), (8, 64, 1)):
         with pytest.raises(ValueError):
-            p2p.size_range(*bad)
+            options.size_range(*bad)
 
 
 def test_defaults_and_quick():
-    o = p2p.parse_args([])
+    o = options.parse_args([])
     assert (o.min_size, o.max_size, o.factor) == (1 << 20, 256 << 20, 2)
     assert (o.iters, o.warmup, o.repeats) == (20, 5, 5)
     assert o.scopes == ["thread", "warp", "block"] and o.directions == ["uni", "bidir"]
     assert o.compare == [] and not o.perf_lines and o.nprocs == 2
     assert (8, 1024) in o.configs("block") and (4, 1024) in o.configs("block")  # <= 8 SMs
-    q = p2p.parse_args(["--quick"])
+    q = options.parse_args(["--quick"])
     assert q.sizes() == [1 << 20, 16 << 20, 256 << 20]
     assert q.timeout < 180 and q.repeats <= 3 and len(q.configs("block")) == 2
 
 
 def test_perftest_options():
-    o = p2p.parse_args(
+    o = options.parse_args(
         "-b 8 -e 1K -f 4 -n 7 -w 0 -c 4,8 -t 256 --scope warp,block --dir bidir".split()
         + ["--compare", "all", "--json", "x.json", "--perf-lines", "--only", "device_bw,rate"]
     )
@@ -90,23 +90,23 @@ def test_perftest_options():
 )
 def test_bad_options_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
-        p2p.parse_args(argv)
+        options.parse_args(argv)
     assert e.value.code == 2
     assert "error" in capsys.readouterr().err
 
 
 def test_rotation_and_iterations():
-    assert p2p.slots_for(1 << 20) == 256 and p2p.slots_for(256 << 20) == 1
-    assert p2p.slots_for(32 << 20) * (32 << 20) >= 4 * (60 << 20)  # working set beyond L2
-    assert p2p.slots_for(8) == p2p.MAX_SLOTS
-    assert p2p.iters_for(256 << 20, 20) == 20
-    assert p2p.iters_for(1 << 20, 20) == 256  # >= 256 MiB per timed region
-    assert p2p.iters_for(8, 20) == p2p.MAX_ITERS_PER_REPEAT
+    assert options.slots_for(1 << 20) == 256 and options.slots_for(256 << 20) == 1
+    assert options.slots_for(32 << 20) * (32 << 20) >= 4 * (60 << 20)  # working set beyond L2
+    assert options.slots_for(8) == options.MAX_SLOTS
+    assert options.iters_for(256 << 20, 20) == 20
+    assert options.iters_for(1 << 20, 20) == 256  # >= 256 MiB per timed region
+    assert options.iters_for(8, 20) == options.MAX_ITERS_PER_REPEAT
 
 
 def test_nvshmem_args_mirror_the_options():
-    o = p2p.parse_args(["--quick", "--scope", "block", "--dir", "uni"])
-    args = p2p.nvshmem_args(o)
+    o = options.parse_args(["--quick", "--scope", "block", "--dir", "uni"])
+    args = nvshmem.nvshmem_args(o)
     at = {args[i]: args[i + 1] for i in range(0, len(args), 2)}
     assert at["-b"] == str(1 << 20) and at["-e"] == str(256 << 20) and at["-f"] == "16"
     assert at["--configs"] == "8x1024,32x1024" and at["--scopes"] == "block"
@@ -308,8 +308,8 @@ def test_cli_usage():
 
 
 def test_nvshmem_build_skips_with_a_reason(monkeypatch, tmp_path):
-    monkeypatch.setattr(p2p, "nvshmem_home", lambda: None)
-    exe, why = p2p.build_nvshmem(tmp_path, lambda s: None)
+    monkeypatch.setattr(nvshmem, "nvshmem_home", lambda: None)
+    exe, why = nvshmem.build_nvshmem(tmp_path, lambda s: None)
     assert exe is None and "NVSHMEM not found" in why
 
 

@@ -71,9 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if suite not in SUITES:
         _say(f"unknown suite {suite!r}\n{USAGE}")
         return 2
-    from gshmem.bench import p2p
+    from gshmem.bench import options, p2p
 
-    opts = p2p.parse_args(rest)  # exits 2 with a message on bad options, 0 on --help
+    opts = options.parse_args(rest)  # exits 2 with a message on bad options, 0 on --help
     if inside_job():
         return p2p.run(opts)
     have = gpu_count()

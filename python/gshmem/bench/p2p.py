@@ -1,12 +1,12 @@
 """The point-to-point suite: ``python -m gshmem.bench p2p [options]`` (DESIGN.md §7).
 
-Options follow NVSHMEM's perftest (``-b MIN -e MAX -f FACTOR -n ITERS -w WARMUP -c CTAS
--t THREADS``); see ``parser()``. ``parse_args``, ``size_range`` and the NVSHMEM helpers are plain
-Python; ``run(opts)`` is the GPU part: every PE of a launched job (``python -m gshmem.run -n 2``)
-calls it. It is collective: all PEs run the same measurements in the same order, meeting at host
-barriers (``comm.barrier``, bounded by GSHMEM_TIMEOUT) and device barriers (the ``start_sync``
-kernel). Every wait on the GPU is bounded too (GSHMEM_BENCH_WAIT_TIMEOUT, default 120 s), so a
-lost peer or signal ends the run with a message instead of a hang.
+Options (NVSHMEM perftest's ``-b -e -f -n -w -c -t``) live in ``options.py``, the NVSHMEM
+baseline in ``nvshmem.py``, the table and JSON in ``report.py``. ``run(opts)`` is the GPU part:
+every PE of a launched job (``python -m gshmem.run -n 2``) calls it. It is collective: all PEs
+run the same measurements in the same order, meeting at host barriers (``comm.barrier``,
+bounded by GSHMEM_TIMEOUT) and device barriers (the ``start_sync`` kernel). Every wait on the
+GPU is bounded too (GSHMEM_BENCH_WAIT_TIMEOUT, default 120 s), so a lost peer or signal ends
+the run with a message instead of a hang.
 
 Measurement (PERFORMANCE.md "How to measure"): random data; a transfer is validated once per row
 and size before it is timed; a device barrier lines up the PEs, then CUDA events bracket
@@ -18,339 +18,31 @@ slower PE's time.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import math
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gshmem.bench.report import BASELINES, Row, bandwidth_gbps, median, parse_perf_lines
+from gshmem.bench.nvshmem import nvshmem_rows
+from gshmem.bench.options import Options, iters_for, slots_for
+from gshmem.bench.report import Row, bandwidth_gbps, median
 
 KERNELS = Path(__file__).resolve().parent / "kernels.cu"
-SCOPES = ("thread", "warp", "block")
-TESTS = ("device_bw", "onstream_bw", "rate", "latency")
-ROTATE_BYTES = 256 << 20  # rotate slots until a buffer spans this much (> 4 x the 50-60 MB L2)
-MAX_SLOTS = 256
-MIN_BYTES_PER_REPEAT = 256 << 20
-MAX_ITERS_PER_REPEAT = 10000
 LATENCY_WARMUP = 50
 RATE_OPS = ("p", "g", "fetch_add", "add")
 ONSTREAM_METHODS = ("put", "get", "put_signal", "signal_wait_until", "quiet")
-NVSHMEM_DIR = Path(__file__).resolve().parents[3] / "benchmarks" / "nvshmem_p2p"
 
 
 class BenchError(RuntimeError):
     """A measurement could not be made or was wrong; the message says which and why."""
 
 
-# -- options --------------------------------------------------------------------------------------
-
-
-@dataclass
-class Options:
-    """What to measure. Sizes in bytes; ``ctas``/``threads`` None means the default configs."""
-
-    min_size: int = 1 << 20
-    max_size: int = 256 << 20
-    factor: int = 2
-    iters: int = 20
-    warmup: int = 5
-    repeats: int = 5
-    ctas: list[int] | None = None
-    threads: list[int] | None = None
-    scopes: list[str] = field(default_factory=lambda: list(SCOPES))
-    directions: list[str] = field(default_factory=lambda: ["uni", "bidir"])
-    tests: list[str] = field(default_factory=lambda: list(TESTS))
-    compare: list[str] = field(default_factory=list)
-    json: str | None = None
-    perf_lines: bool = False
-    quick: bool = False
-    nprocs: int = 2
-    timeout: float = 1500.0
-    latency_sizes: list[int] = field(default_factory=lambda: [8, 1024])
-    latency_iters: int = 1000
-    rate_iters: int = 200
-
-    def sizes(self) -> list[int]:
-        return size_range(self.min_size, self.max_size, self.factor)
-
-    def configs(self, scope: str) -> list[tuple[int, int]]:
-        """(CTAs, threads) pairs for a bandwidth row of ``scope``."""
-        if self.ctas or self.threads:
-            ctas = self.ctas or [32]
-            threads = self.threads or [1024]
-            return [(c, t) for c in ctas for t in threads]
-        if scope == "block":
-            return [(8, 1024), (32, 1024)] if self.quick else [
-                (4, 1024), (8, 1024), (16, 1024), (32, 1024), (132, 512)]
-        return [(32, 1024)]
-
-
-def parse_size(text: str) -> int:
-    """'8' -> 8, '64K' -> 65536, '1M'/'1MiB'/'1m' -> 1048576, '2G' -> 2 << 30."""
-    s = text.strip().upper().removesuffix("IB").removesuffix("B")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
-    digits = s[:-1] if s[-1:] in "KMG" else s
-    try:
-        value = int(digits)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8, 64K, 1M, 2G)") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"sizes must be positive, got {text!r}")
-    return value * mult
-
-
-def size_range(min_size: int, max_size: int, factor: int) -> list[int]:
-    """NVSHMEM perftest's sizes: min, min*f, ... while <= max."""
-    if min_size <= 0 or max_size < min_size:
-        raise ValueError(f"need 0 < -b <= -e, got -b {min_size} -e {max_size}")
-    if factor < 2:
-        raise ValueError(f"-f must be at least 2, got {factor}")
-    sizes, s = [], min_size
-    while s <= max_size:
-        sizes.append(s)
-        s *= factor
-    return sizes
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want comma-separated integers, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"want positive integers, got {text!r}")
-    return values
-
-
-def _choices(text: str, allowed: Sequence[str], name: str) -> list[str]:
-    items = [v.strip() for v in text.split(",") if v.strip()]
-    if items == ["all"]:
-        return list(allowed)
-    bad = [v for v in items if v not in allowed]
-    if bad or not items:
-        raise argparse.ArgumentTypeError(f"{name}: {bad or text!r} not in {', '.join(allowed)}")
-    return items
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m gshmem.bench p2p",
-        description="gshmem point-to-point benchmarks (NVSHMEM perftest options).",
-    )
-    a = p.add_argument
-    a("-b", "--min-size", type=parse_size, default=None, help="smallest size (default 1M)")
-    a("-e", "--max-size", type=parse_size, default=None, help="largest size (default 256M)")
-    a("-f", "--step-factor", type=int, default=None, help="size multiplier (default 2)")
-    a("-n", "--iters", type=int, default=None, help="timed iterations per repeat (default 20)")
-    a("-w", "--warmup", type=int, default=None, help="warm-up iterations (default 5)")
-    a("-c", "--ctas", type=_int_list, default=None, help="CTAs, e.g. 8 or 4,8,32")
-    a("-t", "--threads", type=_int_list, default=None, help="threads per CTA, e.g. 1024")
-    a("--repeats", type=int, default=None, help="timed repeats; the median is kept (default 5)")
-    a("--scope", default="all", help="thread|warp|block|all, or a comma list (default all)")
-    a("--dir", default="all", help="uni|bidir|all (default all)")
-    a("--only", default="all", help=f"subset of {','.join(TESTS)} (default all)")
-    a("--compare", default="", help="copy_engine,nccl,nvshmem or all (default none)")
-    a("--json", default=None, help="write the results here (default $OUT/bench_p2p.json when "
-      "$OUT is set, else results/bench_p2p-<time>.json)")
-    a("--perf-lines", action="store_true", help="also print '&&&& PERF' lines")
-    a("--quick", action="store_true", help="a short run (sizes 1M,16M,256M, fewer configs)")
-    a("--np", type=int, default=2, help="PEs to launch when not already launched (default 2)")
-    a("--timeout", type=float, default=None,
-      help="seconds before the launcher kills the job (default 1500; 170 with --quick)")
-    return p
-
-
-def _given(value: int | None, default: int) -> int:
-    return default if value is None else value
-
-
-def parse_args(argv: Sequence[str]) -> Options:
-    """Options from the command line; exits 2 with a usage message when it is wrong."""
-    p = parser()
-    ns = p.parse_args(list(argv))
-    q = ns.quick
-    try:
-        scopes = _choices(ns.scope, SCOPES, "--scope")
-        dirs = _choices(ns.dir, ("uni", "bidir"), "--dir")
-        tests = _choices(ns.only, TESTS, "--only")
-        compare = _choices(ns.compare, BASELINES, "--compare") if ns.compare else []
-    except argparse.ArgumentTypeError as e:
-        p.error(str(e))
-    o = Options(
-        min_size=ns.min_size or (1 << 20),
-        max_size=ns.max_size or (256 << 20),
-        factor=_given(ns.step_factor, 16 if q else 2),
-        iters=_given(ns.iters, 10 if q else 20),
-        warmup=_given(ns.warmup, 2 if q else 5),
-        repeats=_given(ns.repeats, 3 if q else 5),
-        ctas=ns.ctas,
-        threads=ns.threads,
-        scopes=scopes,
-        directions=dirs,
-        tests=tests,
-        compare=compare,
-        json=ns.json,
-        perf_lines=ns.perf_lines,
-        quick=q,
-        nprocs=ns.np,
-        timeout=ns.timeout or (170.0 if q else 1500.0),
-        latency_iters=200 if q else 1000,
-        rate_iters=50 if q else 200,
-    )
-    if o.nprocs < 2:
-        p.error(f"--np must be at least 2 (point-to-point needs a peer), got {o.nprocs}")
-    if o.iters < 1 or o.repeats < 1 or o.warmup < 0:
-        p.error("-n and --repeats must be at least 1, -w at least 0")
-    if o.threads and any(t % 32 or t > 1024 for t in o.threads):
-        p.error(f"-t: threads per CTA must be multiples of 32 up to 1024, got {o.threads}")
-    try:
-        o.sizes()
-    except ValueError as e:
-        p.error(str(e))
-    return o
-
-
-def slots_for(size: int) -> int:
-    """Buffer slots a size rotates through so the working set exceeds L2."""
-    return max(1, min(MAX_SLOTS, math.ceil(ROTATE_BYTES / size)))
-
-
-def iters_for(size: int, iters: int) -> int:
-    """Timed iterations for a size: at least ``iters``, more for small sizes (>= 256 MiB)."""
-    return max(iters, min(MAX_ITERS_PER_REPEAT, math.ceil(MIN_BYTES_PER_REPEAT / size)))
-
-
-# -- NVSHMEM comparison program -------------------------------------------------------------------
-
-
-def nvshmem_home() -> str | None:
-    """The NVSHMEM wheel's folder (site-packages/nvidia/nvshmem), or NVSHMEM_HOME."""
-    if os.environ.get("NVSHMEM_HOME"):
-        return os.environ["NVSHMEM_HOME"]
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("nvidia.nvshmem")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return list(spec.submodule_search_locations)[0]
-
-
-def nvshmem_args(o: Options) -> list[str]:
-    """The comparison program's options for the same measurements as ``o``."""
-    configs = sorted({c for s in o.scopes for c in o.configs(s)})
-    return [
-        "-b", str(o.min_size), "-e", str(o.max_size), "-f", str(o.factor),
-        "-n", str(o.iters), "-w", str(o.warmup), "--repeats", str(o.repeats),
-        "--configs", ",".join(f"{c}x{t}" for c, t in configs),
-        "--scopes", ",".join(o.scopes), "--dirs", ",".join(o.directions),
-        "--lat-sizes", ",".join(str(s) for s in o.latency_sizes),
-        "--lat-iters", str(o.latency_iters),
-        "--onstream", "1" if "onstream_bw" in o.tests else "0",
-    ]  # fmt: skip
-
-
-def build_nvshmem(
-    build_dir: Path, log: Callable[[str], None], limit: float = 300.0
-) -> tuple[Path | None, str]:
-    """Configures and builds benchmarks/nvshmem_p2p (cached by source digest); returns the
-    program, or None and why not."""
-    if not (NVSHMEM_DIR / "CMakeLists.txt").is_file():
-        return None, f"{NVSHMEM_DIR} not found (needs the gshmem source tree)"
-    home = nvshmem_home()
-    if home is None:
-        return None, "NVSHMEM not found (pip wheel nvidia-nvshmem-cu13, or set NVSHMEM_HOME)"
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        return None, "cmake not found"
-    digest = hashlib.sha256()
-    for f in sorted(NVSHMEM_DIR.iterdir()):
-        digest.update(f.read_bytes())
-    build = build_dir / digest.hexdigest()[:12]
-    exe = build / "nvshmem_p2p"
-    if exe.is_file():
-        return exe, ""
-    log(f"building the NVSHMEM comparison program in {build} ...")
-    steps = [
-        [cmake, "-S", str(NVSHMEM_DIR), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-         f"-DNVSHMEM_HOME={home}", f"-DPython3_EXECUTABLE={sys.executable}"],
-        [cmake, "--build", str(build), "-j", "8"],
-    ]  # fmt: skip
-    for cmd in steps:
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return None, f"build failed: {e}"
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            return None, f"build failed ({' '.join(cmd[:2])} ...):\n{tail}"
-    return (exe, "") if exe.is_file() else (None, "build produced no nvshmem_p2p")
-
-
-def run_nvshmem(exe: Path, o: Options, devices: Sequence[int], timeout: float) -> tuple[
-        list[Row], str]:  # fmt: skip
-    """Runs the program as 2 processes (UID bootstrap through a file); returns rank 0's rows,
-    or [] and why not. Kills both processes on timeout."""
-    home = nvshmem_home() or ""
-    with tempfile.TemporaryDirectory(prefix="gshmem-nvshmem-") as tmp:
-        uid = Path(tmp) / "uid"
-        env = dict(os.environ)
-        for k in [k for k in env if k.startswith("GSHMEM_")]:
-            env.pop(k)
-        env.update(
-            NVSHMEM_DISABLE_NVLS="1",
-            NVSHMEM_BOOTSTRAP="UID",
-            NVSHMEM_REMOTE_TRANSPORT=env.get("NVSHMEM_REMOTE_TRANSPORT", "none"),
-            NVSHMEM_SYMMETRIC_SIZE=env.get("NVSHMEM_SYMMETRIC_SIZE", "3G"),
-            NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=env.get("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo"),
-            LD_LIBRARY_PATH=os.pathsep.join(
-                p for p in (os.path.join(home, "lib"), env.get("LD_LIBRARY_PATH", "")) if p
-            ),
-            CUDA_VISIBLE_DEVICES=",".join(str(d) for d in devices),
-        )
-        procs = []
-        outs = [Path(tmp) / f"out{r}.txt" for r in range(2)]
-        try:
-            for r in range(2):
-                with open(outs[r], "w") as f:
-                    cmd = [str(exe), "--rank", str(r), "--nranks", "2", "--uid-file", str(uid)]
-                    procs.append(
-                        subprocess.Popen(
-                            cmd + nvshmem_args(o), stdout=f, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True,
-                        )
-                    )
-            deadline = time.monotonic() + timeout
-            while any(p.poll() is None for p in procs):
-                if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in procs):
-                    break
-                time.sleep(0.1)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, 9)
-                    p.wait()
-        text = [f.read_text(errors="replace") for f in outs]
-        codes = [p.returncode for p in procs]
-    if codes != [0, 0]:
-        why = "timed out" if any(c == -9 for c in codes) else f"exit codes {codes}"
-        tail = "\n".join((text[0] + text[1]).strip().splitlines()[-12:])
-        return [], f"NVSHMEM program failed ({why}):\n{tail}"
-    return parse_perf_lines(text[0], impl="nvshmem"), ""
-
-
 # -- the GPU part ---------------------------------------------------------------------------------
+
 
 def _wait_limit() -> float:
     try:
@@ -508,8 +200,10 @@ class Bench:
         shown = "-" if row.value is None else f"{row.value:.3f}"
         where = f"{row.scope} {row.config()}" if row.path == "device" else row.path
         size = f" {row.size} B" if row.size else ""
-        self.log(f"  {row.impl} {row.op} {where} {row.direction}{size}: {shown} {row.unit} "
-                 f"{row.note}".rstrip())
+        self.log(
+            f"  {row.impl} {row.op} {where} {row.direction}{size}: {shown} {row.unit} "
+            f"{row.note}".rstrip()
+        )
 
     def roles(self, direction: str) -> tuple[bool, bool]:
         """(issues the transfer, owns the destination of a put) for this PE."""
@@ -717,7 +411,7 @@ class Bench:
                     comm.signal_wait_until(sig, "ge", i)
                     comm.put_signal(d, s, sig, i, self.peer, op="set")
 
-        replay, mode = (self.capture(rounds) if self.paired else (lambda: None, ""))
+        replay, mode = self.capture(rounds) if self.paired else (lambda: None, "")
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
         for _ in range(self.o.repeats + 1):  # the first round is the warm-up
@@ -888,8 +582,16 @@ class Bench:
             return
         peer_dev = self.devices[self.peer]
         if peer_dev == self.device or not torch.cuda.can_device_access_peer(self.device, peer_dev):
-            self.add(Row("copy_engine", "-", "host", "GB/s", None,
-                         note=f"no peer access from GPU {self.device} to GPU {peer_dev}"))
+            self.add(
+                Row(
+                    "copy_engine",
+                    "-",
+                    "host",
+                    "GB/s",
+                    None,
+                    note=f"no peer access from GPU {self.device} to GPU {peer_dev}",
+                )
+            )
             return
         remote = torch.empty((self.cap,), dtype=torch.uint8, device=f"cuda:{peer_dev}")
         remote.copy_(self.random(4321 + self.rank, self.cap).to(f"cuda:{peer_dev}"))
@@ -950,28 +652,6 @@ def finish(o: Options, rows: list[Row], meta: dict[str, Any]) -> None:
     print(report.format_table(rows, o.compare, title=title), flush=True)
 
 
-def nvshmem_rows(o: Options, devices: Sequence[int], log: Callable[[str], None],
-                 seconds_left: Callable[[], float]) -> list[Row]:  # fmt: skip
-    """The NVSHMEM baseline (build, then run on the first two PEs' GPUs), or a row saying why
-    it was skipped. Stays within ``seconds_left()`` so the table is printed before the
-    launcher's --timeout."""
-    build_dir = Path(os.environ.get("GSHMEM_BENCH_BUILD", Path.home() / ".cache" / "gshmem"))
-    exe, why = None, f"not enough of --timeout left ({seconds_left():.0f} s)"
-    if seconds_left() > 20:
-        exe, why = build_nvshmem(build_dir / "nvshmem_p2p", log, limit=seconds_left() - 15)
-    if exe is not None:
-        left = seconds_left()
-        why = f"not enough of --timeout left to run it ({left:.0f} s)"
-        if left > 15:
-            log(f"running the NVSHMEM comparison program (at most {left:.0f} s) ...")
-            rows, why = run_nvshmem(exe, o, devices[:2], timeout=left)
-        if rows:
-            return rows
-        why = why or "the NVSHMEM program printed no results"
-    log(f"NVSHMEM comparison skipped: {why}")
-    return [Row("nvshmem", "-", "-", "", None, note=f"skipped: {why}")]
-
-
 def run(o: Options) -> int:
     """Runs the suite on this PE of a launched job (collective); rank 0 prints the table and
     writes the JSON. Returns the exit code: 0, 1 (a measurement failed), 3 (no GPU / torch /
@@ -1024,17 +704,5 @@ def run(o: Options) -> int:
         finish(o, rows, meta)
     return 0
 
-__all__ = [
-    "BenchError",
-    "Options",
-    "build_nvshmem",
-    "iters_for",
-    "nvshmem_args",
-    "parse_args",
-    "parse_size",
-    "parser",
-    "run",
-    "run_nvshmem",
-    "size_range",
-    "slots_for",
-]
+
+__all__ = ["BenchError", "run"]

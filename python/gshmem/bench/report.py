@@ -194,8 +194,9 @@ def format_table(rows: Sequence[Row], baselines: Sequence[str] = (), title: str 
         cells += [_cell(entry[b]) for b in baselines]
         cells.append(r.note)
         lines.append(cells)
-    widths = [max(len(h), *(len(c[i]) for c in lines)) if lines else len(h)
-              for i, h in enumerate(header)]
+    widths = [
+        max(len(h), *(len(c[i]) for c in lines)) if lines else len(h) for i, h in enumerate(header)
+    ]
     out = []
     if title:
         out.append(title)

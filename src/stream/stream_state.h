@@ -1,0 +1,47 @@
+// StreamState: what the on-stream operations (DESIGN.md §2.6, docs/on-stream.md) need from a comm
+// beyond its heap and device state. Built collectively as the last step of comm init, because it
+// allocates symmetric memory: the counters of barriers on stream, kept apart from the device
+// API's (dev.sync) so that a stream barrier never shares counters with a user kernel's barrier
+// that may run at the same time on another stream.
+#pragma once
+
+#include <cstdint>
+
+#include "gshmem/device_state.h"
+
+namespace gshmem {
+
+class Comm;
+
+namespace stream {
+
+// GSHMEM_STREAM_KERNEL_MAX_BYTES: put/get/put_signal of at most this many bytes (and more than
+// 0) are copied by a one-block kernel instead of the copy engines (default 0: always the copy
+// engines). Re-read from the environment at each call; a bad value is a usage error.
+uint64_t kernel_max_bytes_from_env();
+
+class StreamState {
+ public:
+  // Collective over the comm (one zeroed heap allocation). Throws gshmem::Error.
+  explicit StreamState(Comm& comm);
+  // The barrier counters are released with the heap (a free would be a collective), which is
+  // why the comm destroys this object before its heap.
+  StreamState(const StreamState&) = delete;
+  StreamState& operator=(const StreamState&) = delete;
+
+  // The comm's gshmem_device_t with `sync` pointing at the stream barriers' own counters.
+  const gshmem_device_t& barrier_device() const { return barrier_device_; }
+  // GSHMEM_STREAM_KERNEL_MAX_BYTES as it was when the comm was created.
+  uint64_t kernel_max_bytes() const { return kernel_max_bytes_; }
+  // Whether the GPU runs 64-bit stream memory operations (cuStreamWrite/WaitValue64); when it
+  // does not, signals and waits take the one-thread kernel paths instead.
+  bool memops() const { return memops_; }
+
+ private:
+  gshmem_device_t barrier_device_{};
+  uint64_t kernel_max_bytes_ = 0;
+  bool memops_ = false;
+};
+
+}  // namespace stream
+}  // namespace gshmem

@@ -1,0 +1,148 @@
+"""Argument handling of the on-stream operations that needs no GPU: comparison and signal-op
+names, stream handles, value ranges, tensor/Buffer checks, and the kernel-threshold setting."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+import gshmem
+from gshmem import _C
+from gshmem.comm import _cmp, _same_size, _signal_op, _span, _stream_handle, _u64
+
+
+@pytest.mark.parametrize(
+    ("name", "code"), [("eq", 0), ("ne", 1), ("gt", 2), ("ge", 3), ("lt", 4), ("le", 5)]
+)
+def test_cmp_names_match_the_c_abi(name, code):
+    assert _cmp(name) == code
+    assert _cmp(name.upper()) == code
+
+
+@pytest.mark.parametrize("bad", ["gte", "", "==", 3, None])
+def test_bad_cmp_is_a_usage_error(bad):
+    with pytest.raises(gshmem.UsageError, match="cmp must be one of 'eq', 'ne'"):
+        _cmp(bad)
+
+
+def test_signal_ops():
+    assert _signal_op("set") == _C.SIGNAL_SET == 0
+    assert _signal_op("ADD") == _C.SIGNAL_ADD == 1
+    for bad in ("xor", "", 1, None):
+        with pytest.raises(gshmem.UsageError, match="op must be 'set' or 'add'"):
+            _signal_op(bad)
+
+
+def test_values_are_unsigned_64_bit():
+    assert _u64(0, "value") == 0
+    assert _u64((1 << 64) - 1, "value") == (1 << 64) - 1
+    for bad in (-1, 1 << 64):
+        with pytest.raises(gshmem.UsageError, match="unsigned 64-bit"):
+            _u64(bad, "value")
+    for bad in (1.0, True, "1"):
+        with pytest.raises(gshmem.UsageError, match="must be an int"):
+            _u64(bad, "value")
+
+
+class FakeStream:
+    """What _stream_handle reads from a torch.cuda.Stream: cuda_stream and device.index."""
+
+    def __init__(self, handle: object, index: int | None) -> None:
+        self.cuda_stream = handle
+        self.device = types.SimpleNamespace(index=index)
+
+
+def test_stream_handles():
+    assert _stream_handle(0, 0) == 0
+    assert _stream_handle(0x1234, 3) == 0x1234
+    assert _stream_handle(FakeStream(0x5678, 2), 2) == 0x5678
+    with pytest.raises(gshmem.UsageError, match="belongs to cuda:1 but this comm's GPU is cuda:2"):
+        _stream_handle(FakeStream(0x5678, 1), 2)
+    with pytest.raises(gshmem.UsageError, match="must not be negative"):
+        _stream_handle(-5, 0)
+    for bad in (True, "default", 1.5, FakeStream("x", 0), object()):
+        with pytest.raises(gshmem.UsageError, match="stream must be a torch.cuda.Stream"):
+            _stream_handle(bad, 0)
+
+
+def test_default_stream_without_torch_is_the_legacy_stream(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert _stream_handle(None, 0) == 0
+
+
+def test_default_stream_is_torchs_current_stream(monkeypatch):
+    seen = []
+
+    def current_stream(device):
+        seen.append(device)
+        return types.SimpleNamespace(cuda_stream=0xBEEF)
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(current_stream=current_stream))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert _stream_handle(None, 3) == 0xBEEF
+    assert seen == [3]
+
+
+def test_span_of_buffers_and_tensors():
+    comm = types.SimpleNamespace(device=1)
+    buf = gshmem.Buffer(comm, 0x1000, 64, 0)
+    assert _span(buf, "dst", 1) == (0x1000, 64)
+    with pytest.raises(gshmem.UsageError, match="Buffer on cuda:1, not on cuda:0"):
+        _span(buf, "dst", 0)
+    with pytest.raises(gshmem.UsageError, match="torch.Tensor or a gshmem.Buffer"):
+        _span(b"bytes", "dst", 0)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(gshmem.UsageError, match="put: src is on cpu; it must be on cuda:0"):
+        _span(torch.zeros(4), "put: src", 0)
+
+
+def test_sizes_must_match():
+    _same_size("put", 8, 8)
+    with pytest.raises(gshmem.UsageError, match="dst has 8 bytes but src has 9"):
+        _same_size("put", 8, 9)
+
+
+def test_comm_methods_check_before_calling_the_runtime():
+    # A Comm shell with no native handle: each call must fail in Python, before reaching it.
+    comm = gshmem.Comm.__new__(gshmem.Comm)
+    comm.device = 0
+    comm._handle = None
+    a = gshmem.Buffer(comm, 0x1000, 8, 0)
+    b = gshmem.Buffer(comm, 0x2000, 16, 0)
+    with pytest.raises(gshmem.UsageError, match="must match"):
+        comm.put(a, b, 1, stream=0)
+    with pytest.raises(gshmem.UsageError, match="must match"):
+        comm.get(b, a, 1, stream=0)
+    with pytest.raises(gshmem.UsageError, match="8 bytes"):
+        comm.signal_op(b, 1, 1, stream=0)
+    with pytest.raises(gshmem.UsageError, match="op must be"):
+        comm.put_signal(a, a, a, 1, 1, op="inc", stream=0)
+    with pytest.raises(gshmem.UsageError, match="cmp must be"):
+        comm.signal_wait_until(a, "above", 1, stream=0)
+    with pytest.raises(gshmem.UsageError, match="stream must be"):
+        comm.quiet(stream="now")
+    with pytest.raises(gshmem.UsageError, match="stream must be"):
+        comm.barrier_on_stream(stream=[])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [(None, 0), ("", 0), ("0", 0), ("4096", 4096), ("64K", 65536), ("1MiB", 1 << 20)],
+)
+def test_kernel_threshold_from_env(monkeypatch, text, expected):
+    if text is None:
+        monkeypatch.delenv("GSHMEM_STREAM_KERNEL_MAX_BYTES", raising=False)
+    else:
+        monkeypatch.setenv("GSHMEM_STREAM_KERNEL_MAX_BYTES", text)
+    assert _C.stream_kernel_max_bytes() == expected
+
+
+@pytest.mark.parametrize("bad", ["lots", "-1", "12Q"])
+def test_bad_kernel_threshold_is_a_usage_error(monkeypatch, bad):
+    monkeypatch.setenv("GSHMEM_STREAM_KERNEL_MAX_BYTES", bad)
+    with pytest.raises(
+        gshmem.UsageError, match="GSHMEM_STREAM_KERNEL_MAX_BYTES='.*' is not a size"
+    ):
+        _C.stream_kernel_max_bytes()
