@@ -54,21 +54,21 @@ if command -v mpirun >/dev/null && $PY -c 'import mpi4py' 2>/dev/null; then
     -x PYTHONUNBUFFERED $PY -m gshmem.demo
 fi
 step timing timing.log 300 env GSHMEM_DEBUG=1 $PY -m gshmem.run -n "$NGPU" --timeout 280 tests/gpu/scripts/heap_check.py timing
-step bandwidth bw.log 200 $PY -m gshmem.run -n 2 --timeout 190 tests/gpu/scripts/device_api_check.py bw
+step bench-p2p bench.log 200 $PY -m gshmem.bench p2p --quick --compare "${BENCH_COMPARE:-copy_engine,nccl}" \
+  --timeout 180 --json "$RESULTS/bench_p2p.json"
 # Small cases of the device API under compute-sanitizer (memcheck, then racecheck), 2 PEs.
 [ "${SANITIZER:-1}" = 1 ] && for tool in memcheck racecheck; do
   step "sanitizer-$tool" sanitizer.log 280 env GSHMEM_TEST_SMALL=1 $PY -m gshmem.run -n 2 \
     --timeout 260 --wrap "compute-sanitizer --tool $tool --error-exitcode 99" \
     tests/gpu/scripts/device_api_check.py rma signal pg amo wait barrier
 done
-grep -h '^\[rank [0-9]*\] TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //' >"$RESULTS/timing.json"
 
 echo
 echo "gshmem GPU check: $NGPU GPU(s); logs in $RESULTS"
 grep -h "passed\|failed" "$RESULTS/tests.log" | tail -1
 grep -h "init took" "$RESULTS/demo.log" | head -3
-[ -s "$RESULTS/timing.json" ] && cat "$RESULTS/timing.json"
-grep -h "BW " "$RESULTS/bw.log" | sort -u
+grep -h 'TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //'
+grep -h -A80 '^op ' "$RESULTS/bench.log" | head -60
 printf '%-22s %-12s %6s  %s\n' step status time log
 printf '%s\n' "${SUMMARY[@]}"
 for v in "${STATUS[@]}"; do [ "$v" = PASS ] || exit 1; done
