@@ -19,60 +19,15 @@
 #include "common/error.h"
 #include "gshmem/gshmem.h"
 #include "heap/allocator.h"
+#include "python/ext_common.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
+using gshmem::python::call;
+using gshmem::python::call_internal;
+using gshmem::python::raise;
 
 namespace {
-
-// The Python exception class for a result code (classes live in gshmem/_errors.py).
-[[noreturn]] void raise(gshmem_result_t code, const std::string& message) {
-  const char* name = "Error";
-  switch (code) {
-    case GSHMEM_ERROR_USAGE: name = "UsageError"; break;
-    case GSHMEM_ERROR_BOOTSTRAP: name = "BootstrapError"; break;
-    case GSHMEM_ERROR_TIMEOUT: name = "TimeoutError"; break;
-    case GSHMEM_ERROR_HEAP: name = "HeapError"; break;
-    case GSHMEM_ERROR_CUDA: name = "CudaError"; break;
-    default: break;
-  }
-  nb::object cls = nb::module_::import_("gshmem._errors").attr(name);
-  PyErr_SetString(cls.ptr(), message.c_str());
-  throw nb::python_error();
-}
-
-// Runs a C ABI call without the GIL and raises its error, if any, with the GIL held.
-template <typename F>
-void call(F&& f) {
-  gshmem_result_t rc;
-  std::string message;
-  {
-    nb::gil_scoped_release release;
-    rc = f();
-    if (rc != GSHMEM_SUCCESS) message = gshmem_last_error();
-  }
-  if (rc != GSHMEM_SUCCESS) raise(rc, message);
-}
-
-// Runs internal C++ code without the GIL, translating gshmem::Error.
-template <typename F>
-auto call_internal(F&& f) -> decltype(f()) {
-  std::optional<gshmem::Error> failure;
-  {
-    nb::gil_scoped_release release;
-    try {
-      if constexpr (std::is_void_v<decltype(f())>) {
-        f();
-        return;
-      } else {
-        return f();
-      }
-    } catch (const gshmem::Error& e) {
-      failure.emplace(e);
-    }
-  }
-  raise(failure->code(), failure->what());
-}
 
 gshmem_unique_id_t uid_from_bytes(const nb::bytes& b) {
   if (b.size() != GSHMEM_UNIQUE_ID_BYTES) {
@@ -214,10 +169,28 @@ class BootstrapHandle {
 
 }  // namespace
 
-void bind_device(nb::module_& m, gshmem_comm_t (*comm_of)(nb::handle),
-                 void (*raise)(gshmem_result_t, const std::string&));  // ext_device.cpp
-void bind_stream(nb::module_& m, gshmem_comm_t (*comm_of)(nb::handle),
-                 void (*raise)(gshmem_result_t, const std::string&));  // ext_stream.cpp
+// The Python exception class for a result code (classes live in gshmem/_errors.py).
+void gshmem::python::raise(gshmem_result_t code, const std::string& message) {
+  const char* name = "Error";
+  switch (code) {
+    case GSHMEM_ERROR_USAGE: name = "UsageError"; break;
+    case GSHMEM_ERROR_BOOTSTRAP: name = "BootstrapError"; break;
+    case GSHMEM_ERROR_TIMEOUT: name = "TimeoutError"; break;
+    case GSHMEM_ERROR_HEAP: name = "HeapError"; break;
+    case GSHMEM_ERROR_CUDA: name = "CudaError"; break;
+    default: break;
+  }
+  nb::object cls = nb::module_::import_("gshmem._errors").attr(name);
+  PyErr_SetString(cls.ptr(), message.c_str());
+  throw nb::python_error();
+}
+
+gshmem_comm_t gshmem::python::comm_of(nb::handle comm_handle) {
+  return nb::cast<CommHandle&>(comm_handle).raw();
+}
+
+void bind_device(nb::module_& m);  // ext_device.cpp
+void bind_stream(nb::module_& m);  // ext_stream.cpp
 
 NB_MODULE(_C, m) {
   m.doc() = "gshmem native core (use the gshmem package, not this module directly)";
@@ -281,6 +254,6 @@ NB_MODULE(_C, m) {
       .def("connect_local", &BootstrapHandle::connect_local)
       .def("exchange_fd", &BootstrapHandle::exchange_fd, "fd"_a, "tag"_a)
       .def("close", &BootstrapHandle::close);
-  bind_device(m, [](nb::handle h) { return nb::cast<CommHandle&>(h).raw(); }, &raise);
-  bind_stream(m, [](nb::handle h) { return nb::cast<CommHandle&>(h).raw(); }, &raise);
+  bind_device(m);
+  bind_stream(m);
 }

@@ -1,6 +1,5 @@
-// gshmem._C, device part: binds the device-state and team section of the C ABI. ext.cpp lends
-// two things through bind_device's arguments: the gshmem_comm_t behind a CommHandle, and its
-// function that raises the gshmem error class for a result code.
+// gshmem._C, device part: binds the device-state and team section of the C ABI (errors and the
+// comm behind a CommHandle come from ext_common.h).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -11,14 +10,16 @@
 #include <tuple>
 
 #include "gshmem/gshmem.h"
+#include "python/ext_common.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
+using gshmem::python::call;
+using gshmem::python::comm_of;
 
 namespace {
 
 using TeamTuple = std::tuple<int, int, int, int>;  // (start, stride, size, my_pe)
-using RaiseFn = void (*)(gshmem_result_t, const std::string&);
 
 TeamTuple to_tuple(const gshmem_team_t& t) { return {t.start, t.stride, t.size, t.my_pe}; }
 
@@ -26,16 +27,9 @@ gshmem_team_t from_tuple(const TeamTuple& t) {
   return gshmem_team_t{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t)};
 }
 
-// Runs a C ABI call (all of these are quick and never block: the GIL stays held) and raises.
-template <typename F>
-void call(RaiseFn raise, F&& f) {
-  gshmem_result_t rc = f();
-  if (rc != GSHMEM_SUCCESS) raise(rc, gshmem_last_error());
-}
-
 }  // namespace
 
-void bind_device(nb::module_& m, gshmem_comm_t (*comm_of)(nb::handle), RaiseFn raise) {
+void bind_device(nb::module_& m) {
   m.attr("DEVICE_STATE_VERSION") = GSHMEM_DEVICE_STATE_VERSION;
   m.attr("DEVICE_STATE_SIZE") = sizeof(gshmem_device_t);
   m.attr("TEAM_SIZE") = sizeof(gshmem_team_t);
@@ -55,35 +49,35 @@ void bind_device(nb::module_& m, gshmem_comm_t (*comm_of)(nb::handle), RaiseFn r
   offsets["node"] = offsetof(gshmem_device_t, node);
   m.attr("DEVICE_STATE_OFFSETS") = offsets;
 
-  m.def("comm_device", [=](nb::handle comm) {
+  m.def("comm_device", [](nb::handle comm) {
         gshmem_device_t dev{};
-        call(raise, [&] { return gshmem_comm_device(comm_of(comm), &dev); });
+        call([&] { return gshmem_comm_device(comm_of(comm), &dev); });
         return nb::bytes(reinterpret_cast<const char*>(&dev), sizeof dev);
       }, "comm"_a, "The gshmem_device_t of a CommHandle, as bytes.");
-  m.def("team_world", [=](nb::handle comm) {
+  m.def("team_world", [](nb::handle comm) {
         gshmem_team_t t{};
-        call(raise, [&] { return gshmem_team_world(comm_of(comm), &t); });
+        call([&] { return gshmem_team_world(comm_of(comm), &t); });
         return to_tuple(t);
       }, "comm"_a);
-  m.def("team_node", [=](nb::handle comm) {
+  m.def("team_node", [](nb::handle comm) {
         gshmem_team_t t{};
-        call(raise, [&] { return gshmem_team_node(comm_of(comm), &t); });
+        call([&] { return gshmem_team_node(comm_of(comm), &t); });
         return to_tuple(t);
       }, "comm"_a);
-  m.def("team_split_strided", [=](const TeamTuple& parent, int start, int stride, int size) {
+  m.def("team_split_strided", [](const TeamTuple& parent, int start, int stride, int size) {
         gshmem_team_t p = from_tuple(parent), child{};
-        call(raise, [&] { return gshmem_team_split_strided(&p, start, stride, size, &child); });
+        call([&] { return gshmem_team_split_strided(&p, start, stride, size, &child); });
         return to_tuple(child);
       }, "parent"_a, "start"_a, "stride"_a, "size"_a);
-  m.def("team_split_2d", [=](const TeamTuple& parent, int xrange) {
+  m.def("team_split_2d", [](const TeamTuple& parent, int xrange) {
         gshmem_team_t p = from_tuple(parent), x{}, y{};
-        call(raise, [&] { return gshmem_team_split_2d(&p, xrange, &x, &y); });
+        call([&] { return gshmem_team_split_2d(&p, xrange, &x, &y); });
         return std::make_pair(to_tuple(x), to_tuple(y));
       }, "parent"_a, "xrange"_a);
-  m.def("team_translate_pe", [=](const TeamTuple& src, int pe, const TeamTuple& dst) {
+  m.def("team_translate_pe", [](const TeamTuple& src, int pe, const TeamTuple& dst) {
         gshmem_team_t s = from_tuple(src), d = from_tuple(dst);
         int out = -1;
-        call(raise, [&] { return gshmem_team_translate_pe(&s, pe, &d, &out); });
+        call([&] { return gshmem_team_translate_pe(&s, pe, &d, &out); });
         return out;
       }, "src"_a, "pe"_a, "dst"_a);
 }

@@ -216,7 +216,7 @@ class Bench:
     # -- device put/get bandwidth -----------------------------------------------------------------
     def device_bw(self, scope: str, ctas: int, threads: int, direction: str, op: str,
                   size: int) -> None:  # fmt: skip
-        np, torch = self.np, self.torch
+        np = self.np
         active, _ = self.roles(direction)
         slots, iters = slots_for(size), iters_for(size, self.o.iters)
         fn = self.kernel(f"bw_{scope}")
@@ -231,10 +231,22 @@ class Bench:
                  np.int32(op == "get")),
             )  # fmt: skip
 
+        self.validate(op, size, active, lambda: launch(1, 1), what)
+        t = self.slowest(self.timed(launch if active else None, iters, what))
+        self.add(Row("gshmem", op, "device", "GB/s",
+                     None if t is None else bandwidth_gbps(size * iters, t), size, scope, ctas,
+                     threads, direction, min(ctas, self.sms)))  # fmt: skip
+
+    def validate(
+        self, op: str, size: int, active: bool, transfer: Callable[[], None], what: str
+    ) -> None:
+        """Collective: poisons the destination, runs one transfer on the active PEs, and checks
+        that the destination holds the source (put: the peer's dst; get: our dst)."""
+        torch = self.torch
         self.dst[:size].fill_(0xA5)
         self.sync(f"{what}: poison")
         if active:
-            launch(1, 1)
+            transfer()
         self.sync(f"{what}: validation")
         ok = True
         if active and op == "put":
@@ -242,10 +254,6 @@ class Bench:
         if active and op == "get":
             ok = torch.equal(self.dst[:size], self.comm.peer_tensor(self.src, self.peer)[:size])
         self.check(ok, what)
-        t = self.slowest(self.timed(launch if active else None, iters, what))
-        self.add(Row("gshmem", op, "device", "GB/s",
-                     None if t is None else bandwidth_gbps(size * iters, t), size, scope, ctas,
-                     threads, direction, min(ctas, self.sms)))  # fmt: skip
 
     # -- message rates ----------------------------------------------------------------------------
     def rate_configs(self) -> list[tuple[int, int]]:
@@ -359,7 +367,6 @@ class Bench:
             return fn, f"eager ({type(e).__name__} in graph capture)"
 
     def onstream_bw(self, direction: str, op: str, size: int) -> None:
-        torch = self.torch
         active, _ = self.roles(direction)
         slots, iters = slots_for(size), iters_for(size, self.o.iters)
         dsts = [self.dst[s * size : (s + 1) * size] for s in range(slots)]
@@ -372,17 +379,7 @@ class Bench:
                 call(dsts[i % slots], srcs[i % slots], self.peer)
             self.comm.quiet()
 
-        self.dst[:size].fill_(0xA5)
-        self.sync(f"{what}: poison")
-        if active:
-            issue(1)
-        self.sync(f"{what}: validation")
-        ok = True
-        if active and op == "put":
-            ok = torch.equal(self.comm.peer_tensor(self.dst, self.peer)[:size], self.src[:size])
-        if active and op == "get":
-            ok = torch.equal(self.dst[:size], self.comm.peer_tensor(self.src, self.peer)[:size])
-        self.check(ok, what)
+        self.validate(op, size, active, lambda: issue(1), what)
         mode = ""
         launch = None
         if active:
