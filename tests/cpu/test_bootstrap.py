@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gshmem import _C, BootstrapError, TimeoutError, UsageError
+from gshmem import _C, BootstrapError, HeapError, TimeoutError, UsageError
 
 WORKER = str(Path(__file__).with_name("bootstrap_worker.py"))
 SECRET = slice(24, 40)  # where the 128-bit secret sits inside a unique id
@@ -171,3 +171,33 @@ def test_unique_id_describes_its_rendezvous():
 
 def test_bootstrap_error_is_a_gshmem_error():
     assert issubclass(TimeoutError, BootstrapError)
+
+
+def test_local_channel_rejects_a_peer_that_grows_differently():
+    # The heap passes every new chunk with a tag (offset, size); a PE whose tag differs made
+    # different allocation calls, which must be a HeapError, not silent corruption.
+    uid = _C.unique_id_create("127.0.0.1", 0, True)
+    errors: list[str] = ["", ""]
+
+    def member(r: int) -> None:
+        h = _C.BootstrapHandle(uid, r, 2, 5.0)
+        h.connect_local([0, 1])
+        fd = os.memfd_create(f"chunk{r}")
+        try:
+            got = h.exchange_fd(fd, 100 + r)  # the tags differ
+            for f in got:
+                if f >= 0:
+                    os.close(f)
+        except HeapError as e:
+            errors[r] = str(e)
+        finally:
+            os.close(fd)
+            h.close()
+
+    threads = [threading.Thread(target=member, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert "rank 1 grew its heap differently from rank 0" in errors[0]
+    assert "rank 0 grew its heap differently from rank 1" in errors[1]
