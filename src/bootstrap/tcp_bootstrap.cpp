@@ -1,6 +1,7 @@
 #include "bootstrap/tcp_bootstrap.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstring>
@@ -177,6 +178,26 @@ void Bootstrap::fail_all(gshmem_result_t code, const std::string& message) {
     } catch (const Error&) {
     }
   }
+  // Closing a socket that still holds unread bytes (a rank's late request) sends a reset, which
+  // can destroy the explanation before that rank reads it. So: end our side, drain what the
+  // ranks still send until they close (they do once they read the error), then close.
+  for (auto& c : clients_) {
+    if (c.valid()) ::shutdown(c.get(), SHUT_WR);
+  }
+  char sink[4096];
+  for (int r = 1; r < static_cast<int>(clients_.size()); ++r) {
+    if (!clients_[r].valid()) continue;
+    try {
+      for (;;) {
+        pollfd p{clients_[r].get(), POLLIN, 0};
+        if (::poll(&p, 1, deadline.remaining_ms()) <= 0) break;
+        if (recv_some(clients_[r].get(), sink, sizeof sink, rank_name(r)) == 0) break;
+      }
+    } catch (const Error&) {
+      // the rank closed its side: done with it
+    }
+    clients_[r].reset();
+  }
   throw_error(code, message);
 }
 
@@ -213,12 +234,30 @@ std::vector<uint8_t> Bootstrap::exchange(uint32_t op, uint32_t arg, const void* 
   GSHMEM_REQUIRE(root_.valid(), "this comm's bootstrap is closed (after finalize or abort)");
 
   Deadline deadline(timeout_ + kGraceSeconds);
-  send_all(root_.get(), &mine, sizeof mine, deadline, "rank 0");
-  if (in_bytes) send_all(root_.get(), in, in_bytes, deadline, "rank 0");
   Header reply{};
-  recv_all(root_.get(), &reply, sizeof reply, deadline, "rank 0");
-  std::vector<uint8_t> payload(reply.bytes);
-  if (reply.bytes) recv_all(root_.get(), payload.data(), payload.size(), deadline, "rank 0");
+  std::vector<uint8_t> payload;
+  bool have_reply = false;
+  auto receive_reply = [&](const Deadline& until) {
+    recv_all(root_.get(), &reply, sizeof reply, until, "rank 0");
+    payload.resize(reply.bytes);
+    if (reply.bytes) recv_all(root_.get(), payload.data(), payload.size(), until, "rank 0");
+    have_reply = true;
+  };
+  try {
+    send_all(root_.get(), &mine, sizeof mine, deadline, "rank 0");
+    if (in_bytes) send_all(root_.get(), in, in_bytes, deadline, "rank 0");
+  } catch (const Error&) {
+    // Rank 0 may have failed this operation (and exited) before we sent: its explanation can
+    // still be waiting in our receive buffer, and it says more than "broken pipe".
+    bool explained = false;
+    try {
+      receive_reply(Deadline(1.0));
+      explained = reply.status != GSHMEM_SUCCESS;
+    } catch (const Error&) {
+    }
+    if (!explained) throw;  // the send error: rank 0 left no explanation
+  }
+  if (!have_reply) receive_reply(deadline);
   if (reply.status != GSHMEM_SUCCESS) {
     root_.reset();  // rank 0 has given up on this comm; so do we
     throw_error(static_cast<gshmem_result_t>(reply.status),
