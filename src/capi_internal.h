@@ -1,7 +1,9 @@
-// Shared by the translation units that implement the C ABI (capi.cpp, capi_device.cpp): the
+// Shared by the translation units that implement the C ABI (capi*.cpp): the
 // handle behind gshmem_comm_t, and `guarded`, which turns every exception into a result code
 // plus the per-thread message that gshmem_last_error() returns.
 #pragma once
+
+#include <cuda_runtime_api.h>
 
 #include <memory>
 #include <new>
@@ -48,5 +50,8 @@ template <typename T>
 void require_out(T* out, const char* name) {
   GSHMEM_REQUIRE(out != nullptr, std::string(name) + " must not be NULL");
 }
+
+// The C ABI passes streams as void* so that gshmem.h needs no CUDA header.
+inline cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
 
 }  // namespace gshmem::capi

@@ -7,13 +7,8 @@
 #include "stream/ops.h"
 
 using gshmem::capi::guarded;
+using gshmem::capi::as_stream;
 using gshmem::capi::live;
-
-namespace {
-
-cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
-
-}  // namespace
 
 extern "C" {
 

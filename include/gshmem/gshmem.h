@@ -248,6 +248,78 @@ gshmem_result_t gshmem_quiet_on_stream(gshmem_comm_t comm, void* stream);
  * separate from the device API's barriers. */
 gshmem_result_t gshmem_barrier_on_stream(gshmem_comm_t comm, void* stream);
 
+/* ---------------------------------------------------------------------------------------------
+ * Collectives on a stream (docs/collectives.md). Every call is collective over `team` (NULL =
+ * every PE): each member makes the same call with the same count, dtype, op and root, in the same
+ * order relative to its other collectives on that team. The calls enqueue on `stream` and return
+ * at once; the result is in `out` when the stream reaches that point. `in` and `out` may be
+ * symmetric or ordinary device memory of this comm's GPU; both are staged through the heap
+ * scratch the comm allocates at init (zero-copy paths for symmetric buffers are not written
+ * yet). Each call chooses gshmem's own algorithm or NCCL (gshmem_coll_explain says which and
+ * why; GSHMEM_COLL_BACKEND and per-operation variables override it). Capturable in CUDA graphs.
+ * -------------------------------------------------------------------------------------------*/
+typedef enum {
+  GSHMEM_FLOAT32 = 0,
+  GSHMEM_BFLOAT16 = 1,
+  GSHMEM_FLOAT16 = 2,
+  GSHMEM_INT32 = 3,
+  GSHMEM_INT64 = 4,
+} gshmem_dtype_t;
+
+typedef enum { GSHMEM_SUM = 0, GSHMEM_PROD = 1, GSHMEM_MIN = 2, GSHMEM_MAX = 3 } gshmem_redop_t;
+
+typedef enum {
+  GSHMEM_COLL_ALL_REDUCE = 0,
+  GSHMEM_COLL_ALL_GATHER = 1,
+  GSHMEM_COLL_REDUCE_SCATTER = 2,
+  GSHMEM_COLL_BROADCAST = 3,
+  GSHMEM_COLL_ALL_TO_ALL = 4,
+  GSHMEM_COLL_ALL_TO_ALLV = 5,
+  GSHMEM_COLL_BARRIER = 6,
+} gshmem_coll_t;
+
+/* out[i] = op over members of in[i], i < count. in == out is allowed (in place). */
+gshmem_result_t gshmem_all_reduce_on_stream(gshmem_comm_t comm, const gshmem_team_t* team,
+                                            const void* in, void* out, size_t count,
+                                            gshmem_dtype_t dtype, gshmem_redop_t op,
+                                            void* stream);
+/* out[m * count + i] = member m's in[i]. */
+gshmem_result_t gshmem_all_gather_on_stream(gshmem_comm_t comm, const gshmem_team_t* team,
+                                            const void* in, void* out, size_t count,
+                                            gshmem_dtype_t dtype, void* stream);
+/* out[i] = op over members of in[my_pe * count + i], i < count (in holds size * count). */
+gshmem_result_t gshmem_reduce_scatter_on_stream(gshmem_comm_t comm, const gshmem_team_t* team,
+                                                const void* in, void* out, size_t count,
+                                                gshmem_dtype_t dtype, gshmem_redop_t op,
+                                                void* stream);
+/* out[i] = team member `root`'s in[i]; `in` is read on the root only. */
+gshmem_result_t gshmem_broadcast_on_stream(gshmem_comm_t comm, const gshmem_team_t* team,
+                                           const void* in, void* out, size_t count,
+                                           gshmem_dtype_t dtype, int root, void* stream);
+/* out[m * count + i] = member m's in[my_pe * count + i]. */
+gshmem_result_t gshmem_all_to_all_on_stream(gshmem_comm_t comm, const gshmem_team_t* team,
+                                            const void* in, void* out, size_t count,
+                                            gshmem_dtype_t dtype, void* stream);
+/* Element counts and displacements per member (host arrays of team size): member m receives
+ * send_counts[m] elements from in + send_displs[m], placed at its out + recv_displs[me]; each
+ * member's recv_counts must match what the others send it. */
+gshmem_result_t gshmem_all_to_allv_on_stream(gshmem_comm_t comm, const gshmem_team_t* team,
+                                             const void* in, const size_t* send_counts,
+                                             const size_t* send_displs, void* out,
+                                             const size_t* recv_counts,
+                                             const size_t* recv_displs, gshmem_dtype_t dtype,
+                                             void* stream);
+
+/* Collective over the comm: loads NCCL at run time (dlopen; never required) and creates its
+ * communicator through this comm's bootstrap, so later collectives may choose it. Fails with
+ * GSHMEM_ERROR_USAGE saying why when NCCL cannot be loaded; gshmem's own algorithms keep working. */
+gshmem_result_t gshmem_comm_enable_nccl(gshmem_comm_t comm);
+
+/* Not collective. Writes to `out` (at most len bytes, NUL-terminated) the backend and algorithm
+ * that a collective of `op` with `bytes` per PE over `npes` PEs would use on this comm, and why. */
+gshmem_result_t gshmem_coll_explain(gshmem_comm_t comm, gshmem_coll_t op, size_t bytes, int npes,
+                                    char* out, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

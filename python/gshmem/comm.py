@@ -142,6 +142,23 @@ class Comm:
         info = self._handle.info()
         return {k: info[k] for k in ("heap_reserved", "heap_mapped", "heap_in_use", "heap_base")}
 
+    # -- collectives: backend choice (gshmem/coll_select.py, docs/collectives.md) ------------
+    def enable_nccl(self) -> None:
+        """Collective: loads NCCL at run time and creates its communicator over this comm, so
+        collectives on the world team may choose it where it is faster. Raises the same
+        ``UsageError`` on every PE when NCCL cannot be loaded (gshmem's own keep working)."""
+        from gshmem import coll_select
+
+        coll_select.enable_nccl(self)
+
+    def explain(self, op: str, nbytes: int, npes: int | None = None) -> str:
+        """The backend and algorithm collective ``op`` ("all_reduce", "all_gather", ...) would
+        use for ``nbytes`` of input per PE over ``npes`` PEs (default all), and why. Not
+        collective; runs nothing."""
+        from gshmem import coll_select
+
+        return coll_select.explain(self, op, nbytes, npes)
+
     # -- device API handles -----------------------------------------------------------------
     def device_handle(self) -> DeviceHandle:
         """This PE's ``gshmem::Device``: bytes a kernel takes by value (NVRTC, CuPy, extensions).
@@ -361,6 +378,193 @@ class Comm:
         Do not run two stream barriers of one comm concurrently (on unordered streams)."""
         _C.barrier_on_stream(self._handle, self._stream(stream))
 
+    # -- collectives ------------------------------------------------------------------------
+    # Collective over ``team`` (a gshmem.Team of this comm; None: every PE): every member makes
+    # the same call (same element count, dtype, op and root) in the same order relative to its
+    # other collectives on that team (docs/collectives.md). Each enqueues on ``stream`` (as for
+    # the on-stream operations above) and returns at once; results are in ``out`` when the stream
+    # gets there. Capturable in CUDA graphs. Tensors: contiguous, on this comm's GPU, float32,
+    # bfloat16, float16, int32 or int64, symmetric (``empty``/``zeros``) or ordinary (staged
+    # through the comm's scratch). Collectives on teams that share two or more PEs must be
+    # ordered on each PE (one stream, or events between streams). The backend and algorithm are
+    # chosen per call; GSHMEM_COLL_BACKEND, GSHMEM_COLL_<OP>_BACKEND and GSHMEM_COLL_<OP>_ALGO
+    # override the choice.
+
+    def all_reduce(
+        self, t: Any, op: str = "sum", out: Any = None, team: Team | None = None, stream: Any = None
+    ) -> Any:
+        """``out[i] = op`` over the members' ``t[i]`` (``op``: "sum", "prod", "min", "max";
+        16-bit floats accumulate in fp32). In place into ``t`` when ``out`` is None. Returns
+        ``out``."""
+        out = t if out is None else out
+        code, count, in_ptr = _coll_tensor(t, "all_reduce: t", self.device)
+        _coll_out(out, t, count, "all_reduce")
+        _C.all_reduce_on_stream(
+            self._handle,
+            _team_arg(team),
+            in_ptr,
+            out.data_ptr(),
+            count,
+            code,
+            _redop(op),
+            self._stream(stream),
+        )
+        return out
+
+    def all_gather(
+        self, t: Any, out: Any = None, team: Team | None = None, stream: Any = None
+    ) -> Any:
+        """``out[m]`` = member ``m``'s ``t``; ``out`` holds team-size times ``t``'s elements
+        (new, of shape ``(team size, *t.shape)``, when None). ``t`` may be ``out``'s own block
+        (in place). Returns ``out``."""
+        code, count, in_ptr = _coll_tensor(t, "all_gather: t", self.device)
+        n = self._team_size(team)
+        out = t.new_empty((n, *t.shape)) if out is None else out
+        _coll_out(out, t, count * n, "all_gather")
+        _C.all_gather_on_stream(
+            self._handle,
+            _team_arg(team),
+            in_ptr,
+            out.data_ptr(),
+            count,
+            code,
+            self._stream(stream),
+        )
+        return out
+
+    def reduce_scatter(
+        self,
+        t: Any,
+        out: Any = None,
+        op: str = "sum",
+        team: Team | None = None,
+        stream: Any = None,
+    ) -> Any:
+        """``out[i] = op`` over the members' ``t[me * k + i]``, ``k = t.numel() // team size``
+        (which must divide). ``out`` is new when None (``t.shape[0] // size`` rows when that
+        divides, else flat). Returns ``out``."""
+        code, total, in_ptr = _coll_tensor(t, "reduce_scatter: t", self.device)
+        n = self._team_size(team)
+        if total % n:
+            raise UsageError(
+                f"reduce_scatter: t has {total} elements, not a multiple of the team size {n}"
+            )
+        count = total // n
+        if out is None:
+            rows = t.dim() >= 1 and t.shape[0] % n == 0
+            out = t.new_empty((t.shape[0] // n, *t.shape[1:]) if rows else (count,))
+        _coll_out(out, t, count, "reduce_scatter")
+        _C.reduce_scatter_on_stream(
+            self._handle,
+            _team_arg(team),
+            in_ptr,
+            out.data_ptr(),
+            count,
+            code,
+            _redop(op),
+            self._stream(stream),
+        )
+        return out
+
+    def broadcast(
+        self,
+        t: Any,
+        root: int,
+        out: Any = None,
+        team: Team | None = None,
+        stream: Any = None,
+    ) -> Any:
+        """``out`` = team member ``root``'s ``t`` (``t`` is read on the root only). In place
+        into ``t`` when ``out`` is None. Returns ``out``."""
+        out = t if out is None else out
+        code, count, in_ptr = _coll_tensor(t, "broadcast: t", self.device)
+        _coll_out(out, t, count, "broadcast")
+        _C.broadcast_on_stream(
+            self._handle,
+            _team_arg(team),
+            in_ptr,
+            out.data_ptr(),
+            count,
+            code,
+            _as_count(root, "root"),
+            self._stream(stream),
+        )
+        return out
+
+    def all_to_all(
+        self, t: Any, out: Any = None, team: Team | None = None, stream: Any = None
+    ) -> Any:
+        """Block ``m`` of ``t`` (``t.numel() // team size`` elements) goes to member ``m``;
+        block ``m`` of ``out`` comes from member ``m``. ``out`` is new when None; ``out`` may be
+        ``t`` (in place). Returns ``out``."""
+        code, total, in_ptr = _coll_tensor(t, "all_to_all: t", self.device)
+        n = self._team_size(team)
+        if total % n:
+            raise UsageError(
+                f"all_to_all: t has {total} elements, not a multiple of the team size {n}"
+            )
+        out = t.new_empty(t.shape) if out is None else out
+        _coll_out(out, t, total, "all_to_all")
+        _C.all_to_all_on_stream(
+            self._handle,
+            _team_arg(team),
+            in_ptr,
+            out.data_ptr(),
+            total // n,
+            code,
+            self._stream(stream),
+        )
+        return out
+
+    def all_to_allv(
+        self,
+        t: Any,
+        send_counts: Sequence[int],
+        out: Any,
+        recv_counts: Sequence[int],
+        send_displs: Sequence[int] | None = None,
+        recv_displs: Sequence[int] | None = None,
+        team: Team | None = None,
+        stream: Any = None,
+    ) -> Any:
+        """Member ``m`` receives ``send_counts[m]`` elements of ``t`` from ``send_displs[m]``,
+        placed in its ``out`` at ``recv_displs[me]``; ``recv_counts[m]`` must be what member
+        ``m`` sends here. Displacements default to the running sums of the counts (packed).
+        Each count is at most one staging slot (GSHMEM_COLL_SCRATCH_BYTES / (2 x PEs)).
+        ``t`` and ``out`` must not overlap. Returns ``out``."""
+        code, total, in_ptr = _coll_tensor(t, "all_to_allv: t", self.device)
+        out_code, out_total, out_ptr = _coll_tensor(out, "all_to_allv: out", self.device)
+        if out_code != code:
+            raise UsageError(f"all_to_allv: out is {out.dtype} but t is {t.dtype}; they must match")
+        n = self._team_size(team)
+        sc = _counts(send_counts, n, "send_counts")
+        rc = _counts(recv_counts, n, "recv_counts")
+        sd = _displs(send_displs, sc, "send_displs")
+        rd = _displs(recv_displs, rc, "recv_displs")
+        for counts, displs, have, what in ((sc, sd, total, "t"), (rc, rd, out_total, "out")):
+            end = max((d + c for c, d in zip(counts, displs, strict=True) if c), default=0)
+            if end > have:
+                raise UsageError(
+                    f"all_to_allv: the counts and displacements reach element {end} of {what}, "
+                    f"which has {have}"
+                )
+        _C.all_to_allv_on_stream(
+            self._handle,
+            _team_arg(team),
+            in_ptr,
+            sc,
+            sd,
+            out_ptr,
+            rc,
+            rd,
+            code,
+            self._stream(stream),
+        )
+        return out
+
+    def _team_size(self, team: Team | None) -> int:
+        return self.nranks if team is None else _team_checked(team).size
+
     def _stream(self, stream: Any) -> int:
         return _stream_handle(stream, self.device)
 
@@ -467,6 +671,65 @@ def _same_size(op: str, dst_bytes: int, src_bytes: int) -> None:
             f"{op}: dst has {dst_bytes} bytes but src has {src_bytes}; they must match "
             "(slice the larger one)"
         )
+
+
+# -- argument conversion for the collectives ----------------------------------------------------
+def _coll_tensor(t: Any, name: str, device: int) -> tuple[int, int, int]:
+    """(gshmem dtype code, element count, address) of a contiguous tensor on cuda:``device``."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(t, torch.Tensor):
+        raise UsageError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    code = _C.COLL_DTYPES.get(str(t.dtype).removeprefix("torch."))
+    if code is None:
+        names = ", ".join(_C.COLL_DTYPES)
+        raise UsageError(f"{name} is {t.dtype}; collectives take {names}")
+    _span(t, name, device)  # device and contiguity
+    return int(code), t.numel(), t.data_ptr()
+
+
+def _coll_out(out: Any, t: Any, count: int, op: str) -> None:
+    """``out`` is a tensor like ``t`` (dtype, device, contiguous) of ``count`` elements."""
+    _, have, _ = _coll_tensor(out, f"{op}: out", t.device.index)
+    if out.dtype != t.dtype:
+        raise UsageError(f"{op}: out is {out.dtype} but t is {t.dtype}; they must match")
+    if have != count:
+        raise UsageError(f"{op}: out has {have} elements; it must have {count}")
+
+
+def _redop(op: object) -> int:
+    """ "sum", "prod", "min", "max" (any case) -> GSHMEM_SUM/PROD/MIN/MAX."""
+    key = op.lower() if isinstance(op, str) else None
+    if key not in _C.COLL_REDOPS:
+        names = ", ".join(repr(k) for k in _C.COLL_REDOPS)
+        raise UsageError(f"op must be one of {names}, got {op!r}")
+    return int(_C.COLL_REDOPS[key])
+
+
+def _team_checked(team: Any) -> Team:
+    from gshmem.team import Team
+
+    if not isinstance(team, Team):
+        raise UsageError(f"team must be a gshmem.Team or None, got {type(team).__name__}")
+    return team
+
+
+def _team_arg(team: Any) -> tuple[int, int, int, int] | None:
+    return None if team is None else _team_checked(team)._tuple()
+
+
+def _counts(values: Sequence[int], n: int, name: str) -> list[int]:
+    counts = [_as_count(v, f"all_to_allv: {name}[{i}]") for i, v in enumerate(values)]
+    if len(counts) != n:
+        raise UsageError(f"all_to_allv: {name} has {len(counts)} entries; the team has {n} PEs")
+    if any(c < 0 for c in counts):
+        raise UsageError(f"all_to_allv: {name} must not be negative, got {counts}")
+    return counts
+
+
+def _displs(values: Sequence[int] | None, counts: list[int], name: str) -> list[int]:
+    if values is None:
+        return [sum(counts[:i]) for i in range(len(counts))]
+    return _counts(values, len(counts), name)
 
 
 def for_each(comms: Sequence[Comm], fn: Callable[[Comm], T]) -> list[T]:

@@ -153,6 +153,7 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
             ms_since(t_start));
   device_state_ = std::make_unique<DeviceState>(*this);
   stream_state_ = std::make_unique<stream::StreamState>(*this);
+  coll_state_ = std::make_unique<coll::CollState>(*this);
 }
 
 Comm::~Comm() { abort(); }
@@ -177,6 +178,11 @@ stream::StreamState& Comm::stream_state() {
   return *stream_state_;
 }
 
+coll::CollState& Comm::coll_state() {
+  GSHMEM_REQUIRE(coll_state_ != nullptr, "this comm has been finalized");
+  return *coll_state_;
+}
+
 void Comm::finalize() {
   GSHMEM_REQUIRE(heap_ != nullptr, "this comm has already been finalized");
   try {
@@ -193,6 +199,8 @@ void Comm::finalize() {
 }
 
 void Comm::abort() noexcept {
+  nccl_.reset();
+  coll_state_.reset();
   stream_state_.reset();
   device_state_.reset();
   heap_.reset();

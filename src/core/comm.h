@@ -8,6 +8,8 @@
 #include "bootstrap/local_channel.h"
 #include "bootstrap/tcp_bootstrap.h"
 #include "bootstrap/unique_id.h"
+#include "coll/coll_state.h"
+#include "coll/nccl.h"
 #include "core/device_state.h"
 #include "heap/symmetric_heap.h"
 #include "stream/stream_state.h"
@@ -38,6 +40,10 @@ class Comm {
   SymmetricHeap& heap();
   DeviceState& device_state();
   stream::StreamState& stream_state();
+  coll::CollState& coll_state();
+  // The NCCL backend once gshmem_comm_enable_nccl succeeded, else nullptr.
+  coll::NcclBackend* nccl() { return nccl_.get(); }
+  void set_nccl(std::unique_ptr<coll::NcclBackend> nccl) { nccl_ = std::move(nccl); }
 
  private:
   int rank_;
@@ -50,6 +56,8 @@ class Comm {
   std::unique_ptr<SymmetricHeap> heap_;
   std::unique_ptr<DeviceState> device_state_;  // after heap_: destroyed first
   std::unique_ptr<stream::StreamState> stream_state_;  // on-stream operations (src/stream/)
+  std::unique_ptr<coll::CollState> coll_state_;  // gshmem's collectives (src/coll/)
+  std::unique_ptr<coll::NcclBackend> nccl_;  // src/coll/nccl.h; released first in abort()
 };
 
 }  // namespace gshmem

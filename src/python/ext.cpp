@@ -191,6 +191,8 @@ gshmem_comm_t gshmem::python::comm_of(nb::handle comm_handle) {
 
 void bind_device(nb::module_& m);  // ext_device.cpp
 void bind_stream(nb::module_& m);  // ext_stream.cpp
+void bind_coll(nb::module_& m);  // ext_coll.cpp
+void bind_coll_select(nb::module_& m);  // ext_coll_select.cpp
 
 NB_MODULE(_C, m) {
   m.doc() = "gshmem native core (use the gshmem package, not this module directly)";
@@ -256,4 +258,6 @@ NB_MODULE(_C, m) {
       .def("close", &BootstrapHandle::close);
   bind_device(m);
   bind_stream(m);
+  bind_coll(m);
+  bind_coll_select(m);
 }

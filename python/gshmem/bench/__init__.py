@@ -6,6 +6,9 @@ Suites:
         put/get bandwidth, p/g/atomic message rates, put-with-signal ping-pong latency (device
         and on-stream), with ``--compare`` baselines (copy-engine peer copies, NCCL send/recv,
         NVSHMEM) measured in the same run. Options follow NVSHMEM's perftest.
+  coll  collectives (all_reduce, all_gather, reduce_scatter, all_to_all) in nccl-tests' format
+        (size, count, type, redop, time, algbw, busbw), small sizes inside a CUDA graph, with
+        ``--compare nccl,torch_symm`` measured in the same run (bench/coll.py).
 
 Run outside a launched job, the command re-launches itself as ``python -m gshmem.run -n 2
 --timeout ...``; inside one (``python -m gshmem.run``, torchrun, MPI) every rank runs the suite.
@@ -14,6 +17,6 @@ It prints a table (last) and writes JSON (``--json``; default ``$OUT/bench_p2p.j
 
 from __future__ import annotations
 
-SUITES = ("p2p",)
+SUITES = ("p2p", "coll")
 
 __all__ = ["SUITES"]

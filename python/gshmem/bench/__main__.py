@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 # (Kept here, not only in gshmem.bench, so the command works even where an editable install
 # predates the package and loads it as a namespace package.)
-SUITES = ("p2p",)
+SUITES = ("p2p", "coll")
 USAGE = (
     "usage: python -m gshmem.bench SUITE [options]\n"
-    f"suites: {', '.join(SUITES)}   (python -m gshmem.bench p2p --help for its options)"
+    f"suites: {', '.join(SUITES)}   (python -m gshmem.bench SUITE --help for its options)"
 )
 _JOB_VARS = ("GSHMEM_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
 
@@ -71,11 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if suite not in SUITES:
         _say(f"unknown suite {suite!r}\n{USAGE}")
         return 2
-    from gshmem.bench import options, p2p
+    from gshmem.bench import coll, options, p2p
 
-    opts = options.parse_args(rest)  # exits 2 with a message on bad options, 0 on --help
+    # exits 2 with a message on bad options, 0 on --help
+    opts = coll.parse_args(rest) if suite == "coll" else options.parse_args(rest)
     if inside_job():
-        return p2p.run(opts)
+        return coll.run(opts) if suite == "coll" else p2p.run(opts)
     have = gpu_count()
     if have < opts.nprocs:
         _say(

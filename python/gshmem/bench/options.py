@@ -98,7 +98,8 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def _choices(text: str, allowed: Sequence[str], name: str) -> list[str]:
+def choices(text: str, allowed: Sequence[str], name: str) -> list[str]:
+    """A comma list of names from `allowed` ("all" for every one); argparse error otherwise."""
     items = [v.strip() for v in text.split(",") if v.strip()]
     if items == ["all"]:
         return list(allowed)
@@ -154,10 +155,10 @@ def parse_args(argv: Sequence[str]) -> Options:
     ns = p.parse_args(list(argv))
     q = ns.quick
     try:
-        scopes = _choices(ns.scope, SCOPES, "--scope")
-        dirs = _choices(ns.dir, ("uni", "bidir"), "--dir")
-        tests = _choices(ns.only, TESTS, "--only")
-        compare = _choices(ns.compare, BASELINES, "--compare") if ns.compare else []
+        scopes = choices(ns.scope, SCOPES, "--scope")
+        dirs = choices(ns.dir, ("uni", "bidir"), "--dir")
+        tests = choices(ns.only, TESTS, "--only")
+        compare = choices(ns.compare, BASELINES, "--compare") if ns.compare else []
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
     o = Options(

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gshmem.bench.nccl_group import join_nccl
 from gshmem.bench.nvshmem import nvshmem_rows
 from gshmem.bench.options import Options, iters_for, slots_for
 from gshmem.bench.report import Row, bandwidth_gbps, median
@@ -497,28 +498,7 @@ class Bench:
 
     def nccl_init(self) -> str:
         """Joins torch.distributed (NCCL) with this job's ranks; '' or why not (collective)."""
-        import datetime
-
-        import torch.distributed as dist
-
-        if not dist.is_available() or not dist.is_nccl_available():
-            return "torch.distributed with NCCL is not available"
-        if dist.is_initialized():
-            return "" if dist.get_backend() == "nccl" else "torch.distributed uses another backend"
-        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-        port = int(os.environ.get("GSHMEM_BENCH_PORT", "0") or 0)
-        if not port:
-            from gshmem import _C
-
-            uid = os.environ.get("GSHMEM_UNIQUE_ID", "")
-            port = int(_C.unique_id_describe(bytes.fromhex(uid)).rsplit(":", 1)[1]) + 1
-        timeout = datetime.timedelta(seconds=120)
-        store = dist.TCPStore("127.0.0.1", port, self.n, self.rank == 0, timeout=timeout)
-        dist.init_process_group(
-            "nccl", store=store, rank=self.rank, world_size=self.n, timeout=timeout,
-            device_id=self.torch.device("cuda", self.device),
-        )  # fmt: skip
-        return ""
+        return join_nccl(self.rank, self.n, self.device)
 
     # -- the suite --------------------------------------------------------------------------------
     def run_all(self) -> None:

@@ -260,7 +260,9 @@ def parse_perf_lines(text: str, impl: str | None = None) -> list[Row]:
     return rows
 
 
-def to_json(rows: Sequence[Row], meta: dict[str, Any], baselines: Sequence[str] = ()) -> str:
+def to_json(
+    rows: Sequence[Row], meta: dict[str, Any], baselines: Sequence[str] = (), suite: str = "p2p"
+) -> str:
     """The JSON document: ``meta`` (machine, options, command), every row, and per gshmem row
     the ratios to each baseline."""
     ratios = []
@@ -272,7 +274,7 @@ def to_json(rows: Sequence[Row], meta: dict[str, Any], baselines: Sequence[str] 
                 **{b: (None if entry[b] is None else entry[b][1]) for b in baselines},
             }
         )
-    doc = {"suite": "p2p", "meta": meta, "rows": [asdict(r) for r in rows], "ratios": ratios}
+    doc = {"suite": suite, "meta": meta, "rows": [asdict(r) for r in rows], "ratios": ratios}
     return json.dumps(doc, indent=1, sort_keys=False)
 
 

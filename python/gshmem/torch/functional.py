@@ -1,0 +1,47 @@
+"""Functional collectives (always a new tensor, inputs untouched), like
+torch.distributed._functional_collectives: the forms torch.compile prefers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from gshmem.torch.registry import lookup, resolve
+
+if TYPE_CHECKING:
+    from gshmem.comm import Comm
+    from gshmem.team import Team
+
+
+def _args(comm: Comm | None, team: Team | None) -> tuple[int, list[int]]:
+    h = resolve(comm)
+    if team is None:
+        return h, [0, 1, lookup(h).nranks]
+    return h, [team.start, team.stride, team.size]
+
+
+def all_reduce(t: torch.Tensor, op: str = "sum", comm: Comm | None = None,
+               team: Team | None = None) -> torch.Tensor:
+    return torch.ops.gshmem.all_reduce(t, op, *_args(comm, team))
+
+
+def all_gather(t: torch.Tensor, comm: Comm | None = None, team: Team | None = None) -> torch.Tensor:
+    return torch.ops.gshmem.all_gather(t, *_args(comm, team))
+
+
+def reduce_scatter(t: torch.Tensor, op: str = "sum", comm: Comm | None = None,
+                   team: Team | None = None) -> torch.Tensor:
+    return torch.ops.gshmem.reduce_scatter(t, op, *_args(comm, team))
+
+
+def broadcast(t: torch.Tensor, root: int = 0, comm: Comm | None = None,
+              team: Team | None = None) -> torch.Tensor:
+    return torch.ops.gshmem.broadcast(t, root, *_args(comm, team))
+
+
+def all_to_all(t: torch.Tensor, comm: Comm | None = None, team: Team | None = None) -> torch.Tensor:
+    return torch.ops.gshmem.all_to_all(t, *_args(comm, team))
+
+
+__all__ = ["all_gather", "all_reduce", "all_to_all", "broadcast", "reduce_scatter"]

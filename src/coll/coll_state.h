@@ -1,0 +1,46 @@
+// CollState: the per-comm memory of gshmem's own collectives (sync.h gives the layout), built
+// collectively as the last step of comm init: one zeroed heap allocation whose size every PE
+// derives from the same settings, checked equal across PEs here (a mismatch would make the
+// kernels disagree about where data lives). Nothing is allocated later: no collective call hides
+// a heap collective.
+//
+//   GSHMEM_COLL_SCRATCH_BYTES  staging memory per PE (default 32 MiB): 2 x n_pes slots, so a
+//                              launch moves at most scratch / (2 n_pes) bytes per member pair;
+//                              larger calls run as several launches (chunks)
+//   GSHMEM_COLL_CTAS           CTAs of every collective kernel (default 16, 1..64)
+//   GSHMEM_COLL_CHECK          1: every collective kernel compares its arguments with the other
+//                              members' and traps on a mismatch, printing both (default 0)
+#pragma once
+
+#include <cstdint>
+
+#include "coll/sync.h"
+
+namespace gshmem {
+
+class Comm;
+
+namespace coll {
+
+constexpr uint64_t kPacketSlotBytes = 128 << 10;  // 8192 packets: 64 KiB of data per member
+
+class CollState {
+ public:
+  // Collective over the comm (one bootstrap allgather, one heap calloc). Throws gshmem::Error.
+  explicit CollState(Comm& comm);
+  // The memory is released with the heap (a free would be a collective), which is why the comm
+  // destroys this object before its heap.
+  CollState(const CollState&) = delete;
+  CollState& operator=(const CollState&) = delete;
+
+  // Sync::desc is 0 here; ops.cpp sets it per call when check() is on.
+  const Sync& sync() const { return sync_; }
+  bool check() const { return check_; }
+
+ private:
+  Sync sync_{};
+  bool check_ = false;
+};
+
+}  // namespace coll
+}  // namespace gshmem

@@ -1,0 +1,65 @@
+// Launchers of gshmem's own collective kernels (kernels_reduce.cu, kernels_move.cu; the
+// protocol they share: protocol.cuh). The caller (ops.cpp) has validated every argument, split
+// the call into chunks that fit the staging slots, and made the comm's GPU current; these
+// functions launch one kernel each (Sync::ctas CTAs of kThreads threads) and throw gshmem::Error
+// when the launch fails. Pointers already point at the chunk; counts are the chunk's.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "coll/sync.h"
+#include "gshmem/device_state.h"
+#include "gshmem/gshmem.h"
+
+namespace gshmem::coll::kernels {
+
+// What every launch needs: the comm's device state, the team, the collectives' memory, the stream.
+struct Launch {
+  gshmem_device_t dev;
+  gshmem_team_t team;
+  Sync sync;
+  cudaStream_t stream;
+};
+
+// ---- reducing (one kernel per element type; the operator is a run-time argument) ----
+// count elements, at most packet_bytes / 2 bytes.
+void all_reduce_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
+                       void* out, size_t count);
+// count elements, at most slot_bytes.
+void all_reduce_one_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
+                         const void* in, void* out, size_t count);
+// count elements in team-size shards of `shard` elements (a multiple of 16 bytes, at most
+// slot_bytes / 2; the last shard may be shorter or empty).
+void all_reduce_two_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
+                         const void* in, void* out, size_t count, size_t shard);
+// out[i] = op over members of in[me * stride + i], i < count (at most slot_bytes).
+void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
+                    void* out, size_t count, size_t stride);
+
+// ---- moving (bytes; at most slot_bytes per member pair) ----
+// out[t * stride + i] = member t's in[i], i < bytes.
+void all_gather(const Launch& l, const void* in, void* out, size_t bytes, size_t stride);
+// out[i] = member root's in[i].
+void broadcast(const Launch& l, const void* in, void* out, size_t bytes, int root);
+// out[t * stride + i] = member t's in[me * stride + i].
+void all_to_all(const Launch& l, const void* in, void* out, size_t bytes, size_t stride);
+
+// all_to_allv in bytes, per team member (team size <= kMaxVPes): travels in the kernel's
+// parameters, so a captured graph holds its own copy.
+struct VLayout {
+  uint64_t send_off[kMaxVPes];
+  uint64_t send_bytes[kMaxVPes];
+  uint64_t recv_off[kMaxVPes];
+  uint64_t recv_bytes[kMaxVPes];
+};
+void all_to_allv(const Launch& l, const void* in, void* out, const VLayout& layout);
+
+// Loads every collective kernel on the current device now (at comm creation), so that a first
+// call made while a stream is being captured does not load a module.
+void preload();
+void preload_reduce();  // kernels_reduce.cu's share of preload()
+
+}  // namespace gshmem::coll::kernels

@@ -1,0 +1,137 @@
+// The collectives that only move bytes: all_gather, broadcast, all_to_all, all_to_allv. One
+// kernel each, independent of the element type. Each pushes into the receivers' staging slots,
+// runs one signal phase and copies out of its own slots (protocol.cuh).
+#include "coll/kernels.h"
+#include "coll/protocol.cuh"
+#include "common/cuda_api.h"
+
+namespace gshmem::coll::kernels {
+namespace {
+
+using namespace gshmem::coll::device;
+
+constexpr size_t kUnit = 16;  // CTA byte ranges start on 16-byte boundaries
+
+__device__ inline int world(const Team& team, int t) { return gshmem_team_world_pe(&team, t); }
+
+__global__ void __launch_bounds__(kThreads)
+    all_gather_kernel(Device dev, Team team, Sync s, const char* in, char* out, size_t bytes,
+                      size_t stride) {
+  const Range r = cta_range(bytes, kUnit, blockIdx.x, s.ctas);
+  for (int t = 0; t < team.size; ++t) {
+    const int q = world(team, t);
+    if (q != dev.my_pe) copy(remote_slot(s, dev, q) + r.lo, in + r.lo, r.size());
+  }
+  arrive_and_wait(s, dev, team, 1);
+  for (int t = 0; t < team.size; ++t) {
+    const int q = world(team, t);
+    const char* src = q == dev.my_pe ? in : local_slot(s, q);
+    copy(out + t * stride + r.lo, src + r.lo, r.size());
+  }
+  end_call(s, dev, team, 1);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    broadcast_kernel(Device dev, Team team, Sync s, const char* in, char* out, size_t bytes,
+                     int root) {
+  const Range r = cta_range(bytes, kUnit, blockIdx.x, s.ctas);
+  const int root_pe = world(team, root);
+  if (dev.my_pe == root_pe) {
+    for (int t = 0; t < team.size; ++t) {
+      const int q = world(team, t);
+      if (q != dev.my_pe) copy(remote_slot(s, dev, q) + r.lo, in + r.lo, r.size());
+    }
+    copy(out + r.lo, in + r.lo, r.size());
+  }
+  // Every member signals every other one, root or not: the slot reuse rule (protocol.cuh) needs
+  // each member to hear from each other member in every call.
+  arrive_and_wait(s, dev, team, 1);
+  if (dev.my_pe != root_pe) copy(out + r.lo, local_slot(s, root_pe) + r.lo, r.size());
+  end_call(s, dev, team, 1);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    all_to_all_kernel(Device dev, Team team, Sync s, const char* in, char* out, size_t bytes,
+                      size_t stride) {
+  const Range r = cta_range(bytes, kUnit, blockIdx.x, s.ctas);
+  for (int t = 0; t < team.size; ++t) {
+    const int q = world(team, t);
+    if (q != dev.my_pe) copy(remote_slot(s, dev, q) + r.lo, in + t * stride + r.lo, r.size());
+  }
+  arrive_and_wait(s, dev, team, 1);
+  // In place (in == out) is safe: this CTA alone reads and writes bytes [r.lo, r.hi) of each
+  // block, and its pushes are done.
+  for (int t = 0; t < team.size; ++t) {
+    const int q = world(team, t);
+    const char* src = q == dev.my_pe ? in + team.my_pe * stride : local_slot(s, q);
+    copy(out + t * stride + r.lo, src + r.lo, r.size());
+  }
+  end_call(s, dev, team, 1);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    all_to_allv_kernel(Device dev, Team team, Sync s, const char* in, char* out, VLayout v) {
+  for (int t = 0; t < team.size; ++t) {
+    const int q = world(team, t);
+    if (q == dev.my_pe) continue;
+    const Range r = cta_range(v.send_bytes[t], kUnit, blockIdx.x, s.ctas);
+    copy(remote_slot(s, dev, q) + r.lo, in + v.send_off[t] + r.lo, r.size());
+  }
+  arrive_and_wait(s, dev, team, 1);
+  // The sender split its message to this PE exactly as this split (the same byte count: the
+  // contract), so CTA b reads what CTA b of the sender pushed.
+  for (int t = 0; t < team.size; ++t) {
+    const int q = world(team, t);
+    const Range r = cta_range(v.recv_bytes[t], kUnit, blockIdx.x, s.ctas);
+    const char* src = q == dev.my_pe ? in + v.send_off[t] : local_slot(s, q);
+    copy(out + v.recv_off[t] + r.lo, src + r.lo, r.size());
+  }
+  end_call(s, dev, team, 1);
+}
+
+void check_launch(const char* what) { cuda::check(cudaGetLastError(), what); }
+
+const char* bytes_of(const void* p) { return static_cast<const char*>(p); }
+char* bytes_of(void* p) { return static_cast<char*>(p); }
+
+template <class Kernel>
+void load(Kernel kernel) {
+  cudaFuncAttributes attributes{};
+  cuda::check(cudaFuncGetAttributes(&attributes, kernel), "loading the collective kernels");
+}
+
+}  // namespace
+
+void all_gather(const Launch& l, const void* in, void* out, size_t bytes, size_t stride) {
+  all_gather_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(l.dev, l.team, l.sync, bytes_of(in),
+                                                            bytes_of(out), bytes, stride);
+  check_launch("launching the all_gather kernel");
+}
+
+void broadcast(const Launch& l, const void* in, void* out, size_t bytes, int root) {
+  broadcast_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(l.dev, l.team, l.sync, bytes_of(in),
+                                                           bytes_of(out), bytes, root);
+  check_launch("launching the broadcast kernel");
+}
+
+void all_to_all(const Launch& l, const void* in, void* out, size_t bytes, size_t stride) {
+  all_to_all_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(l.dev, l.team, l.sync, bytes_of(in),
+                                                            bytes_of(out), bytes, stride);
+  check_launch("launching the all_to_all kernel");
+}
+
+void all_to_allv(const Launch& l, const void* in, void* out, const VLayout& layout) {
+  all_to_allv_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(l.dev, l.team, l.sync, bytes_of(in),
+                                                             bytes_of(out), layout);
+  check_launch("launching the all_to_allv kernel");
+}
+
+void preload() {
+  load(all_gather_kernel);
+  load(broadcast_kernel);
+  load(all_to_all_kernel);
+  load(all_to_allv_kernel);
+  preload_reduce();
+}
+
+}  // namespace gshmem::coll::kernels

@@ -1,0 +1,255 @@
+// The reducing collectives: all_reduce (packet, one-shot, two-shot) and reduce_scatter. One
+// kernel per (algorithm, element type): 4 x 5 instantiations; the operator is a run-time switch
+// (reduce.cuh). Synchronisation and staging: protocol.cuh.
+#include "coll/kernels.h"
+#include "coll/protocol.cuh"
+#include "coll/reduce.cuh"
+#include "common/cuda_api.h"
+
+namespace gshmem::coll::kernels {
+namespace {
+
+using namespace gshmem::coll::device;
+
+// Elements per 16 bytes: CTA ranges start on 16-byte boundaries.
+template <class E>
+constexpr size_t kUnit = sizeof(uint4) / sizeof(typename E::U);
+
+__device__ inline int world(const Team& team, int t) { return gshmem_team_world_pe(&team, t); }
+
+// ---- packet (LL): each member pushes its input as packets to every other member, then every
+// member reduces in team order, polling each packet's epochs. No signals, no fences.
+__device__ inline unsigned long long load8(const char* p, size_t i, size_t bytes) {
+  const char* at = p + i * 8;
+  if (i * 8 + 8 <= bytes && reinterpret_cast<uintptr_t>(at) % 8 == 0) {
+    return *reinterpret_cast<const unsigned long long*>(at);
+  }
+  unsigned long long v = 0;
+  for (size_t k = 0; k < 8 && i * 8 + k < bytes; ++k) {
+    v |= static_cast<unsigned long long>(static_cast<unsigned char>(at[k])) << (8 * k);
+  }
+  return v;
+}
+
+__device__ inline void store8(char* p, size_t i, size_t bytes, unsigned long long v) {
+  char* at = p + i * 8;
+  if (i * 8 + 8 <= bytes && reinterpret_cast<uintptr_t>(at) % 8 == 0) {
+    *reinterpret_cast<unsigned long long*>(at) = v;
+    return;
+  }
+  for (size_t k = 0; k < 8 && i * 8 + k < bytes; ++k) at[k] = static_cast<char>(v >> (8 * k));
+}
+
+template <class E>
+__global__ void __launch_bounds__(kThreads)
+    all_reduce_packet_kernel(Device dev, Team team, Sync s, const typename E::U* in,
+                             typename E::U* out, size_t count, int op) {
+  const size_t bytes = count * sizeof(typename E::U);
+  const Range r = cta_range((bytes + 7) / 8, 1, blockIdx.x, s.ctas);
+  const char* src = reinterpret_cast<const char*>(in);
+  // Packet i is pushed and reduced by the same thread, so in == out is safe.
+  for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
+    const unsigned long long v = load8(src, i, bytes);
+    for (int t = 0; t < team.size; ++t) {
+      const int q = world(team, t);
+      if (q == dev.my_pe) continue;
+      uint4* dst = gshmem::detail::peer(dev, packet_slot(s, parity(s, q), dev.my_pe), q);
+      store_packet(dst + i, v, epoch(s, q));
+    }
+  }
+  for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
+    Lanes<E, unsigned long long> acc;
+    for (int t = 0; t < team.size; ++t) {
+      const int q = world(team, t);
+      const unsigned long long v =
+          q == dev.my_pe ? load8(src, i, bytes)
+                         : load_packet(s, dev, packet_slot(s, parity(s, q), q) + i, epoch(s, q), q);
+      if (t == 0) {
+        acc.set(v);
+      } else {
+        acc.combine(v, op);
+      }
+    }
+    store8(reinterpret_cast<char*>(out), i, bytes, acc.get());
+  }
+  end_call(s, dev, team, 0);
+}
+
+// ---- one-shot: push the whole input to every other member's slot, one signal phase, then every
+// member reduces all inputs locally (its own straight from `in`).
+template <class E>
+__global__ void __launch_bounds__(kThreads)
+    all_reduce_one_shot_kernel(Device dev, Team team, Sync s, const typename E::U* in,
+                               typename E::U* out, size_t count, int op) {
+  using U = typename E::U;
+  const Range r = cta_range(count, kUnit<E>, blockIdx.x, s.ctas);
+  for (int t = 0; t < team.size; ++t) {
+    const int q = world(team, t);
+    if (q != dev.my_pe) {
+      copy(remote_slot(s, dev, q) + r.lo * sizeof(U), in + r.lo, r.size() * sizeof(U));
+    }
+  }
+  arrive_and_wait(s, dev, team, 1);
+  auto source = [&](int t) {
+    const int q = world(team, t);
+    return q == dev.my_pe ? in : reinterpret_cast<const U*>(local_slot(s, q));
+  };
+  reduce_range<E>(out, team.size, source, r.lo, r.hi, op);
+  end_call(s, dev, team, 1);
+}
+
+// ---- two-shot: reduce-scatter (member t's shard to member t, which reduces it) and all-gather
+// (each member pushes its reduced shard to every other member), two signal phases. A slot's
+// first half holds phase 1's shard, its second half phase 2's.
+template <class E>
+__global__ void __launch_bounds__(kThreads)
+    all_reduce_two_shot_kernel(Device dev, Team team, Sync s, const typename E::U* in,
+                               typename E::U* out, size_t count, size_t shard, int op) {
+  using U = typename E::U;
+  const size_t half = s.slot_bytes / 2;
+  auto shard_len = [&](int t) -> size_t {
+    const size_t lo = static_cast<size_t>(t) * shard;
+    return lo >= count ? 0 : (count - lo < shard ? count - lo : shard);
+  };
+  const int mine = team.my_pe;
+  for (int t = 0; t < team.size; ++t) {
+    const int q = world(team, t);
+    if (q == dev.my_pe) continue;
+    const Range r = cta_range(shard_len(t), kUnit<E>, blockIdx.x, s.ctas);
+    copy(remote_slot(s, dev, q) + r.lo * sizeof(U), in + t * shard + r.lo, r.size() * sizeof(U));
+  }
+  arrive_and_wait(s, dev, team, 1);
+  const Range r = cta_range(shard_len(mine), kUnit<E>, blockIdx.x, s.ctas);
+  const U* own = in + mine * shard;
+  U* reduced = out + mine * shard;
+  auto source = [&](int t) {
+    const int q = world(team, t);
+    return q == dev.my_pe ? own : reinterpret_cast<const U*>(local_slot(s, q));
+  };
+  reduce_range<E>(reduced, team.size, source, r.lo, r.hi, op);
+  __syncthreads();  // the pushes below read what other threads of this CTA reduced
+  for (int t = 0; t < team.size; ++t) {
+    const int q = world(team, t);
+    if (q != dev.my_pe) {
+      copy(remote_slot(s, dev, q) + half + r.lo * sizeof(U), reduced + r.lo, r.size() * sizeof(U));
+    }
+  }
+  arrive_and_wait(s, dev, team, 2);
+  for (int t = 0; t < team.size; ++t) {
+    const int q = world(team, t);
+    if (q == dev.my_pe) continue;
+    const Range rt = cta_range(shard_len(t), kUnit<E>, blockIdx.x, s.ctas);
+    copy(out + t * shard + rt.lo, local_slot(s, q) + half + rt.lo * sizeof(U),
+         rt.size() * sizeof(U));
+  }
+  end_call(s, dev, team, 2);
+}
+
+// ---- reduce_scatter: member t's block to member t (one push per member), one phase, reduce.
+template <class E>
+__global__ void __launch_bounds__(kThreads)
+    reduce_scatter_kernel(Device dev, Team team, Sync s, const typename E::U* in,
+                          typename E::U* out, size_t count, size_t stride, int op) {
+  using U = typename E::U;
+  const Range r = cta_range(count, kUnit<E>, blockIdx.x, s.ctas);
+  for (int t = 0; t < team.size; ++t) {
+    const int q = world(team, t);
+    if (q != dev.my_pe) {
+      copy(remote_slot(s, dev, q) + r.lo * sizeof(U), in + t * stride + r.lo, r.size() * sizeof(U));
+    }
+  }
+  arrive_and_wait(s, dev, team, 1);
+  const U* own = in + team.my_pe * stride;
+  auto source = [&](int t) {
+    const int q = world(team, t);
+    return q == dev.my_pe ? own : reinterpret_cast<const U*>(local_slot(s, q));
+  };
+  reduce_range<E>(out, team.size, source, r.lo, r.hi, op);
+  end_call(s, dev, team, 1);
+}
+
+void check_launch(const char* what) { cuda::check(cudaGetLastError(), what); }
+
+// Calls f(E{}) with the element type of `dtype` (validated by the caller).
+template <class F>
+void with_type(gshmem_dtype_t dtype, F&& f) {
+  switch (dtype) {
+    case GSHMEM_FLOAT32: return f(F32{});
+    case GSHMEM_BFLOAT16: return f(BF16{});
+    case GSHMEM_FLOAT16: return f(F16{});
+    case GSHMEM_INT32: return f(I32{});
+    case GSHMEM_INT64: return f(I64{});
+  }
+}
+
+template <class E>
+const typename E::U* as(const void* p) {
+  return static_cast<const typename E::U*>(p);
+}
+template <class E>
+typename E::U* as(void* p) {
+  return static_cast<typename E::U*>(p);
+}
+
+template <class Kernel>
+void load(Kernel kernel) {
+  cudaFuncAttributes attributes{};
+  cuda::check(cudaFuncGetAttributes(&attributes, kernel), "loading the collective kernels");
+}
+
+}  // namespace
+
+void all_reduce_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
+                       void* out, size_t count) {
+  with_type(dtype, [&](auto e) {
+    using E = decltype(e);
+    all_reduce_packet_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
+        l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, op);
+  });
+  check_launch("launching the packet all_reduce kernel");
+}
+
+void all_reduce_one_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
+                         const void* in, void* out, size_t count) {
+  with_type(dtype, [&](auto e) {
+    using E = decltype(e);
+    all_reduce_one_shot_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
+        l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, op);
+  });
+  check_launch("launching the one-shot all_reduce kernel");
+}
+
+void all_reduce_two_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
+                         const void* in, void* out, size_t count, size_t shard) {
+  with_type(dtype, [&](auto e) {
+    using E = decltype(e);
+    all_reduce_two_shot_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
+        l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, shard, op);
+  });
+  check_launch("launching the two-shot all_reduce kernel");
+}
+
+void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
+                    void* out, size_t count, size_t stride) {
+  with_type(dtype, [&](auto e) {
+    using E = decltype(e);
+    reduce_scatter_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
+        l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, stride, op);
+  });
+  check_launch("launching the reduce_scatter kernel");
+}
+
+void preload_reduce() {
+  for (gshmem_dtype_t dtype : {GSHMEM_FLOAT32, GSHMEM_BFLOAT16, GSHMEM_FLOAT16, GSHMEM_INT32,
+                               GSHMEM_INT64}) {
+    with_type(dtype, [&](auto e) {
+      using E = decltype(e);
+      load(all_reduce_packet_kernel<E>);
+      load(all_reduce_one_shot_kernel<E>);
+      load(all_reduce_two_shot_kernel<E>);
+      load(reduce_scatter_kernel<E>);
+    });
+  }
+}
+
+}  // namespace gshmem::coll::kernels

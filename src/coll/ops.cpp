@@ -1,0 +1,246 @@
+#include "coll/ops.h"
+
+#include <algorithm>
+#include <string>
+
+#include "coll/coll_state.h"
+#include "coll/kernels.h"
+#include "coll/nccl.h"
+#include "coll/select.h"
+#include "coll/validate.h"
+#include "common/error.h"
+#include "core/comm.h"
+#include "stream/current_device.h"
+
+namespace gshmem::coll {
+namespace {
+
+bool is_world(const Comm& comm, const gshmem_team_t& t) {
+  return t.start == 0 && t.stride == 1 && t.size == comm.nranks();
+}
+
+// The backend and algorithm for this call (select.h; it also writes the debug log); NCCL only
+// where the comm has it and the team is the world (NCCL's communicator spans every PE).
+Choice decide(Comm& comm, const gshmem_team_t& team, gshmem_coll_t op, size_t bytes,
+              bool nccl_has_op = true) {
+  const bool nccl = nccl_has_op && comm.nccl() != nullptr && is_world(comm, team);
+  return choose({op, bytes, team.size, nccl});
+}
+
+// GSHMEM_COLL_CHECK's descriptor of a call: what every member must agree on. Low byte: the
+// collective + 1 (never 0); then dtype, operator, root; the high half hashes the count (0 for
+// all_to_allv, whose counts differ between members by design).
+uint64_t describe(gshmem_coll_t op, gshmem_dtype_t dtype, int redop, int root, uint64_t count) {
+  const uint64_t hashed = (count * 0x9E3779B97F4A7C15ull) >> 32;
+  return (static_cast<uint64_t>(op) + 1) | static_cast<uint64_t>(dtype) << 8 |
+         static_cast<uint64_t>(redop & 0xf) << 12 | static_cast<uint64_t>(root & 0xffff) << 16 |
+         hashed << 32;
+}
+
+// What every launch of this call needs; `desc` (describe()) is used when GSHMEM_COLL_CHECK is on.
+kernels::Launch launch(Comm& comm, const gshmem_team_t& team, cudaStream_t stream,
+                       uint64_t desc) {
+  CollState& state = comm.coll_state();
+  kernels::Launch l{comm.device_state().device(), team, state.sync(), stream};
+  if (state.check()) l.sync.desc = desc;
+  return l;
+}
+
+const char* at(const void* p, size_t bytes) { return static_cast<const char*>(p) + bytes; }
+char* at(void* p, size_t bytes) { return static_cast<char*>(p) + bytes; }
+
+// Calls f(offset, length) for consecutive pieces of at most `per` of `total`.
+template <class F>
+void chunks(size_t total, size_t per, F&& f) {
+  for (size_t off = 0; off < total; off += per) f(off, std::min(per, total - off));
+}
+
+}  // namespace
+
+void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void* out,
+                size_t count, gshmem_dtype_t dtype, gshmem_redop_t op, cudaStream_t stream) {
+  const char* what = "all_reduce_on_stream";
+  const gshmem_team_t team = resolve_team(comm, team_arg, what);
+  const size_t e = element_size(dtype, what);
+  require_redop(op, what);
+  const size_t bytes = span_bytes(count, e, 1, what);
+  if (count == 0) return;
+  require_buffer(comm, what, "in", in, bytes, e);
+  require_buffer(comm, what, "out", out, bytes, e);
+  require_no_overlap(what, in, bytes, out, bytes, in == out);
+  const Choice c = decide(comm, team, GSHMEM_COLL_ALL_REDUCE, bytes);
+  stream::CurrentDevice current(comm.device());
+  if (c.backend == Backend::Nccl) {
+    comm.nccl()->all_reduce(in, out, count, dtype, op, stream);
+    return;
+  }
+  const kernels::Launch l =
+      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_REDUCE, dtype, op, 0, count));
+  const size_t n = static_cast<size_t>(team.size);
+  switch (c.algo) {
+    case Algo::Packet:
+      chunks(count, l.sync.packet_bytes / 2 / e, [&](size_t off, size_t len) {
+        kernels::all_reduce_packet(l, dtype, op, at(in, off * e), at(out, off * e), len);
+      });
+      break;
+    case Algo::OneShot:
+      chunks(count, l.sync.slot_bytes / e, [&](size_t off, size_t len) {
+        kernels::all_reduce_one_shot(l, dtype, op, at(in, off * e), at(out, off * e), len);
+      });
+      break;
+    default: {  // TwoShot; Ring and Nccl (not reached) also take the bandwidth-optimal two-shot
+      const size_t unit = 16 / e;
+      chunks(count, n * (l.sync.slot_bytes / 2 / e), [&](size_t off, size_t len) {
+        const size_t shard = ((len + n - 1) / n + unit - 1) / unit * unit;
+        kernels::all_reduce_two_shot(l, dtype, op, at(in, off * e), at(out, off * e), len, shard);
+      });
+      break;
+    }
+  }
+}
+
+void all_gather(Comm& comm, const gshmem_team_t* team_arg, const void* in, void* out, size_t count,
+                gshmem_dtype_t dtype, cudaStream_t stream) {
+  const char* what = "all_gather_on_stream";
+  const gshmem_team_t team = resolve_team(comm, team_arg, what);
+  const size_t e = element_size(dtype, what);
+  const size_t bytes = span_bytes(count, e, 1, what);
+  const size_t out_bytes = span_bytes(count, e, team.size, what);
+  if (count == 0) return;
+  require_buffer(comm, what, "in", in, bytes, e);
+  require_buffer(comm, what, "out", out, out_bytes, e);
+  require_no_overlap(what, in, bytes, out, out_bytes, in == at(out, team.my_pe * bytes));
+  const Choice c = decide(comm, team, GSHMEM_COLL_ALL_GATHER, bytes);
+  stream::CurrentDevice current(comm.device());
+  if (c.backend == Backend::Nccl) {
+    comm.nccl()->all_gather(in, out, count, dtype, stream);
+    return;
+  }
+  const kernels::Launch l =
+      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_GATHER, dtype, 0, 0, count));
+  chunks(bytes, l.sync.slot_bytes, [&](size_t off, size_t len) {
+    kernels::all_gather(l, at(in, off), at(out, off), len, bytes);
+  });
+}
+
+void reduce_scatter(Comm& comm, const gshmem_team_t* team_arg, const void* in, void* out,
+                    size_t count, gshmem_dtype_t dtype, gshmem_redop_t op, cudaStream_t stream) {
+  const char* what = "reduce_scatter_on_stream";
+  const gshmem_team_t team = resolve_team(comm, team_arg, what);
+  const size_t e = element_size(dtype, what);
+  require_redop(op, what);
+  const size_t bytes = span_bytes(count, e, 1, what);
+  const size_t in_bytes = span_bytes(count, e, team.size, what);
+  if (count == 0) return;
+  require_buffer(comm, what, "in", in, in_bytes, e);
+  require_buffer(comm, what, "out", out, bytes, e);
+  require_no_overlap(what, in, in_bytes, out, bytes, out == at(in, team.my_pe * bytes));
+  const Choice c = decide(comm, team, GSHMEM_COLL_REDUCE_SCATTER, in_bytes);
+  stream::CurrentDevice current(comm.device());
+  if (c.backend == Backend::Nccl) {
+    comm.nccl()->reduce_scatter(in, out, count, dtype, op, stream);
+    return;
+  }
+  const kernels::Launch l =
+      launch(comm, team, stream, describe(GSHMEM_COLL_REDUCE_SCATTER, dtype, op, 0, count));
+  chunks(count, l.sync.slot_bytes / e, [&](size_t off, size_t len) {
+    kernels::reduce_scatter(l, dtype, op, at(in, off * e), at(out, off * e), len, count);
+  });
+}
+
+void broadcast(Comm& comm, const gshmem_team_t* team_arg, const void* in, void* out, size_t count,
+               gshmem_dtype_t dtype, int root, cudaStream_t stream) {
+  const char* what = "broadcast_on_stream";
+  const gshmem_team_t team = resolve_team(comm, team_arg, what);
+  const size_t e = element_size(dtype, what);
+  require_root(root, team.size, what);
+  const size_t bytes = span_bytes(count, e, 1, what);
+  if (count == 0) return;
+  if (team.my_pe == root) {
+    require_buffer(comm, what, "in", in, bytes, e);
+    require_no_overlap(what, in, bytes, out, bytes, in == out);
+  }
+  require_buffer(comm, what, "out", out, bytes, e);
+  const Choice c = decide(comm, team, GSHMEM_COLL_BROADCAST, bytes);
+  stream::CurrentDevice current(comm.device());
+  if (c.backend == Backend::Nccl) {  // world team: member `root` is world rank `root`
+    comm.nccl()->broadcast(in, out, count, dtype, root, stream);
+    return;
+  }
+  const kernels::Launch l =
+      launch(comm, team, stream, describe(GSHMEM_COLL_BROADCAST, dtype, 0, root, count));
+  chunks(bytes, l.sync.slot_bytes, [&](size_t off, size_t len) {
+    kernels::broadcast(l, team.my_pe == root ? at(in, off) : nullptr, at(out, off), len, root);
+  });
+}
+
+void all_to_all(Comm& comm, const gshmem_team_t* team_arg, const void* in, void* out, size_t count,
+                gshmem_dtype_t dtype, cudaStream_t stream) {
+  const char* what = "all_to_all_on_stream";
+  const gshmem_team_t team = resolve_team(comm, team_arg, what);
+  const size_t e = element_size(dtype, what);
+  const size_t block = span_bytes(count, e, 1, what);
+  const size_t bytes = span_bytes(count, e, team.size, what);
+  if (count == 0) return;
+  require_buffer(comm, what, "in", in, bytes, e);
+  require_buffer(comm, what, "out", out, bytes, e);
+  require_no_overlap(what, in, bytes, out, bytes, in == out);
+  const Choice c = decide(comm, team, GSHMEM_COLL_ALL_TO_ALL, bytes);
+  stream::CurrentDevice current(comm.device());
+  if (c.backend == Backend::Nccl) {
+    comm.nccl()->all_to_all(in, out, count, dtype, stream);
+    return;
+  }
+  const kernels::Launch l =
+      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_TO_ALL, dtype, 0, 0, count));
+  chunks(block, l.sync.slot_bytes, [&](size_t off, size_t len) {
+    kernels::all_to_all(l, at(in, off), at(out, off), len, block);
+  });
+}
+
+void all_to_allv(Comm& comm, const gshmem_team_t* team_arg, const void* in,
+                 const size_t* send_counts, const size_t* send_displs, void* out,
+                 const size_t* recv_counts, const size_t* recv_displs, gshmem_dtype_t dtype,
+                 cudaStream_t stream) {
+  const char* what = "all_to_allv_on_stream";
+  const gshmem_team_t team = resolve_team(comm, team_arg, what);
+  const size_t e = element_size(dtype, what);
+  GSHMEM_REQUIRE(send_counts && send_displs && recv_counts && recv_displs,
+                 std::string(what) + ": send_counts, send_displs, recv_counts and recv_displs "
+                                     "must be host arrays of team size, not NULL");
+  GSHMEM_REQUIRE(team.size <= kMaxVPes, std::string(what) + ": teams of more than " +
+                                            std::to_string(kMaxVPes) + " PEs are not supported");
+  const uint64_t slot = comm.coll_state().sync().slot_bytes;
+  kernels::VLayout v{};
+  size_t in_end = 0, out_end = 0, total = 0;
+  for (int t = 0; t < team.size; ++t) {
+    v.send_bytes[t] = span_bytes(send_counts[t], e, 1, what);
+    v.recv_bytes[t] = span_bytes(recv_counts[t], e, 1, what);
+    v.send_off[t] = span_bytes(send_displs[t], e, 1, what);
+    v.recv_off[t] = span_bytes(recv_displs[t], e, 1, what);
+    GSHMEM_REQUIRE(v.send_bytes[t] <= slot && v.recv_bytes[t] <= slot,
+                   std::string(what) + ": member " + std::to_string(t) + " sends or receives " +
+                       std::to_string(std::max(v.send_bytes[t], v.recv_bytes[t])) +
+                       " bytes, more than one staging slot (" + std::to_string(slot) +
+                       " bytes); raise GSHMEM_COLL_SCRATCH_BYTES (2 x PEs slots) or split the "
+                       "exchange");
+    if (v.send_bytes[t] > 0) in_end = std::max<size_t>(in_end, v.send_off[t] + v.send_bytes[t]);
+    if (v.recv_bytes[t] > 0) out_end = std::max<size_t>(out_end, v.recv_off[t] + v.recv_bytes[t]);
+    total += v.send_bytes[t];
+  }
+  GSHMEM_REQUIRE(send_counts[team.my_pe] == recv_counts[team.my_pe],
+                 std::string(what) + ": this PE sends itself " +
+                     std::to_string(send_counts[team.my_pe]) + " elements but expects " +
+                     std::to_string(recv_counts[team.my_pe]) + "; they must match");
+  if (in_end > 0) require_buffer(comm, what, "in", in, in_end, e);
+  if (out_end > 0) require_buffer(comm, what, "out", out, out_end, e);
+  if (in_end > 0 && out_end > 0) require_no_overlap(what, in, in_end, out, out_end, false);
+  // NCCL has no all_to_allv here (nccl.h): gshmem's schedule always runs it; the choice is
+  // still made, for the debug log and so that a malformed override fails clearly.
+  decide(comm, team, GSHMEM_COLL_ALL_TO_ALLV, total, false);
+  stream::CurrentDevice current(comm.device());
+  kernels::all_to_allv(
+      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_TO_ALLV, dtype, 0, 0, 0)), in, out, v);
+}
+
+}  // namespace gshmem::coll

@@ -1,0 +1,226 @@
+// Device side of gshmem's collectives: how the CTAs of one collective kernel on different PEs
+// find their staging memory and synchronise (docs/collectives.md, "## Algorithms").
+//
+// Every collective kernel runs Sync::ctas CTAs on every member. CTA b of PE p exchanges data only
+// with CTA b of the other members: the element (or byte) ranges are split among CTAs by a rule
+// that depends on nothing but the call's arguments, so CTA b pushes exactly what CTA b of each
+// receiver later reads. No grid-wide synchronisation, no cooperative launch.
+//
+// Push, then signal (the device API's put_signal order): the threads of CTA b store their data
+// into the receiver's slot for this PE (weak stores over NVLink), bar.sync, and then one thread
+// per receiver does fence.acq_rel.sys + red.release.sys.add(1) on the receiver's arrivals[b][me].
+// The receiver's thread for source q polls arrivals[b][q] with ld.acquire.sys until it exceeds
+// the tally it keeps, then bar.sync extends the acquire to the whole CTA, which then reads the
+// slot with plain loads. A kernel with k such phases advances each tally by k.
+//
+// Reuse of staging memory without a closing barrier: slots are double-buffered by the parity of
+// seq[b][q], the number of collectives this PE's CTA b has run with q (equal on both sides, since
+// both count the same calls). When p writes (parity P) in its call j + 2 with q, it has, in call
+// j + 1, received something from q (every call makes every member receive from every other), which
+// q sent after its kernel of call j had completed (stream order); so q has finished reading what
+// p wrote in call j with the same parity. This needs collectives on teams that share two or more
+// PEs to be ordered on each PE (one stream, or stream dependencies), the rule the device API's
+// barrier states.
+//
+// Packets (LL): 16 bytes {data lo, epoch, data hi, epoch} written by one st.volatile.v4.u32; the
+// reader polls each packet with ld.volatile.v4.u32 until both epochs equal epoch(q) (seq mod
+// 2^32 - 1, plus 1). Each 8-byte half is written atomically, so matching flags prove the data
+// beside them arrived; no signal and no fence. Packet slots only ever hold packets, so old data
+// cannot pass for new (an epoch value comes back only after 2^32 - 1 calls with that peer, into
+// the other parity's slot).
+//
+// Every wait is bounded: after Sync::timeout_ns (GSHMEM_TIMEOUT) it prints which PE and CTA
+// waited for whom and traps, which fails the stream with an error instead of hanging.
+//
+// Argument check (GSHMEM_COLL_CHECK=1): in phase 1, CTA 0 stores the call's descriptor (which
+// collective, dtype, operator, root, count) into each receiver's descs[parity][me] before its
+// signal, and compares what each member sent it with its own after the wait; a mismatch prints
+// both and traps. Same double-buffering argument as the slots. Packet all_reduce (no signal
+// phase) is not checked.
+#pragma once
+
+#include <cstdio>
+
+#include "coll/sync.h"
+#include "gshmem/device/copy.cuh"
+#include "gshmem/device/ptr.cuh"
+#include "gshmem/device/ptx.cuh"
+#include "gshmem/device/scope.cuh"
+
+namespace gshmem::coll::device {
+
+// [lo, hi) of CTA `b` when `len` items are split among `ctas` CTAs in units of `unit` items.
+// CTA 0 gets a non-empty range whenever len > 0.
+struct Range {
+  size_t lo, hi;
+  __device__ size_t size() const { return hi - lo; }
+};
+__device__ inline Range cta_range(size_t len, size_t unit, int b, int ctas) {
+  const size_t units = (len + unit - 1) / unit;
+  const size_t per = (units + ctas - 1) / ctas;
+  size_t lo = static_cast<size_t>(b) * per * unit;
+  size_t hi = lo + per * unit;
+  if (lo > len) lo = len;
+  if (hi > len) hi = len;
+  return {lo, hi};
+}
+
+__device__ inline unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Called in a polling loop: traps once the wait has lasted longer than the comm's timeout.
+struct Deadline {
+  unsigned long long start = 0;
+  unsigned spins = 0;
+  __device__ void check(const Sync& s, const Device& dev, const char* what, int from) {
+    if ((++spins & 1023u) != 0) return;
+    const unsigned long long now = globaltimer();
+    if (start == 0) {
+      start = now;
+    } else if (now - start > s.timeout_ns) {
+      printf("gshmem collective: PE %d CTA %d waited more than GSHMEM_TIMEOUT for %s from PE %d "
+             "(did every member make the same collective calls in the same order?)\n",
+             dev.my_pe, static_cast<int>(blockIdx.x), what, from);
+      __trap();
+    }
+  }
+};
+
+// This CTA's counters for world PE q.
+__device__ inline size_t counter(const Sync& s, int q) {
+  return static_cast<size_t>(blockIdx.x) * s.n_pes + q;
+}
+
+__device__ inline unsigned parity(const Sync& s, int q) {
+  return static_cast<unsigned>(s.seq[counter(s, q)] & 1u);
+}
+
+// This PE's staging slot that world PE `src` fills, with `parity`.
+__device__ inline char* slot(const Sync& s, unsigned par, int src) {
+  return s.slots + (static_cast<size_t>(par) * s.n_pes + src) * s.slot_bytes;
+}
+
+// Where this PE pushes to world PE q: q's slot for this PE, in the buffer of this call's parity.
+__device__ inline char* remote_slot(const Sync& s, const Device& dev, int q) {
+  return gshmem::detail::peer(dev, slot(s, parity(s, q), dev.my_pe), q);
+}
+
+// This PE's slot filled by world PE q in this call.
+__device__ inline const char* local_slot(const Sync& s, int q) {
+  return slot(s, parity(s, q), q);
+}
+
+// GSHMEM_COLL_CHECK: where member `src`'s descriptor lands on this PE, with `parity`.
+__device__ inline uint64_t* desc_slot(const Sync& s, unsigned par, int src) {
+  return s.descs + static_cast<size_t>(par) * s.n_pes + src;
+}
+
+// The collective a descriptor names (its low byte: gshmem_coll_t + 1).
+__device__ inline const char* coll_name(uint64_t desc) {
+  switch (static_cast<int>(desc & 0xff) - 1) {
+    case 0: return "all_reduce";
+    case 1: return "all_gather";
+    case 2: return "reduce_scatter";
+    case 3: return "broadcast";
+    case 4: return "all_to_all";
+    case 5: return "all_to_allv";
+    default: return "another collective";
+  }
+}
+
+// Phase `phase` (1, 2, ...) of the call: every member's CTA b signals every other member's CTA b
+// once its pushes are done, then waits for all of theirs. Made by the whole CTA.
+__device__ inline void arrive_and_wait(const Sync& s, const Device& dev, const Team& team,
+                                       unsigned phase) {
+  const bool check = s.desc != 0 && phase == 1 && blockIdx.x == 0;
+  __syncthreads();  // every thread's pushes happen-before the releasing thread's next step
+  for (int t = threadIdx.x; t < team.size; t += blockDim.x) {
+    const int q = gshmem_team_world_pe(&team, t);
+    if (q == dev.my_pe) continue;
+    if (check) *gshmem::detail::peer(dev, desc_slot(s, parity(s, q), dev.my_pe), q) = s.desc;
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+    gshmem::detail::red_add_release(
+        gshmem::detail::peer(dev, reinterpret_cast<unsigned long long*>(s.arrivals) +
+                                      counter(s, dev.my_pe), q),
+        1ull);
+  }
+  for (int t = threadIdx.x; t < team.size; t += blockDim.x) {
+    const int q = gshmem_team_world_pe(&team, t);
+    if (q == dev.my_pe) continue;
+    const unsigned long long want = s.tallies[counter(s, q)] + phase;
+    const unsigned long long* arrived =
+        reinterpret_cast<const unsigned long long*>(s.arrivals) + counter(s, q);
+    Deadline deadline;
+    while (gshmem::detail::ld_acquire(arrived) < want) deadline.check(s, dev, "a signal", q);
+    if (check) {
+      const uint64_t theirs = *desc_slot(s, parity(s, q), q);
+      if (theirs != s.desc) {
+        printf("gshmem collective: mismatched collective calls: PE %d made %s and PE %d made %s "
+               "(descriptors 0x%016llx and 0x%016llx: collective, dtype, op, root, count); every "
+               "member must make the same call\n",
+               dev.my_pe, coll_name(s.desc), q, coll_name(theirs),
+               static_cast<unsigned long long>(s.desc), static_cast<unsigned long long>(theirs));
+        __trap();
+      }
+    }
+  }
+  __syncthreads();  // the acquires above happen-before every thread's reads of the slots
+}
+
+// Ends the call for this CTA: tallies advance by the `phases` consumed, seq by one. Made by the
+// whole CTA after its last read of the slots.
+__device__ inline void end_call(const Sync& s, const Device& dev, const Team& team,
+                                unsigned phases) {
+  __syncthreads();  // nobody reads parity() after it changes
+  for (int t = threadIdx.x; t < team.size; t += blockDim.x) {
+    const int q = gshmem_team_world_pe(&team, t);
+    if (q == dev.my_pe) continue;
+    s.tallies[counter(s, q)] += phases;
+    s.seq[counter(s, q)] += 1;
+  }
+}
+
+// ---- packets ----------------------------------------------------------------------------------
+// 1 .. 2^32 - 1: never 0, the value of packet slots nobody has written yet.
+__device__ inline unsigned epoch(const Sync& s, int q) {
+  return static_cast<unsigned>(s.seq[counter(s, q)] % 0xffffffffull) + 1u;
+}
+
+__device__ inline uint4* packet_slot(const Sync& s, unsigned par, int src) {
+  return reinterpret_cast<uint4*>(s.packets +
+                                  (static_cast<size_t>(par) * s.n_pes + src) * s.packet_bytes);
+}
+
+__device__ inline void store_packet(uint4* p, unsigned long long data, unsigned flag) {
+  const unsigned lo = static_cast<unsigned>(data), hi = static_cast<unsigned>(data >> 32);
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(lo), "r"(flag),
+               "r"(hi), "r"(flag)
+               : "memory");
+}
+
+__device__ inline unsigned long long load_packet(const Sync& s, const Device& dev,
+                                                 const uint4* p, unsigned flag, int from) {
+  unsigned lo, f1, hi, f2;
+  Deadline deadline;
+  do {
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(lo), "=r"(f1), "=r"(hi), "=r"(f2)
+                 : "l"(p)
+                 : "memory");
+    if (f1 == flag && f2 == flag) break;
+    deadline.check(s, dev, "a packet", from);
+  } while (true);
+  return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+
+// ---- copies -----------------------------------------------------------------------------------
+// The CTA copies `bytes` (device API copy loop: widest congruent words, weak loads and stores).
+__device__ inline void copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  gshmem::detail::copy<Block>(dst, src, bytes);
+}
+
+}  // namespace gshmem::coll::device

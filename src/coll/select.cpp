@@ -1,0 +1,323 @@
+// Backend and algorithm choice for the collectives (select.h; docs/collectives.md "Backend
+// choice"). Pure: the same Query gives the same Choice on every PE, with no GPU and no
+// communication. The environment is re-read at each call (a handful of getenv calls), so tests
+// and users may change it between calls; every PE of a job must see the same values.
+#include "coll/select.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/env.h"
+#include "common/error.h"
+
+namespace gshmem::coll {
+namespace {
+
+constexpr size_t KiB = 1024;
+constexpr size_t MiB = 1024 * KiB;
+constexpr size_t kNever = 0;                       // a *_MAX of 0: the algorithm is never chosen
+constexpr size_t kNoLimit = static_cast<size_t>(-1);  // a NCCL_MIN of "never"
+
+// ---------------------------------------------------------------------------------------------
+// Default thresholds, in bytes of input per PE, for a team of kAnchorPes PEs.
+//
+// INITIAL, FROM THE ANCHORS (../shared/PERFORMANCE.md, 4 x H200, bf16, inside a CUDA graph);
+// REPLACE WITH THE TABLE MEASURED BY `python -m gshmem.bench coll` (docs/collectives.md).
+//
+//   all_reduce: NCCL takes 12.3-14.7 us up to 8 KiB, 16.6 us at 64 KiB, 23.5 us at 1 MiB and
+//     100 us at 16 MiB; torch SymmetricMemory's one-/two-shot 6.6 / 8.5 / 13.1 / 91.6 us. So the
+//     one-sided path wins by ~2x at every anchor up to 16 MiB, and NCCL's 354 GB/s bus bandwidth
+//     at 1 GiB is what a one-sided two-shot must match above it: the NCCL threshold sits above
+//     the last anchor the one-sided path clearly wins (16 MiB), at 64 MiB.
+//     Packet (flag+data, 2x the bytes, latency-bound) up to 8 KiB, the range the <= 4 us target
+//     covers; one-shot (every PE reads every peer's whole input: (n-1) x bytes of traffic) up to
+//     256 KiB, where two-shot's extra step costs less than one-shot's extra traffic in
+//     SymmetricMemory's own choice; two-shot up to the NCCL threshold.
+//   all_gather, reduce_scatter, all_to_all: the target is >= 1.5x NCCL from 64 KiB to 16 MiB
+//     (NCCL at 1 MiB: 41.6 / 17.2 / 19.8 us), >= 1.0x above: gshmem up to 16 MiB, NCCL above
+//     when it is enabled. Their packet variants are not measured yet (packet_max 0).
+//   broadcast, all_to_allv, barrier: always gshmem (XLA's rule: point-to-point permutes stay on
+//     the one-sided path; NCCL has no all-to-all-v or barrier in this backend).
+// ---------------------------------------------------------------------------------------------
+constexpr int kAnchorPes = 4;
+
+struct Defaults {
+  gshmem_coll_t op;
+  size_t packet_max;    // packet when bytes <= this
+  size_t one_shot_max;  // one_shot when bytes <= this (else the op's large algorithm)
+  size_t nccl_min;      // NCCL (when enabled) when bytes > this; kNoLimit: never by default
+  Algo large;           // gshmem's algorithm above one_shot_max
+  bool nccl_capable;    // the NCCL backend implements this op
+  std::vector<Algo> algos;  // gshmem algorithms GSHMEM_COLL_<OP>_ALGO may name
+};
+
+const std::vector<Defaults>& table() {
+  static const std::vector<Defaults> t = {
+      //  op                         packet_max  one_shot_max  nccl_min   large           nccl
+      {GSHMEM_COLL_ALL_REDUCE,       8 * KiB,    256 * KiB,    64 * MiB,  Algo::TwoShot,  true,
+       {Algo::Packet, Algo::OneShot, Algo::TwoShot, Algo::Ring}},
+      {GSHMEM_COLL_ALL_GATHER,       kNever,     kNoLimit,     16 * MiB,  Algo::OneShot,  true,
+       {Algo::Packet, Algo::OneShot, Algo::Ring}},
+      {GSHMEM_COLL_REDUCE_SCATTER,   kNever,     kNoLimit,     16 * MiB,  Algo::OneShot,  true,
+       {Algo::Packet, Algo::OneShot, Algo::Ring}},
+      {GSHMEM_COLL_BROADCAST,        kNever,     kNoLimit,     kNoLimit,  Algo::OneShot,  true,
+       {Algo::Packet, Algo::OneShot, Algo::Ring}},
+      {GSHMEM_COLL_ALL_TO_ALL,       kNever,     kNoLimit,     16 * MiB,  Algo::OneShot,  true,
+       {Algo::Packet, Algo::OneShot}},
+      {GSHMEM_COLL_ALL_TO_ALLV,      kNever,     kNoLimit,     kNoLimit,  Algo::OneShot,  false,
+       {Algo::OneShot}},
+      {GSHMEM_COLL_BARRIER,          kNever,     kNoLimit,     kNoLimit,  Algo::OneShot,  false,
+       {Algo::OneShot}},
+  };
+  return t;
+}
+
+const Defaults& defaults_for(gshmem_coll_t op) {
+  for (const auto& d : table()) {
+    if (d.op == op) return d;
+  }
+  throw_error(GSHMEM_ERROR_USAGE, "unknown collective " + std::to_string(static_cast<int>(op)) +
+                                      " (one of GSHMEM_COLL_ALL_REDUCE .. GSHMEM_COLL_BARRIER)");
+}
+
+std::string upper(const char* s) {
+  std::string u(s);
+  for (auto& c : u) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return u;
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+const char* getenv_nonempty(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  return (v && *v) ? v : nullptr;
+}
+
+std::string var(gshmem_coll_t op, const char* suffix) {
+  return "GSHMEM_COLL_" + upper(name(op)) + "_" + suffix;
+}
+
+std::string size_text(size_t bytes) {
+  if (bytes == kNoLimit) return "unlimited";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  size_t v = bytes;
+  while (u < 4 && v >= 1024 && v % 1024 == 0) {
+    v /= 1024;
+    ++u;
+  }
+  return std::to_string(v) + " " + units[u];
+}
+
+enum class Want { Auto, Gshmem, Nccl };
+
+// auto|gshmem|nccl, or a usage error naming the variable.
+Want parse_backend(const std::string& variable, const char* value) {
+  std::string v = lower(value);
+  if (v == "auto") return Want::Auto;
+  if (v == "gshmem") return Want::Gshmem;
+  if (v == "nccl") return Want::Nccl;
+  throw_error(GSHMEM_ERROR_USAGE, variable + "='" + value +
+                                      "' is not a collective backend; use auto, gshmem or nccl");
+}
+
+std::string algo_list(const std::vector<Algo>& algos) {
+  std::string s;
+  for (size_t i = 0; i < algos.size(); ++i) {
+    if (i) s += i + 1 == algos.size() ? " or " : ", ";
+    s += name(algos[i]);
+  }
+  return s;
+}
+
+Algo parse_algo(const std::string& variable, const char* value, const Defaults& d) {
+  std::string v = lower(value);
+  std::replace(v.begin(), v.end(), '-', '_');
+  for (Algo a : d.algos) {
+    if (v == name(a)) return a;
+  }
+  throw_error(GSHMEM_ERROR_USAGE, variable + "='" + value + "' is not an algorithm of " +
+                                      name(d.op) + "; use " + algo_list(d.algos) +
+                                      " (or set " + var(d.op, "BACKEND") + "=nccl for NCCL)");
+}
+
+// A threshold: the variable's size when set, else the default scaled for the PE count.
+struct Threshold {
+  size_t bytes;
+  bool from_env;
+};
+
+Threshold threshold(gshmem_coll_t op, const char* suffix, size_t fallback, bool scale, int npes) {
+  std::string name_ = var(op, suffix);
+  if (const char* v = getenv_nonempty(name_)) {
+    std::string s = lower(v);
+    if (s == "never" || s == "none") return {suffix[0] == 'N' ? kNoLimit : kNever, true};
+    return {static_cast<size_t>(env::parse_size(v, name_.c_str())), true};
+  }
+  // One-sided one-shot traffic per PE grows with the peers ((n-1) x bytes): beyond the anchors'
+  // 4 PEs, shrink the packet and one-shot ranges in proportion. Never grown below 4 PEs
+  // (unmeasured there; the measured table will say). Rounded down to whole KiB.
+  if (scale && npes > kAnchorPes && fallback != kNever && fallback != kNoLimit) {
+    fallback = fallback * (kAnchorPes - 1) / static_cast<size_t>(npes - 1);
+    fallback = std::max<size_t>(KiB, fallback / KiB * KiB);  // whole KiB, at least 1 KiB
+  }
+  return {fallback, false};
+}
+
+std::string nccl_missing(const std::string& who) {
+  return who + " asks for NCCL, but NCCL is not enabled on this comm: call "
+               "gshmem_comm_enable_nccl (Python: comm.enable_nccl()) on every PE first; NCCL "
+               "runs collectives over the world team only";
+}
+
+void log_once(const Query& q, const Choice& c) {
+  if (!env::debug()) return;
+  static std::mutex mu;
+  static std::set<std::tuple<int, int, int, int, bool, std::string>> seen;
+  // Log each distinct decision once (per op, PE count, backend, algorithm and rule), not every
+  // call: collectives run thousands of times per second.
+  std::string rule = c.reason.substr(0, c.reason.find(" ("));
+  auto key = std::make_tuple(static_cast<int>(q.op), q.npes, static_cast<int>(c.backend),
+                             static_cast<int>(c.algo), q.nccl_available, rule);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (seen.size() > 4096 || !seen.insert(key).second) return;
+  }
+  std::fprintf(stderr, "gshmem[coll] %s %zu B on %d PEs: %s %s (%s)\n", name(q.op), q.bytes,
+               q.npes, c.backend == Backend::Nccl ? "nccl" : "gshmem", name(c.algo),
+               c.reason.c_str());
+}
+
+Choice decide(const Query& q) {
+  const Defaults& d = defaults_for(q.op);
+  GSHMEM_REQUIRE(q.npes >= 1, std::string(name(q.op)) + ": the team must have at least 1 PE, got " +
+                                  std::to_string(q.npes));
+
+  // 1. Backend overrides: the per-operation variable, else the global one.
+  std::string op_var = var(q.op, "BACKEND");
+  Want want = Want::Auto;
+  std::string who;
+  if (const char* v = getenv_nonempty(op_var)) {
+    want = parse_backend(op_var, v);
+    who = op_var + "=" + v;
+    if (want == Want::Nccl && !d.nccl_capable) {
+      throw_error(GSHMEM_ERROR_USAGE, who + ": the NCCL backend has no " + name(q.op) +
+                                          "; use auto or gshmem");
+    }
+  } else if (const char* g = getenv_nonempty("GSHMEM_COLL_BACKEND")) {
+    want = parse_backend("GSHMEM_COLL_BACKEND", g);
+    who = std::string("GSHMEM_COLL_BACKEND=") + g;
+    // The global NCCL setting applies to what NCCL can do; the rest stays one-sided.
+    if (want == Want::Nccl && !d.nccl_capable) {
+      want = Want::Gshmem;
+      who += " (NCCL has no " + std::string(name(q.op)) + ", so gshmem)";
+    }
+  }
+
+  // 2. Algorithm override: implies gshmem; contradicts a per-operation nccl.
+  std::string algo_var = var(q.op, "ALGO");
+  const char* algo_value = getenv_nonempty(algo_var);
+  if (algo_value) {
+    Algo a = parse_algo(algo_var, algo_value, d);
+    if (want == Want::Nccl && getenv_nonempty(op_var)) {
+      throw_error(GSHMEM_ERROR_USAGE, algo_var + "=" + algo_value + " chooses a gshmem algorithm but " +
+                                          who + " chooses NCCL; unset one of them");
+    }
+    return {Backend::Gshmem, a, algo_var + "=" + algo_value};
+  }
+
+  if (want == Want::Nccl) {
+    if (!q.nccl_available) throw_error(GSHMEM_ERROR_USAGE, nccl_missing(who));
+    return {Backend::Nccl, Algo::Nccl, who};
+  }
+
+  // 3. Size rules (thresholds: per-operation variables, else the table above). All three are
+  // read first so that a malformed one is an error whatever the size.
+  Threshold nccl = threshold(q.op, "NCCL_MIN", d.nccl_min, false, q.npes);
+  Threshold packet = threshold(q.op, "PACKET_MAX", d.packet_max, true, q.npes);
+  Threshold one = threshold(q.op, "ONE_SHOT_MAX", d.one_shot_max, true, q.npes);
+  std::string suffix;  // what NCCL's threshold says about this call, appended to the reason
+  if (want == Want::Auto && d.nccl_capable) {
+    std::string at = size_text(nccl.bytes) + (nccl.from_env ? " (" + var(q.op, "NCCL_MIN") + ")" : "");
+    if (nccl.bytes != kNoLimit && q.bytes > nccl.bytes) {
+      if (q.nccl_available) return {Backend::Nccl, Algo::Nccl, "above the NCCL threshold of " + at};
+      suffix = "; above the NCCL threshold of " + at + " but NCCL is not enabled";
+    } else if (nccl.bytes != kNoLimit) {
+      suffix = "; at most the NCCL threshold of " + at;
+    }
+  }
+  std::string prefix = want == Want::Gshmem ? who + ": " : std::string();
+  if (q.npes == 1) return {Backend::Gshmem, Algo::OneShot, prefix + "one PE: a local copy"};
+  if (q.op == GSHMEM_COLL_ALL_TO_ALLV || q.op == GSHMEM_COLL_BARRIER) {
+    return {Backend::Gshmem, Algo::OneShot, prefix + "always one-sided"};
+  }
+  if (packet.bytes != kNever && q.bytes <= packet.bytes) {
+    return {Backend::Gshmem, Algo::Packet,
+            prefix + "at most the packet threshold of " + size_text(packet.bytes) +
+                (packet.from_env ? " (" + var(q.op, "PACKET_MAX") + ")" : "") + suffix};
+  }
+  if (one.bytes == kNoLimit || q.bytes <= one.bytes) {
+    std::string rule = one.bytes == kNoLimit
+                           ? std::string("one-sided at every size")
+                           : "at most the one-shot threshold of " + size_text(one.bytes) +
+                                 (one.from_env ? " (" + var(q.op, "ONE_SHOT_MAX") + ")" : "");
+    if (q.op == GSHMEM_COLL_BROADCAST) rule = "broadcast stays one-sided";
+    return {Backend::Gshmem, Algo::OneShot, prefix + rule + suffix};
+  }
+  return {Backend::Gshmem, d.large,
+          prefix + "above the one-shot threshold of " + size_text(one.bytes) +
+              (one.from_env ? " (" + var(q.op, "ONE_SHOT_MAX") + ")" : "") + suffix};
+}
+
+}  // namespace
+
+Choice choose(const Query& q) {
+  Choice c = decide(q);
+  log_once(q, c);
+  return c;
+}
+
+std::string explain(const Query& q) {
+  Choice c = decide(q);
+  std::string s = std::string(name(q.op)) + " " + std::to_string(q.bytes) + " B on " +
+                  std::to_string(q.npes) + (q.npes == 1 ? " PE: " : " PEs: ") +
+                  (c.backend == Backend::Nccl ? "nccl" : "gshmem");
+  if (c.backend == Backend::Gshmem) s += std::string(" ") + name(c.algo);
+  return s + " (" + c.reason + ")";
+}
+
+const char* name(gshmem_coll_t op) {
+  switch (op) {
+    case GSHMEM_COLL_ALL_REDUCE: return "all_reduce";
+    case GSHMEM_COLL_ALL_GATHER: return "all_gather";
+    case GSHMEM_COLL_REDUCE_SCATTER: return "reduce_scatter";
+    case GSHMEM_COLL_BROADCAST: return "broadcast";
+    case GSHMEM_COLL_ALL_TO_ALL: return "all_to_all";
+    case GSHMEM_COLL_ALL_TO_ALLV: return "all_to_allv";
+    case GSHMEM_COLL_BARRIER: return "barrier";
+  }
+  return "unknown";
+}
+
+const char* name(Algo algo) {
+  switch (algo) {
+    case Algo::Packet: return "packet";
+    case Algo::OneShot: return "one_shot";
+    case Algo::TwoShot: return "two_shot";
+    case Algo::Ring: return "ring";
+    case Algo::Nccl: return "nccl";
+  }
+  return "unknown";
+}
+
+}  // namespace gshmem::coll

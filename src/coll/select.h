@@ -1,0 +1,44 @@
+// Choosing how a collective runs (DESIGN.md §2.7): gshmem's own algorithm on the device API, or
+// NCCL. The rule starts from XLA's (point-to-point permutes always one-sided; all-reduce
+// one-sided below a size threshold, NCCL above); thresholds come from a table measured on the
+// GPU host (docs/collectives.md gives the command), and the environment overrides everything:
+//   GSHMEM_COLL_BACKEND=auto|gshmem|nccl            all collectives
+//   GSHMEM_COLL_<OP>_BACKEND=auto|gshmem|nccl        one collective (OP: ALL_REDUCE, ...)
+//   GSHMEM_COLL_<OP>_ALGO=packet|one_shot|two_shot|ring   gshmem's algorithm for one collective
+// choose() is pure (no GPU, no communication) so CPU tests cover it; every PE computes the same
+// choice from the same arguments.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "gshmem/gshmem.h"
+
+namespace gshmem::coll {
+
+enum class Backend { Gshmem, Nccl };
+enum class Algo { Packet, OneShot, TwoShot, Ring, Nccl };
+
+struct Query {
+  gshmem_coll_t op;
+  size_t bytes;         // bytes of input per PE
+  int npes;             // team size
+  bool nccl_available;  // gshmem_comm_enable_nccl succeeded on this comm (and the team is world)
+};
+
+struct Choice {
+  Backend backend;
+  Algo algo;
+  std::string reason;  // one line: which rule or override decided
+};
+
+// Throws GSHMEM_ERROR_USAGE for a malformed override (naming the variable and the values allowed)
+// or for an override that asks for NCCL when it is not available.
+Choice choose(const Query& q);
+// "all_reduce 1048576 B on 4 PEs: gshmem two_shot (below the NCCL threshold of 64 MiB)".
+std::string explain(const Query& q);
+
+const char* name(gshmem_coll_t op);  // "all_reduce", ...
+const char* name(Algo algo);         // "packet", "one_shot", "two_shot", "ring", "nccl"
+
+}  // namespace gshmem::coll

@@ -1,0 +1,64 @@
+// gshmem._C, backend-choice part: binds gshmem_comm_enable_nccl and gshmem_coll_explain for
+// python/gshmem/coll_select.py, plus two internal entry points for the CPU tests: the pure
+// selector (coll_choose / coll_explain_query) and the NCCL loader on its own (nccl_probe).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <string>
+#include <tuple>
+
+#include "coll/nccl.h"
+#include "coll/select.h"
+#include "gshmem/gshmem.h"
+#include "python/ext_common.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using gshmem::python::call;
+using gshmem::python::call_internal;
+using gshmem::python::comm_of;
+
+namespace {
+
+gshmem::coll::Query query(int op, size_t bytes, int npes, bool nccl_available) {
+  return {static_cast<gshmem_coll_t>(op), bytes, npes, nccl_available};
+}
+
+}  // namespace
+
+void bind_coll_select(nb::module_& m) {
+  nb::dict ops;
+  for (int op = GSHMEM_COLL_ALL_REDUCE; op <= GSHMEM_COLL_BARRIER; ++op) {
+    ops[gshmem::coll::name(static_cast<gshmem_coll_t>(op))] = op;
+  }
+  m.attr("COLL_SELECT_OPS") = ops;
+
+  m.def("comm_enable_nccl", [](nb::handle comm) {
+        gshmem_comm_t c = comm_of(comm);
+        call([&] { return gshmem_comm_enable_nccl(c); });
+      }, "comm"_a, "Collective: loads NCCL and creates its communicator (gshmem_comm_enable_nccl).");
+  m.def("comm_coll_explain", [](nb::handle comm, int op, size_t bytes, int npes) {
+        gshmem_comm_t c = comm_of(comm);
+        char buf[512];
+        call([&] {
+          return gshmem_coll_explain(c, static_cast<gshmem_coll_t>(op), bytes, npes, buf,
+                                     sizeof buf);
+        });
+        return std::string(buf);
+      }, "comm"_a, "op"_a, "bytes"_a, "npes"_a);
+  m.def("coll_choose", [](int op, size_t bytes, int npes, bool nccl_available) {
+        auto c = call_internal([&] { return gshmem::coll::choose(query(op, bytes, npes, nccl_available)); });
+        return std::make_tuple(std::string(c.backend == gshmem::coll::Backend::Nccl ? "nccl" : "gshmem"),
+                               std::string(gshmem::coll::name(c.algo)), c.reason);
+      }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a,
+      "(backend, algo, reason) the selector picks; pure (no comm, no GPU). Tests only.");
+  m.def("coll_explain_query", [](int op, size_t bytes, int npes, bool nccl_available) {
+        return call_internal([&] { return gshmem::coll::explain(query(op, bytes, npes, nccl_available)); });
+      }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a);
+  m.def("nccl_probe", [](const std::string& library) {
+        auto p = call_internal([&] { return gshmem::coll::probe_nccl(library); });
+        return std::make_tuple(p.ok, p.ok ? p.path : p.why, p.version);
+      }, "library"_a = "",
+      "(ok, path or why, version): loads and checks libnccl in this process only. Tests only.");
+}

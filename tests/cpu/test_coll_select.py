@@ -1,0 +1,288 @@
+"""CPU tests of the collectives' backend choice (src/coll/select.cpp, docs/collectives.md
+"Backend choice") and of the NCCL loader failing (or succeeding, with a stub library) cleanly."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+import gshmem
+from gshmem import _C, coll_select
+from gshmem.coll_select import choose
+
+KiB, MiB = 1024, 1 << 20
+OPS = coll_select.OPS
+SIZES = [0, 8, 8 * KiB, 8 * KiB + 1, 256 * KiB, 256 * KiB + 1, MiB, 16 * MiB, 16 * MiB + 1,
+         64 * MiB, 64 * MiB + 1, 1 << 30]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    import os
+
+    for k in list(os.environ):
+        if k.startswith("GSHMEM_COLL_") or k.startswith("GSHMEM_NCCL"):
+            monkeypatch.delenv(k)
+    monkeypatch.delenv("GSHMEM_DEBUG", raising=False)
+
+
+def test_ops_are_the_c_enum():
+    assert OPS == ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
+                   "all_to_allv", "barrier")  # fmt: skip
+    assert [coll_select.op_code(o) for o in OPS] == list(range(7))
+    assert coll_select.op_code("All-Reduce") == 0
+    with pytest.raises(gshmem.UsageError, match="all_reduce"):
+        coll_select.op_code("allreduce")
+
+
+@pytest.mark.parametrize("npes", [2, 4])
+def test_all_reduce_by_size(npes):
+    want = {8: "packet", 8 * KiB: "packet", 8 * KiB + 1: "one_shot", 256 * KiB: "one_shot",
+            256 * KiB + 1: "two_shot", MiB: "two_shot", 64 * MiB: "two_shot"}  # fmt: skip
+    for size, algo in want.items():
+        assert choose("all_reduce", size, npes, True)[:2] == ("gshmem", algo), size
+    assert choose("all_reduce", 64 * MiB + 1, npes, True)[:2] == ("nccl", "nccl")
+    assert choose("all_reduce", 1 << 30, npes, True)[:2] == ("nccl", "nccl")
+    # without NCCL the one-sided path takes every size, and says NCCL would have been used
+    b, a, why = choose("all_reduce", 1 << 30, npes, False)
+    assert (b, a) == ("gshmem", "two_shot") and "NCCL is not enabled" in why
+
+
+def test_thresholds_shrink_beyond_the_anchors_pe_count():
+    assert choose("all_reduce", 8 * KiB, 8, False)[1] == "one_shot"  # 8 KiB * 3/7 -> 3 KiB
+    assert choose("all_reduce", 3 * KiB, 8, False)[1] == "packet"
+    assert choose("all_reduce", 109 * KiB, 8, False)[1] == "one_shot"
+    assert choose("all_reduce", 110 * KiB, 8, False)[1] == "two_shot"
+    assert choose("all_reduce", 8 * KiB, 3, False)[1] == "packet"  # never grown below 4 PEs
+    assert choose("all_reduce", 1 << 30, 1, True)[:2] == ("nccl", "nccl")
+    assert choose("all_reduce", MiB, 1, False)[1:] == ("one_shot", "one PE: a local copy")
+
+
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "all_to_all"])
+@pytest.mark.parametrize("npes", [2, 4, 8])
+def test_data_movement_ops(op, npes):
+    for size in SIZES:
+        backend, algo, _ = choose(op, size, npes, True)
+        assert (backend, algo) == (("nccl", "nccl") if size > 16 * MiB else ("gshmem", "one_shot"))
+        assert choose(op, size, npes, False)[:2] == ("gshmem", "one_shot")
+
+
+@pytest.mark.parametrize("op", ["broadcast", "all_to_allv", "barrier"])
+def test_always_one_sided(op):
+    for size in SIZES:
+        for npes in (2, 4, 8):
+            assert choose(op, size, npes, True)[:2] == ("gshmem", "one_shot")
+
+
+def test_every_op_size_and_pe_count_gives_a_choice_and_explains_it():
+    for op in OPS:
+        for size in SIZES:
+            for npes in (1, 2, 3, 4, 8, 16):
+                for nccl in (False, True):
+                    backend, algo, why = choose(op, size, npes, nccl)
+                    assert backend in ("gshmem", "nccl") and why
+                    assert (algo == "nccl") == (backend == "nccl")
+                    text = _C.coll_explain_query(coll_select.op_code(op), size, npes, nccl)
+                    assert text.startswith(f"{op} {size} B on {npes} PE")
+                    assert why in text and backend in text
+
+
+def test_explain_format():
+    text = _C.coll_explain_query(0, MiB, 4, True)
+    assert text == ("all_reduce 1048576 B on 4 PEs: gshmem two_shot (above the one-shot "
+                    "threshold of 256 KiB; at most the NCCL threshold of 64 MiB)")  # fmt: skip
+
+
+def test_global_backend_override(monkeypatch):
+    monkeypatch.setenv("GSHMEM_COLL_BACKEND", "gshmem")
+    b, a, why = choose("all_reduce", 1 << 30, 4, True)
+    assert (b, a) == ("gshmem", "two_shot") and why.startswith("GSHMEM_COLL_BACKEND=gshmem")
+    monkeypatch.setenv("GSHMEM_COLL_BACKEND", "NCCL")
+    assert choose("all_reduce", 8, 4, True)[:2] == ("nccl", "nccl")
+    assert choose("all_gather", 8, 4, True)[:2] == ("nccl", "nccl")
+    # NCCL has no all-to-all-v or barrier here: the global setting leaves them one-sided
+    b, _, why = choose("all_to_allv", 8, 4, True)
+    assert b == "gshmem" and "NCCL has no all_to_allv" in why
+    monkeypatch.setenv("GSHMEM_COLL_BACKEND", "auto")
+    assert choose("all_reduce", 8, 4, True)[:2] == ("gshmem", "packet")
+
+
+def test_per_op_backend_override_wins(monkeypatch):
+    monkeypatch.setenv("GSHMEM_COLL_BACKEND", "nccl")
+    monkeypatch.setenv("GSHMEM_COLL_ALL_REDUCE_BACKEND", "gshmem")
+    assert choose("all_reduce", 1 << 30, 4, True)[0] == "gshmem"
+    assert choose("all_gather", 8, 4, True)[0] == "nccl"
+    monkeypatch.setenv("GSHMEM_COLL_BROADCAST_BACKEND", "nccl")
+    assert choose("broadcast", 8, 4, True)[:2] == ("nccl", "nccl")
+
+
+def test_algo_override(monkeypatch):
+    monkeypatch.setenv("GSHMEM_COLL_ALL_REDUCE_ALGO", "two-shot")
+    b, a, why = choose("all_reduce", 8, 4, True)
+    assert (b, a, why) == ("gshmem", "two_shot", "GSHMEM_COLL_ALL_REDUCE_ALGO=two-shot")
+    assert choose("all_reduce", 1 << 30, 4, True)[:2] == ("gshmem", "two_shot")
+    monkeypatch.setenv("GSHMEM_COLL_ALL_GATHER_ALGO", "ring")
+    assert choose("all_gather", 8, 4, False)[1] == "ring"
+    monkeypatch.setenv("GSHMEM_COLL_BACKEND", "nccl")  # the specific setting wins over global
+    assert choose("all_reduce", 8, 4, True)[:2] == ("gshmem", "two_shot")
+
+
+def test_threshold_overrides(monkeypatch):
+    monkeypatch.setenv("GSHMEM_COLL_ALL_REDUCE_PACKET_MAX", "64K")
+    b, a, why = choose("all_reduce", 64 * KiB, 8, False)  # set values are not scaled
+    assert a == "packet" and "GSHMEM_COLL_ALL_REDUCE_PACKET_MAX" in why
+    monkeypatch.setenv("GSHMEM_COLL_ALL_REDUCE_PACKET_MAX", "0")
+    assert choose("all_reduce", 8, 4, False)[1] == "one_shot"
+    monkeypatch.setenv("GSHMEM_COLL_ALL_REDUCE_ONE_SHOT_MAX", "1M")
+    assert choose("all_reduce", MiB, 4, False)[1] == "one_shot"
+    assert choose("all_reduce", MiB + 1, 4, False)[1] == "two_shot"
+    monkeypatch.setenv("GSHMEM_COLL_ALL_REDUCE_NCCL_MIN", "2M")
+    assert choose("all_reduce", 2 * MiB + 1, 4, True)[0] == "nccl"
+    assert choose("all_reduce", 2 * MiB, 4, True)[0] == "gshmem"
+    monkeypatch.setenv("GSHMEM_COLL_ALL_REDUCE_NCCL_MIN", "never")
+    assert choose("all_reduce", 1 << 40, 4, True)[0] == "gshmem"
+    monkeypatch.setenv("GSHMEM_COLL_ALL_GATHER_NCCL_MIN", "0")
+    assert choose("all_gather", 1, 4, True)[0] == "nccl"
+    monkeypatch.setenv("GSHMEM_COLL_ALL_GATHER_PACKET_MAX", "4K")
+    assert choose("all_gather", 4 * KiB, 4, False)[1] == "packet"
+
+
+@pytest.mark.parametrize(
+    "var,value,match",
+    [
+        ("GSHMEM_COLL_BACKEND", "mpi", "GSHMEM_COLL_BACKEND='mpi'.*auto, gshmem or nccl"),
+        ("GSHMEM_COLL_ALL_REDUCE_BACKEND", "fast", "GSHMEM_COLL_ALL_REDUCE_BACKEND='fast'.*auto"),
+        ("GSHMEM_COLL_ALL_REDUCE_ALGO", "tree",
+         "GSHMEM_COLL_ALL_REDUCE_ALGO='tree'.*packet, one_shot, two_shot or ring"),
+        ("GSHMEM_COLL_ALL_REDUCE_ALGO", "nccl", "ALL_REDUCE_BACKEND=nccl"),
+        ("GSHMEM_COLL_ALL_REDUCE_PACKET_MAX", "8 apples", "GSHMEM_COLL_ALL_REDUCE_PACKET_MAX"),
+        ("GSHMEM_COLL_ALL_REDUCE_NCCL_MIN", "-1", "GSHMEM_COLL_ALL_REDUCE_NCCL_MIN"),
+    ],
+)  # fmt: skip
+def test_malformed_overrides_are_usage_errors(monkeypatch, var, value, match):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(gshmem.UsageError, match=match):
+        choose("all_reduce", 64 * MiB + 1, 4, True)
+
+
+def test_algo_not_offered_by_the_op(monkeypatch):
+    monkeypatch.setenv("GSHMEM_COLL_ALL_TO_ALLV_ALGO", "packet")
+    with pytest.raises(gshmem.UsageError, match="not an algorithm of all_to_allv; use one_shot"):
+        choose("all_to_allv", 8, 4, False)
+    monkeypatch.setenv("GSHMEM_COLL_ALL_GATHER_ALGO", "two_shot")
+    with pytest.raises(gshmem.UsageError, match="packet, one_shot or ring"):
+        choose("all_gather", 8, 4, False)
+
+
+def test_conflicting_overrides(monkeypatch):
+    monkeypatch.setenv("GSHMEM_COLL_ALL_REDUCE_BACKEND", "nccl")
+    monkeypatch.setenv("GSHMEM_COLL_ALL_REDUCE_ALGO", "one_shot")
+    with pytest.raises(gshmem.UsageError, match="unset one of them"):
+        choose("all_reduce", 8, 4, True)
+
+
+@pytest.mark.parametrize("var", ["GSHMEM_COLL_BACKEND", "GSHMEM_COLL_ALL_GATHER_BACKEND"])
+def test_nccl_asked_but_not_enabled(monkeypatch, var):
+    monkeypatch.setenv(var, "nccl")
+    with pytest.raises(gshmem.UsageError, match=r"enable_nccl"):
+        choose("all_gather", 8, 4, False)
+
+
+def test_nccl_backend_has_no_all_to_allv(monkeypatch):
+    monkeypatch.setenv("GSHMEM_COLL_ALL_TO_ALLV_BACKEND", "nccl")
+    with pytest.raises(gshmem.UsageError, match="NCCL backend has no all_to_allv"):
+        choose("all_to_allv", 8, 4, True)
+
+
+def test_bad_queries():
+    with pytest.raises(gshmem.UsageError, match="at least 1 PE"):
+        choose("all_reduce", 8, 0, False)
+    with pytest.raises(gshmem.UsageError, match="unknown collective"):
+        _C.coll_choose(99, 8, 4, False)
+
+
+def test_decisions_are_logged_once_at_debug_level(monkeypatch, capfd):
+    monkeypatch.setenv("GSHMEM_DEBUG", "1")
+    for _ in range(3):
+        choose("reduce_scatter", 12345, 5, False)
+    err = capfd.readouterr().err
+    line = "gshmem[coll] reduce_scatter 12345 B on 5 PEs: gshmem one_shot"
+    assert err.count(line) == 1
+    monkeypatch.setenv("GSHMEM_DEBUG", "0")
+    choose("reduce_scatter", 12345, 6, False)
+    assert "gshmem[coll]" not in capfd.readouterr().err
+
+
+# -- the NCCL loader ------------------------------------------------------------------------------
+
+
+def test_nccl_probe_missing_library_is_clear():
+    ok, why, version = _C.nccl_probe("/nonexistent/libnccl.so.2")
+    assert not ok and version == 0
+    assert "/nonexistent/libnccl.so.2" in why and "GSHMEM_NCCL_LIBRARY" in why
+
+
+def test_nccl_probe_honours_the_variables(monkeypatch, tmp_path):
+    monkeypatch.setenv("GSHMEM_NCCL_LIBRARY", "/nonexistent")
+    ok, why, _ = _C.nccl_probe()
+    assert not ok and "/nonexistent" in why and "libnccl.so.2:" not in why
+    monkeypatch.delenv("GSHMEM_NCCL_LIBRARY")
+    monkeypatch.setenv("GSHMEM_NCCL_SEARCH_PATH", f"{tmp_path}:/also/not/here")
+    ok, why, _ = _C.nccl_probe()
+    assert not ok and f"{tmp_path}/libnccl.so.2" in why and "/also/not/here/libnccl.so.2" in why
+
+
+def test_nccl_probe_rejects_a_library_without_nccl():
+    libc = "libc.so.6"
+    ok, why, _ = _C.nccl_probe(libc)
+    assert not ok and "missing ncclGetVersion" in why and "ncclAllReduce" in why
+
+
+STUB = r"""
+typedef struct { char internal[128]; } ncclUniqueId;
+int ncclGetVersion(int* v) { *v = VERSION; return 0; }
+int ncclGetUniqueId(ncclUniqueId* id) { return 0; }
+int ncclCommInitRank(void** c, int n, ncclUniqueId id, int r) { return 0; }
+int ncclCommDestroy(void* c) { return 0; }
+int ncclAllReduce() { return 0; }
+int ncclAllGather() { return 0; }
+int ncclReduceScatter() { return 0; }
+int ncclBroadcast() { return 0; }
+int ncclSend() { return 0; }
+int ncclRecv() { return 0; }
+int ncclGroupStart() { return 0; }
+int ncclGroupEnd() { return 0; }
+const char* ncclGetErrorString(int r) { return "stub"; }
+"""
+
+
+def _stub(tmp_path, version: int) -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a stub NCCL library")
+    src = tmp_path / "stub.c"
+    src.write_text(STUB)
+    lib = tmp_path / f"libnccl-{version}.so"
+    subprocess.run([cc, "-shared", "-fPIC", f"-DVERSION={version}", str(src), "-o", str(lib)],
+                   check=True)  # fmt: skip
+    return str(lib)
+
+
+def test_nccl_probe_accepts_a_new_enough_library(tmp_path):
+    lib = _stub(tmp_path, 22809)
+    assert _C.nccl_probe(lib) == (True, lib, 22809)
+
+
+def test_nccl_probe_rejects_an_old_library(tmp_path):
+    ok, why, _ = _C.nccl_probe(_stub(tmp_path, 21705))
+    assert not ok and "NCCL 2.17.5" in why and "2.18 or newer" in why
+
+
+def test_wheel_dirs_are_found_without_importing(monkeypatch, tmp_path):
+    lib = tmp_path / "nvidia" / "nccl" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libnccl.so.2").write_bytes(b"")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert str(lib.resolve()) in coll_select.nccl_wheel_dirs()

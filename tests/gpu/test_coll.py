@@ -1,0 +1,35 @@
+"""Collectives on a stream on GPUs (tests/gpu/scripts/coll_check.py runs as each PE).
+
+gshmem's own algorithms only (GSHMEM_COLL_BACKEND=gshmem; the NCCL backend has its own tests).
+Each scenario forces every algorithm it covers through GSHMEM_COLL_<OP>_ALGO in-process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gpu_launch import launch_pes
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "coll_check.py")
+
+PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
+GSHMEM_ONLY = {"GSHMEM_COLL_BACKEND": "gshmem"}
+
+
+@pytest.mark.parametrize("n", PES)
+@pytest.mark.parametrize("scenario", ["matrix", "big", "teams", "streams", "badargs"])
+def test_coll(n, scenario):
+    launch_pes(n, SCRIPT, scenario, **GSHMEM_ONLY)
+
+
+@pytest.mark.parametrize("n", PES)
+def test_coll_graph(n):
+    # Small staging slots, so that each captured call spans several kernel launches.
+    launch_pes(n, SCRIPT, "graph", GSHMEM_COLL_SCRATCH_BYTES="1M", **GSHMEM_ONLY)
+
+
+@pytest.mark.parametrize("n", PES)
+def test_coll_mismatched_calls_are_detected(n):
+    out = launch_pes(n, SCRIPT, "mismatch", GSHMEM_COLL_CHECK="1", **GSHMEM_ONLY)
+    assert "mismatched collective calls" in out
