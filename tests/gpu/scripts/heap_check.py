@@ -84,7 +84,7 @@ def scenario_data(comm: gshmem.Comm) -> str:
 
 
 def scenario_growth(comm: gshmem.Comm) -> str:
-    first = comm.empty((8 << 20,), torch.float32)  # 32 MiB, inside the initial 64 MiB chunk
+    first = comm.empty((8 << 20,), torch.float32)  # 32 MiB, allocated before the growth below
     first.copy_(pattern(comm.rank, first.shape, torch.float32, comm.device))
     addr = first.data_ptr()
     mapped0 = comm.heap_info()["heap_mapped"]
