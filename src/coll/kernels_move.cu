@@ -89,48 +89,40 @@ __global__ void __launch_bounds__(kThreads)
   end_call(s, dev, team, 1);
 }
 
-void check_launch(const char* what) { cuda::check(cudaGetLastError(), what); }
-
 const char* bytes_of(const void* p) { return static_cast<const char*>(p); }
 char* bytes_of(void* p) { return static_cast<char*>(p); }
-
-template <class Kernel>
-void load(Kernel kernel) {
-  cudaFuncAttributes attributes{};
-  cuda::check(cudaFuncGetAttributes(&attributes, kernel), "loading the collective kernels");
-}
 
 }  // namespace
 
 void all_gather(const Launch& l, const void* in, void* out, size_t bytes, size_t stride) {
   all_gather_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(l.dev, l.team, l.sync, bytes_of(in),
                                                             bytes_of(out), bytes, stride);
-  check_launch("launching the all_gather kernel");
+  cuda::check_launch("launching the all_gather kernel");
 }
 
 void broadcast(const Launch& l, const void* in, void* out, size_t bytes, int root) {
   broadcast_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(l.dev, l.team, l.sync, bytes_of(in),
                                                            bytes_of(out), bytes, root);
-  check_launch("launching the broadcast kernel");
+  cuda::check_launch("launching the broadcast kernel");
 }
 
 void all_to_all(const Launch& l, const void* in, void* out, size_t bytes, size_t stride) {
   all_to_all_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(l.dev, l.team, l.sync, bytes_of(in),
                                                             bytes_of(out), bytes, stride);
-  check_launch("launching the all_to_all kernel");
+  cuda::check_launch("launching the all_to_all kernel");
 }
 
 void all_to_allv(const Launch& l, const void* in, void* out, const VLayout& layout) {
   all_to_allv_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(l.dev, l.team, l.sync, bytes_of(in),
                                                              bytes_of(out), layout);
-  check_launch("launching the all_to_allv kernel");
+  cuda::check_launch("launching the all_to_allv kernel");
 }
 
 void preload() {
-  load(all_gather_kernel);
-  load(broadcast_kernel);
-  load(all_to_all_kernel);
-  load(all_to_allv_kernel);
+  cuda::preload(all_gather_kernel, "loading the collective kernels");
+  cuda::preload(broadcast_kernel, "loading the collective kernels");
+  cuda::preload(all_to_all_kernel, "loading the collective kernels");
+  cuda::preload(all_to_allv_kernel, "loading the collective kernels");
   preload_reduce();
 }
 

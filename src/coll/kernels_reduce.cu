@@ -168,8 +168,6 @@ __global__ void __launch_bounds__(kThreads)
   end_call(s, dev, team, 1);
 }
 
-void check_launch(const char* what) { cuda::check(cudaGetLastError(), what); }
-
 // Calls f(E{}) with the element type of `dtype` (validated by the caller).
 template <class F>
 void with_type(gshmem_dtype_t dtype, F&& f) {
@@ -191,12 +189,6 @@ typename E::U* as(void* p) {
   return static_cast<typename E::U*>(p);
 }
 
-template <class Kernel>
-void load(Kernel kernel) {
-  cudaFuncAttributes attributes{};
-  cuda::check(cudaFuncGetAttributes(&attributes, kernel), "loading the collective kernels");
-}
-
 }  // namespace
 
 void all_reduce_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
@@ -206,7 +198,7 @@ void all_reduce_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
     all_reduce_packet_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
         l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, op);
   });
-  check_launch("launching the packet all_reduce kernel");
+  cuda::check_launch("launching the packet all_reduce kernel");
 }
 
 void all_reduce_one_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
@@ -216,7 +208,7 @@ void all_reduce_one_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t o
     all_reduce_one_shot_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
         l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, op);
   });
-  check_launch("launching the one-shot all_reduce kernel");
+  cuda::check_launch("launching the one-shot all_reduce kernel");
 }
 
 void all_reduce_two_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
@@ -226,7 +218,7 @@ void all_reduce_two_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t o
     all_reduce_two_shot_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
         l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, shard, op);
   });
-  check_launch("launching the two-shot all_reduce kernel");
+  cuda::check_launch("launching the two-shot all_reduce kernel");
 }
 
 void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
@@ -236,7 +228,7 @@ void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, co
     reduce_scatter_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
         l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, stride, op);
   });
-  check_launch("launching the reduce_scatter kernel");
+  cuda::check_launch("launching the reduce_scatter kernel");
 }
 
 void preload_reduce() {
@@ -244,10 +236,10 @@ void preload_reduce() {
                                GSHMEM_INT64}) {
     with_type(dtype, [&](auto e) {
       using E = decltype(e);
-      load(all_reduce_packet_kernel<E>);
-      load(all_reduce_one_shot_kernel<E>);
-      load(all_reduce_two_shot_kernel<E>);
-      load(reduce_scatter_kernel<E>);
+      cuda::preload(all_reduce_packet_kernel<E>, "loading the collective kernels");
+      cuda::preload(all_reduce_one_shot_kernel<E>, "loading the collective kernels");
+      cuda::preload(all_reduce_two_shot_kernel<E>, "loading the collective kernels");
+      cuda::preload(reduce_scatter_kernel<E>, "loading the collective kernels");
     });
   }
 }

@@ -53,4 +53,15 @@ class DeviceGuard {
 // Number of visible CUDA devices; 0 when there is no driver or no device.
 int device_count();
 
+// Throws GSHMEM_ERROR_CUDA "<what>: ..." if the last kernel launch on this thread failed.
+inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+// Loads `kernel`'s module now. CUDA loads modules lazily, at a kernel's first launch, which must
+// not happen inside a graph capture: components preload their kernels when a comm is created.
+template <class Kernel>
+void preload(Kernel kernel, const char* what) {
+  cudaFuncAttributes attributes{};
+  check(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel)), what);
+}
+
 }  // namespace gshmem::cuda

@@ -47,58 +47,50 @@ __global__ void wait_until_kernel(const uint64_t* sig, int cmp, uint64_t value) 
 
 __global__ void barrier_kernel(Device dev) { gshmem::barrier<Block>(dev, dev.world); }
 
-void check_launch(const char* what) { cuda::check(cudaGetLastError(), what); }
-
-template <class Kernel>
-void load(Kernel kernel) {
-  cudaFuncAttributes attributes{};
-  cuda::check(cudaFuncGetAttributes(&attributes, kernel), "loading the on-stream kernels");
-}
-
 }  // namespace
 
 void put(const gshmem_device_t& dev, void* dst_sym, const void* src, size_t bytes, int pe,
          cudaStream_t stream) {
   put_kernel<<<1, kCopyThreads, 0, stream>>>(dev, dst_sym, src, bytes, pe);
-  check_launch("launching the on-stream put kernel");
+  cuda::check_launch("launching the on-stream put kernel");
 }
 
 void get(const gshmem_device_t& dev, void* dst, const void* src_sym, size_t bytes, int pe,
          cudaStream_t stream) {
   get_kernel<<<1, kCopyThreads, 0, stream>>>(dev, dst, src_sym, bytes, pe);
-  check_launch("launching the on-stream get kernel");
+  cuda::check_launch("launching the on-stream get kernel");
 }
 
 void put_signal(const gshmem_device_t& dev, void* dst_sym, const void* src, size_t bytes,
                 uint64_t* sig_sym, uint64_t value, int op, int pe, cudaStream_t stream) {
   put_signal_kernel<<<1, kCopyThreads, 0, stream>>>(dev, dst_sym, src, bytes, sig_sym, value, op,
                                                     pe);
-  check_launch("launching the on-stream put_signal kernel");
+  cuda::check_launch("launching the on-stream put_signal kernel");
 }
 
 void signal_op(const gshmem_device_t& dev, uint64_t* sig_sym, uint64_t value, int op, int pe,
                cudaStream_t stream) {
   signal_op_kernel<<<1, 1, 0, stream>>>(dev, sig_sym, value, op, pe);
-  check_launch("launching the on-stream signal kernel");
+  cuda::check_launch("launching the on-stream signal kernel");
 }
 
 void wait_until(const uint64_t* sig, int cmp, uint64_t value, cudaStream_t stream) {
   wait_until_kernel<<<1, 1, 0, stream>>>(sig, cmp, value);
-  check_launch("launching the on-stream wait kernel");
+  cuda::check_launch("launching the on-stream wait kernel");
 }
 
 void barrier(const gshmem_device_t& dev, cudaStream_t stream) {
   barrier_kernel<<<1, kBarrierThreads, 0, stream>>>(dev);
-  check_launch("launching the on-stream barrier kernel");
+  cuda::check_launch("launching the on-stream barrier kernel");
 }
 
 void preload() {
-  load(put_kernel);
-  load(get_kernel);
-  load(put_signal_kernel);
-  load(signal_op_kernel);
-  load(wait_until_kernel);
-  load(barrier_kernel);
+  cuda::preload(put_kernel, "loading the on-stream kernels");
+  cuda::preload(get_kernel, "loading the on-stream kernels");
+  cuda::preload(put_signal_kernel, "loading the on-stream kernels");
+  cuda::preload(signal_op_kernel, "loading the on-stream kernels");
+  cuda::preload(wait_until_kernel, "loading the on-stream kernels");
+  cuda::preload(barrier_kernel, "loading the on-stream kernels");
 }
 
 }  // namespace gshmem::stream::kernels
