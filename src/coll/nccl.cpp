@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "coll/validate.h"
 #include "common/cuda_api.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -214,17 +215,6 @@ int nccl_dtype(gshmem_dtype_t dtype) {
   throw_error(GSHMEM_ERROR_USAGE, "unsupported dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
-size_t dtype_size(gshmem_dtype_t dtype) {
-  switch (dtype) {
-    case GSHMEM_FLOAT32: return 4;
-    case GSHMEM_BFLOAT16: return 2;
-    case GSHMEM_FLOAT16: return 2;
-    case GSHMEM_INT32: return 4;
-    case GSHMEM_INT64: return 8;
-  }
-  throw_error(GSHMEM_ERROR_USAGE, "unsupported dtype " + std::to_string(static_cast<int>(dtype)));
-}
-
 int nccl_op(gshmem_redop_t op) {
   switch (op) {
     case GSHMEM_SUM: return 0;
@@ -368,7 +358,7 @@ void NcclBackend::broadcast(const void* in, void* out, size_t count, gshmem_dtyp
 void NcclBackend::all_to_all(const void* in, void* out, size_t count, gshmem_dtype_t dtype,
                              cudaStream_t stream) {
   const int t = nccl_dtype(dtype);
-  const size_t chunk = count * dtype_size(dtype);
+  const size_t chunk = count * element_size(dtype, "all_to_all");
   auto* src = static_cast<const char*>(in);
   auto* dst = static_cast<char*>(out);
   impl_->check(impl_->api.group_start(), "all_to_all (ncclGroupStart)");
