@@ -7,7 +7,8 @@
 //   GSHMEM_COLL_SCRATCH_BYTES  staging memory per PE (default 32 MiB): 2 x n_pes slots, so a
 //                              launch moves at most scratch / (2 n_pes) bytes per member pair;
 //                              larger calls run as several launches (chunks)
-//   GSHMEM_COLL_CTAS           CTAs of every collective kernel (default 16, 1..64)
+//   GSHMEM_COLL_CTAS           most CTAs of a collective kernel (default 64, 1..64); each launch
+//                              takes fewer when it is small (ops.cpp, ctas_for)
 //   GSHMEM_COLL_CHECK          1: every collective kernel compares its arguments with the other
 //                              members' and traps on a mismatch, printing both (default 0)
 #pragma once

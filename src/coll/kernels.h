@@ -1,8 +1,10 @@
 // Launchers of gshmem's own collective kernels (kernels_reduce.cu, kernels_move.cu; the
 // protocol they share: protocol.cuh). The caller (ops.cpp) has validated every argument, split
-// the call into chunks that fit the staging slots, and made the comm's GPU current; these
-// functions launch one kernel each (Sync::ctas CTAs of kThreads threads) and throw gshmem::Error
-// when the launch fails. Pointers already point at the chunk; counts are the chunk's.
+// the call into chunks that fit the staging slots, chosen the grid size (Launch::sync.ctas: a
+// function of the chunk's size, so the same on every member) and made the comm's GPU current;
+// these functions launch one kernel each (sync.ctas CTAs of kThreads threads) and throw
+// gshmem::Error when the launch fails. Pointers already point at the chunk; counts are the
+// chunk's.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,20 +34,24 @@ void all_reduce_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
 void all_reduce_one_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
                          const void* in, void* out, size_t count);
 // count elements in team-size shards of `shard` elements (a multiple of 16 bytes, at most
-// slot_bytes / 2; the last shard may be shorter or empty).
+// slot_bytes / 2; the last shard may be shorter or empty). direct: `out` is a symmetric heap
+// object (the reduced shards go straight into it).
 void all_reduce_two_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
-                         const void* in, void* out, size_t count, size_t shard);
+                         const void* in, void* out, size_t count, size_t shard, bool direct);
 // out[i] = op over members of in[me * stride + i], i < count (at most slot_bytes).
 void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
                     void* out, size_t count, size_t stride);
 
-// ---- moving (bytes; at most slot_bytes per member pair) ----
+// ---- moving (bytes; staged: at most slot_bytes per member pair; direct: `out` is a symmetric
+// heap object on every member, any size, stored into without staging) ----
 // out[t * stride + i] = member t's in[i], i < bytes.
-void all_gather(const Launch& l, const void* in, void* out, size_t bytes, size_t stride);
+void all_gather(const Launch& l, const void* in, void* out, size_t bytes, size_t stride,
+                bool direct);
 // out[i] = member root's in[i].
-void broadcast(const Launch& l, const void* in, void* out, size_t bytes, int root);
-// out[t * stride + i] = member t's in[me * stride + i].
-void all_to_all(const Launch& l, const void* in, void* out, size_t bytes, size_t stride);
+void broadcast(const Launch& l, const void* in, void* out, size_t bytes, int root, bool direct);
+// out[t * stride + i] = member t's in[me * stride + i]. direct needs in != out.
+void all_to_all(const Launch& l, const void* in, void* out, size_t bytes, size_t stride,
+                bool direct);
 
 // all_to_allv in bytes, per team member (team size <= kMaxVPes): travels in the kernel's
 // parameters, so a captured graph holds its own copy.

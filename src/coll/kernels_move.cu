@@ -1,6 +1,7 @@
 // The collectives that only move bytes: all_gather, broadcast, all_to_all, all_to_allv. One
 // kernel each, independent of the element type. Each pushes into the receivers' staging slots,
-// runs one signal phase and copies out of its own slots (protocol.cuh).
+// runs one signal phase and copies out of its own slots (protocol.cuh), or, when the output is
+// in the heap, stores straight into the members' outputs.
 #include "coll/kernels.h"
 #include "coll/protocol.cuh"
 #include "common/cuda_api.h"
@@ -14,13 +15,28 @@ constexpr size_t kUnit = 16;  // CTA byte ranges start on 16-byte boundaries
 
 __device__ inline int world(const Team& team, int t) { return gshmem_team_world_pe(&team, t); }
 
+// Direct calls (`direct`: `out` is a symmetric heap object on every member, same address): phase
+// 1 only says that every member's kernel has started, so that its `out` is free (stream order);
+// then each CTA stores straight into the members' `out` and phase 2 says the stores are done. No
+// staging slot, no copy out of it, no chunks. Staged calls push into the receivers' slots, one
+// phase, and copy out of their own slots.
+
 __global__ void __launch_bounds__(kThreads)
     all_gather_kernel(Device dev, Team team, Sync s, const char* in, char* out, size_t bytes,
-                      size_t stride) {
+                      size_t stride, bool direct) {
   const Range r = cta_range(bytes, kUnit, blockIdx.x, s.ctas);
-  for (int t = 0; t < team.size; ++t) {
-    const int q = world(team, t);
-    if (q != dev.my_pe) copy(remote_slot(s, dev, q) + r.lo, in + r.lo, r.size());
+  char* own = out + team.my_pe * stride;
+  if (direct) arrive_and_wait(s, dev, team, 1);
+  for (int k = 0; k + 1 < team.size; ++k) {
+    const int q = world(team, push_target(team, k));
+    char* dst = direct ? gshmem::detail::peer(dev, own, q) : remote_slot(s, dev, q);
+    copy(dst + r.lo, in + r.lo, r.size());
+  }
+  if (direct) {
+    copy(own + r.lo, in + r.lo, r.size());
+    arrive_and_wait(s, dev, team, 2);
+    end_call(s, dev, team, 2);
+    return;
   }
   arrive_and_wait(s, dev, team, 1);
   for (int t = 0; t < team.size; ++t) {
@@ -33,37 +49,52 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void __launch_bounds__(kThreads)
     broadcast_kernel(Device dev, Team team, Sync s, const char* in, char* out, size_t bytes,
-                     int root) {
+                     int root, bool direct) {
   const Range r = cta_range(bytes, kUnit, blockIdx.x, s.ctas);
   const int root_pe = world(team, root);
+  if (direct) arrive_and_wait(s, dev, team, 1);
   if (dev.my_pe == root_pe) {
-    for (int t = 0; t < team.size; ++t) {
-      const int q = world(team, t);
-      if (q != dev.my_pe) copy(remote_slot(s, dev, q) + r.lo, in + r.lo, r.size());
+    for (int k = 0; k + 1 < team.size; ++k) {
+      const int q = world(team, push_target(team, k));
+      char* dst = direct ? gshmem::detail::peer(dev, out, q) : remote_slot(s, dev, q);
+      copy(dst + r.lo, in + r.lo, r.size());
     }
     copy(out + r.lo, in + r.lo, r.size());
   }
   // Every member signals every other one, root or not: the slot reuse rule (protocol.cuh) needs
   // each member to hear from each other member in every call.
-  arrive_and_wait(s, dev, team, 1);
-  if (dev.my_pe != root_pe) copy(out + r.lo, local_slot(s, root_pe) + r.lo, r.size());
-  end_call(s, dev, team, 1);
+  const unsigned phases = direct ? 2 : 1;
+  arrive_and_wait(s, dev, team, phases);
+  if (!direct && dev.my_pe != root_pe) copy(out + r.lo, local_slot(s, root_pe) + r.lo, r.size());
+  end_call(s, dev, team, phases);
 }
 
+// Direct all_to_all needs in != out (ops.cpp): a member's `out` block may be overwritten before
+// that member has pushed the `in` block it would otherwise still read.
 __global__ void __launch_bounds__(kThreads)
     all_to_all_kernel(Device dev, Team team, Sync s, const char* in, char* out, size_t bytes,
-                      size_t stride) {
+                      size_t stride, bool direct) {
   const Range r = cta_range(bytes, kUnit, blockIdx.x, s.ctas);
-  for (int t = 0; t < team.size; ++t) {
+  const size_t own = team.my_pe * stride;
+  if (direct) arrive_and_wait(s, dev, team, 1);
+  for (int k = 0; k + 1 < team.size; ++k) {
+    const int t = push_target(team, k);
     const int q = world(team, t);
-    if (q != dev.my_pe) copy(remote_slot(s, dev, q) + r.lo, in + t * stride + r.lo, r.size());
+    char* dst = direct ? gshmem::detail::peer(dev, out + own, q) : remote_slot(s, dev, q);
+    copy(dst + r.lo, in + t * stride + r.lo, r.size());
+  }
+  if (direct) {
+    copy(out + own + r.lo, in + own + r.lo, r.size());
+    arrive_and_wait(s, dev, team, 2);
+    end_call(s, dev, team, 2);
+    return;
   }
   arrive_and_wait(s, dev, team, 1);
   // In place (in == out) is safe: this CTA alone reads and writes bytes [r.lo, r.hi) of each
   // block, and its pushes are done.
   for (int t = 0; t < team.size; ++t) {
     const int q = world(team, t);
-    const char* src = q == dev.my_pe ? in + team.my_pe * stride : local_slot(s, q);
+    const char* src = q == dev.my_pe ? in + own : local_slot(s, q);
     copy(out + t * stride + r.lo, src + r.lo, r.size());
   }
   end_call(s, dev, team, 1);
@@ -71,9 +102,9 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void __launch_bounds__(kThreads)
     all_to_allv_kernel(Device dev, Team team, Sync s, const char* in, char* out, VLayout v) {
-  for (int t = 0; t < team.size; ++t) {
+  for (int k = 0; k + 1 < team.size; ++k) {
+    const int t = push_target(team, k);
     const int q = world(team, t);
-    if (q == dev.my_pe) continue;
     const Range r = cta_range(v.send_bytes[t], kUnit, blockIdx.x, s.ctas);
     copy(remote_slot(s, dev, q) + r.lo, in + v.send_off[t] + r.lo, r.size());
   }
@@ -94,21 +125,23 @@ char* bytes_of(void* p) { return static_cast<char*>(p); }
 
 }  // namespace
 
-void all_gather(const Launch& l, const void* in, void* out, size_t bytes, size_t stride) {
+void all_gather(const Launch& l, const void* in, void* out, size_t bytes, size_t stride,
+                bool direct) {
   all_gather_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(l.dev, l.team, l.sync, bytes_of(in),
-                                                            bytes_of(out), bytes, stride);
+                                                            bytes_of(out), bytes, stride, direct);
   cuda::check_launch("launching the all_gather kernel");
 }
 
-void broadcast(const Launch& l, const void* in, void* out, size_t bytes, int root) {
+void broadcast(const Launch& l, const void* in, void* out, size_t bytes, int root, bool direct) {
   broadcast_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(l.dev, l.team, l.sync, bytes_of(in),
-                                                           bytes_of(out), bytes, root);
+                                                           bytes_of(out), bytes, root, direct);
   cuda::check_launch("launching the broadcast kernel");
 }
 
-void all_to_all(const Launch& l, const void* in, void* out, size_t bytes, size_t stride) {
+void all_to_all(const Launch& l, const void* in, void* out, size_t bytes, size_t stride,
+                bool direct) {
   all_to_all_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(l.dev, l.team, l.sync, bytes_of(in),
-                                                            bytes_of(out), bytes, stride);
+                                                            bytes_of(out), bytes, stride, direct);
   cuda::check_launch("launching the all_to_all kernel");
 }
 

@@ -50,9 +50,8 @@ __global__ void __launch_bounds__(kThreads)
   // Packet i is pushed and reduced by the same thread, so in == out is safe.
   for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
     const unsigned long long v = load8(src, i, bytes);
-    for (int t = 0; t < team.size; ++t) {
-      const int q = world(team, t);
-      if (q == dev.my_pe) continue;
+    for (int k = 0; k + 1 < team.size; ++k) {
+      const int q = world(team, push_target(team, k));
       uint4* dst = gshmem::detail::peer(dev, packet_slot(s, parity(s, q), dev.my_pe), q);
       store_packet(dst + i, v, epoch(s, q));
     }
@@ -83,11 +82,9 @@ __global__ void __launch_bounds__(kThreads)
                                typename E::U* out, size_t count, int op) {
   using U = typename E::U;
   const Range r = cta_range(count, kUnit<E>, blockIdx.x, s.ctas);
-  for (int t = 0; t < team.size; ++t) {
-    const int q = world(team, t);
-    if (q != dev.my_pe) {
-      copy(remote_slot(s, dev, q) + r.lo * sizeof(U), in + r.lo, r.size() * sizeof(U));
-    }
+  for (int k = 0; k + 1 < team.size; ++k) {
+    const int q = world(team, push_target(team, k));
+    copy(remote_slot(s, dev, q) + r.lo * sizeof(U), in + r.lo, r.size() * sizeof(U));
   }
   arrive_and_wait(s, dev, team, 1);
   auto source = [&](int t) {
@@ -99,12 +96,17 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- two-shot: reduce-scatter (member t's shard to member t, which reduces it) and all-gather
-// (each member pushes its reduced shard to every other member), two signal phases. A slot's
-// first half holds phase 1's shard, its second half phase 2's.
+// (each member pushes its reduced shard to every other member), two signal phases. Staged: a
+// slot's first half holds phase 1's shard, its second half phase 2's, copied out at the end.
+// Direct (`out` is a symmetric heap object): phase 2 stores the reduced shard straight into the
+// members' `out`. That is safe without another phase: member q's CTA b signalled phase 1 after
+// its kernel started (its `out` is free) and after pushing its `in` range that this CTA now
+// overwrites when in == out (CTA b's range of a shard is the same in both phases).
 template <class E>
 __global__ void __launch_bounds__(kThreads)
     all_reduce_two_shot_kernel(Device dev, Team team, Sync s, const typename E::U* in,
-                               typename E::U* out, size_t count, size_t shard, int op) {
+                               typename E::U* out, size_t count, size_t shard, int op,
+                               bool direct) {
   using U = typename E::U;
   const size_t half = s.slot_bytes / 2;
   auto shard_len = [&](int t) -> size_t {
@@ -112,11 +114,11 @@ __global__ void __launch_bounds__(kThreads)
     return lo >= count ? 0 : (count - lo < shard ? count - lo : shard);
   };
   const int mine = team.my_pe;
-  for (int t = 0; t < team.size; ++t) {
-    const int q = world(team, t);
-    if (q == dev.my_pe) continue;
+  for (int k = 0; k + 1 < team.size; ++k) {
+    const int t = push_target(team, k);
     const Range r = cta_range(shard_len(t), kUnit<E>, blockIdx.x, s.ctas);
-    copy(remote_slot(s, dev, q) + r.lo * sizeof(U), in + t * shard + r.lo, r.size() * sizeof(U));
+    copy(remote_slot(s, dev, world(team, t)) + r.lo * sizeof(U), in + t * shard + r.lo,
+         r.size() * sizeof(U));
   }
   arrive_and_wait(s, dev, team, 1);
   const Range r = cta_range(shard_len(mine), kUnit<E>, blockIdx.x, s.ctas);
@@ -128,19 +130,21 @@ __global__ void __launch_bounds__(kThreads)
   };
   reduce_range<E>(reduced, team.size, source, r.lo, r.hi, op);
   __syncthreads();  // the pushes below read what other threads of this CTA reduced
-  for (int t = 0; t < team.size; ++t) {
-    const int q = world(team, t);
-    if (q != dev.my_pe) {
-      copy(remote_slot(s, dev, q) + half + r.lo * sizeof(U), reduced + r.lo, r.size() * sizeof(U));
-    }
+  for (int k = 0; k + 1 < team.size; ++k) {
+    const int q = world(team, push_target(team, k));
+    char* dst = direct ? reinterpret_cast<char*>(gshmem::detail::peer(dev, reduced, q))
+                       : remote_slot(s, dev, q) + half;
+    copy(dst + r.lo * sizeof(U), reduced + r.lo, r.size() * sizeof(U));
   }
   arrive_and_wait(s, dev, team, 2);
-  for (int t = 0; t < team.size; ++t) {
-    const int q = world(team, t);
-    if (q == dev.my_pe) continue;
-    const Range rt = cta_range(shard_len(t), kUnit<E>, blockIdx.x, s.ctas);
-    copy(out + t * shard + rt.lo, local_slot(s, q) + half + rt.lo * sizeof(U),
-         rt.size() * sizeof(U));
+  if (!direct) {
+    for (int t = 0; t < team.size; ++t) {
+      const int q = world(team, t);
+      if (q == dev.my_pe) continue;
+      const Range rt = cta_range(shard_len(t), kUnit<E>, blockIdx.x, s.ctas);
+      copy(out + t * shard + rt.lo, local_slot(s, q) + half + rt.lo * sizeof(U),
+           rt.size() * sizeof(U));
+    }
   }
   end_call(s, dev, team, 2);
 }
@@ -152,11 +156,10 @@ __global__ void __launch_bounds__(kThreads)
                           typename E::U* out, size_t count, size_t stride, int op) {
   using U = typename E::U;
   const Range r = cta_range(count, kUnit<E>, blockIdx.x, s.ctas);
-  for (int t = 0; t < team.size; ++t) {
-    const int q = world(team, t);
-    if (q != dev.my_pe) {
-      copy(remote_slot(s, dev, q) + r.lo * sizeof(U), in + t * stride + r.lo, r.size() * sizeof(U));
-    }
+  for (int k = 0; k + 1 < team.size; ++k) {
+    const int t = push_target(team, k);
+    copy(remote_slot(s, dev, world(team, t)) + r.lo * sizeof(U), in + t * stride + r.lo,
+         r.size() * sizeof(U));
   }
   arrive_and_wait(s, dev, team, 1);
   const U* own = in + team.my_pe * stride;
@@ -212,11 +215,11 @@ void all_reduce_one_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t o
 }
 
 void all_reduce_two_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
-                         const void* in, void* out, size_t count, size_t shard) {
+                         const void* in, void* out, size_t count, size_t shard, bool direct) {
   with_type(dtype, [&](auto e) {
     using E = decltype(e);
     all_reduce_two_shot_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
-        l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, shard, op);
+        l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, shard, op, direct);
   });
   cuda::check_launch("launching the two-shot all_reduce kernel");
 }

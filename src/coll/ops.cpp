@@ -1,6 +1,7 @@
 #include "coll/ops.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "coll/coll_state.h"
@@ -8,12 +9,15 @@
 #include "coll/nccl.h"
 #include "coll/select.h"
 #include "coll/validate.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "core/comm.h"
 #include "stream/current_device.h"
 
 namespace gshmem::coll {
 namespace {
+
+constexpr uint64_t kNotDirect = ~0ull;
 
 bool is_world(const Comm& comm, const gshmem_team_t& t) {
   return t.start == 0 && t.stride == 1 && t.size == comm.nranks();
@@ -27,23 +31,60 @@ Choice decide(Comm& comm, const gshmem_team_t& team, gshmem_coll_t op, size_t by
   return choose({op, bytes, team.size, nccl});
 }
 
-// GSHMEM_COLL_CHECK's descriptor of a call: what every member must agree on. Low byte: the
-// collective + 1 (never 0); then dtype, operator, root; the high half hashes the count (0 for
-// all_to_allv, whose counts differ between members by design).
-uint64_t describe(gshmem_coll_t op, gshmem_dtype_t dtype, int redop, int root, uint64_t count) {
-  const uint64_t hashed = (count * 0x9E3779B97F4A7C15ull) >> 32;
-  return (static_cast<uint64_t>(op) + 1) | static_cast<uint64_t>(dtype) << 8 |
-         static_cast<uint64_t>(redop & 0xf) << 12 | static_cast<uint64_t>(root & 0xffff) << 16 |
-         hashed << 32;
+// GSHMEM_COLL_CHECK's descriptor of a call: what every member must agree on. Low 7 bits: the
+// collective + 1 (never 0); bit 7: direct; then dtype, operator, root; the high half hashes the
+// count (0 for all_to_allv, whose counts differ between members by design) and, for a direct
+// call, the output's heap offset (every member must pass the same symmetric object).
+uint64_t describe(gshmem_coll_t op, gshmem_dtype_t dtype, int redop, int root, uint64_t count,
+                  uint64_t direct_offset = kNotDirect) {
+  const bool direct = direct_offset != kNotDirect;
+  const uint64_t key = count ^ (direct ? (direct_offset + 1) * 0xFF51AFD7ED558CCDull : 0);
+  const uint64_t hashed = (key * 0x9E3779B97F4A7C15ull) >> 32;
+  return (static_cast<uint64_t>(op) + 1) | static_cast<uint64_t>(direct) << 7 |
+         static_cast<uint64_t>(dtype) << 8 | static_cast<uint64_t>(redop & 0xf) << 12 |
+         static_cast<uint64_t>(root & 0xffff) << 16 | hashed << 32;
 }
 
 // What every launch of this call needs; `desc` (describe()) is used when GSHMEM_COLL_CHECK is on.
+// sync.ctas is the comm's maximum here; sized() lowers it per launch.
 kernels::Launch launch(Comm& comm, const gshmem_team_t& team, cudaStream_t stream,
                        uint64_t desc) {
   CollState& state = comm.coll_state();
   kernels::Launch l{comm.device_state().device(), team, state.sync(), stream};
   if (state.check()) l.sync.desc = desc;
   return l;
+}
+
+// The grid of a launch that moves `pair_bytes` between each pair of members: measured on 4 H200s
+// (docs/collectives.md), 16 CTAs were best up to 256 KiB per pair, 32 at 1 MiB, 64 from 4 MiB: a
+// CTA per 32 KiB, at least 16, at most the comm's GSHMEM_COLL_CTAS. A pure function of the
+// launch's arguments, so every member launches the same grid (protocol.cuh pairs CTA b with CTA b).
+kernels::Launch sized(kernels::Launch l, uint64_t pair_bytes) {
+  constexpr uint64_t kBytesPerCta = 32 << 10;
+  constexpr uint64_t kMinCtas = 16;
+  const uint64_t want = std::max(kMinCtas, pair_bytes / kBytesPerCta);
+  l.sync.ctas = static_cast<int32_t>(std::min<uint64_t>(want, l.sync.ctas));
+  return l;
+}
+
+// Direct calls store straight into the members' outputs, which needs `out` in the symmetric heap
+// and costs one more signal phase (every member's output is free) than a staged call, so only
+// calls of at least GSHMEM_COLL_DIRECT_MIN bytes of input per PE (default 256 KiB; "never": off)
+// take it. Every member must decide alike: same buffer kind, same sizes (GSHMEM_COLL_CHECK
+// verifies it). heap_offset: out's heap offset, or kNotDirect outside the heap; direct_offset:
+// the same for calls that take the direct path.
+uint64_t heap_offset(Comm& comm, const void* out) {
+  if (!comm.heap().contains(out)) return kNotDirect;
+  return static_cast<uint64_t>(static_cast<const char*>(out) -
+                               static_cast<const char*>(comm.heap().base()));
+}
+
+uint64_t direct_offset(Comm& comm, const void* out, size_t bytes) {
+  uint64_t least = 256 << 10;
+  if (const char* v = std::getenv("GSHMEM_COLL_DIRECT_MIN"); v != nullptr && *v != '\0') {
+    least = std::string(v) == "never" ? kNotDirect : env::parse_size(v, "GSHMEM_COLL_DIRECT_MIN");
+  }
+  return bytes < least ? kNotDirect : heap_offset(comm, out);
 }
 
 const char* at(const void* p, size_t bytes) { return static_cast<const char*>(p) + bytes; }
@@ -74,25 +115,36 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     comm.nccl()->all_reduce(in, out, count, dtype, op, stream);
     return;
   }
-  const kernels::Launch l =
-      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_REDUCE, dtype, op, 0, count));
   const size_t n = static_cast<size_t>(team.size);
+  // Two-shot's second phase stores into a heap `out` directly at no extra cost (kernels_reduce.cu),
+  // whatever the size.
+  const bool two_shot = c.algo != Algo::Packet && c.algo != Algo::OneShot;
+  const uint64_t offset = two_shot ? heap_offset(comm, out) : kNotDirect;
+  const bool direct = offset != kNotDirect;
+  const kernels::Launch l =
+      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_REDUCE, dtype, op, 0, count, offset));
   switch (c.algo) {
     case Algo::Packet:
       chunks(count, l.sync.packet_bytes / 2 / e, [&](size_t off, size_t len) {
-        kernels::all_reduce_packet(l, dtype, op, at(in, off * e), at(out, off * e), len);
+        // One thread per 8-byte packet: enough CTAs for that, no more.
+        kernels::Launch p = l;
+        p.sync.ctas = static_cast<int32_t>(
+            std::min<size_t>(l.sync.ctas, std::max<size_t>(1, ((len * e + 7) / 8 + kThreads - 1) / kThreads)));
+        kernels::all_reduce_packet(p, dtype, op, at(in, off * e), at(out, off * e), len);
       });
       break;
     case Algo::OneShot:
       chunks(count, l.sync.slot_bytes / e, [&](size_t off, size_t len) {
-        kernels::all_reduce_one_shot(l, dtype, op, at(in, off * e), at(out, off * e), len);
+        kernels::all_reduce_one_shot(sized(l, len * e), dtype, op, at(in, off * e),
+                                     at(out, off * e), len);
       });
       break;
     default: {  // TwoShot; Ring and Nccl (not reached) also take the bandwidth-optimal two-shot
       const size_t unit = 16 / e;
       chunks(count, n * (l.sync.slot_bytes / 2 / e), [&](size_t off, size_t len) {
         const size_t shard = ((len + n - 1) / n + unit - 1) / unit * unit;
-        kernels::all_reduce_two_shot(l, dtype, op, at(in, off * e), at(out, off * e), len, shard);
+        kernels::all_reduce_two_shot(sized(l, shard * e), dtype, op, at(in, off * e),
+                                     at(out, off * e), len, shard, direct);
       });
       break;
     }
@@ -116,10 +168,15 @@ void all_gather(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     comm.nccl()->all_gather(in, out, count, dtype, stream);
     return;
   }
+  const uint64_t offset = direct_offset(comm, out, bytes);
   const kernels::Launch l =
-      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_GATHER, dtype, 0, 0, count));
+      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_GATHER, dtype, 0, 0, count, offset));
+  if (offset != kNotDirect) {
+    kernels::all_gather(sized(l, bytes), in, out, bytes, bytes, true);
+    return;
+  }
   chunks(bytes, l.sync.slot_bytes, [&](size_t off, size_t len) {
-    kernels::all_gather(l, at(in, off), at(out, off), len, bytes);
+    kernels::all_gather(sized(l, len), at(in, off), at(out, off), len, bytes, false);
   });
 }
 
@@ -144,7 +201,8 @@ void reduce_scatter(Comm& comm, const gshmem_team_t* team_arg, const void* in, v
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_REDUCE_SCATTER, dtype, op, 0, count));
   chunks(count, l.sync.slot_bytes / e, [&](size_t off, size_t len) {
-    kernels::reduce_scatter(l, dtype, op, at(in, off * e), at(out, off * e), len, count);
+    kernels::reduce_scatter(sized(l, len * e), dtype, op, at(in, off * e), at(out, off * e), len,
+                            count);
   });
 }
 
@@ -167,10 +225,16 @@ void broadcast(Comm& comm, const gshmem_team_t* team_arg, const void* in, void* 
     comm.nccl()->broadcast(in, out, count, dtype, root, stream);
     return;
   }
-  const kernels::Launch l =
-      launch(comm, team, stream, describe(GSHMEM_COLL_BROADCAST, dtype, 0, root, count));
+  const uint64_t offset = direct_offset(comm, out, bytes);
+  const kernels::Launch l = launch(comm, team, stream,
+                                   describe(GSHMEM_COLL_BROADCAST, dtype, 0, root, count, offset));
+  if (offset != kNotDirect) {
+    kernels::broadcast(sized(l, bytes), in, out, bytes, root, true);
+    return;
+  }
   chunks(bytes, l.sync.slot_bytes, [&](size_t off, size_t len) {
-    kernels::broadcast(l, team.my_pe == root ? at(in, off) : nullptr, at(out, off), len, root);
+    kernels::broadcast(sized(l, len), team.my_pe == root ? at(in, off) : nullptr, at(out, off),
+                       len, root, false);
   });
 }
 
@@ -191,10 +255,16 @@ void all_to_all(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     comm.nccl()->all_to_all(in, out, count, dtype, stream);
     return;
   }
+  // Direct needs in != out (kernels_move.cu).
+  const uint64_t offset = in == out ? kNotDirect : direct_offset(comm, out, bytes);
   const kernels::Launch l =
-      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_TO_ALL, dtype, 0, 0, count));
+      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_TO_ALL, dtype, 0, 0, count, offset));
+  if (offset != kNotDirect) {
+    kernels::all_to_all(sized(l, block), in, out, block, block, true);
+    return;
+  }
   chunks(block, l.sync.slot_bytes, [&](size_t off, size_t len) {
-    kernels::all_to_all(l, at(in, off), at(out, off), len, block);
+    kernels::all_to_all(sized(l, len), at(in, off), at(out, off), len, block, false);
   });
 }
 

@@ -13,7 +13,8 @@
 //   descs     uint64[2][n_pes]          GSHMEM_COLL_CHECK: the call descriptor each member sent
 // Everything is indexed by world PE, so collectives on teams that share only this PE never touch
 // the same words; counters only grow, so a CUDA graph replays correctly with nothing host-side
-// baked into it.
+// baked into it. Counters are per CTA: a launch with fewer CTAs leaves the others' untouched, and
+// the reuse rule of protocol.cuh holds per CTA (both sides count the same launches of CTA b).
 #pragma once
 
 #include <cstdint>
@@ -35,7 +36,8 @@ struct Sync {
   uint64_t* descs;
   uint64_t desc;          // this call's descriptor (describe() in ops.cpp), 0: no check
   uint64_t timeout_ns;    // a device wait longer than this traps (GSHMEM_TIMEOUT)
-  int32_t ctas;           // grid size of every collective kernel on this comm (same on all PEs)
+  int32_t ctas;           // this launch's grid (CollState: the comm's maximum, GSHMEM_COLL_CTAS;
+                          // ops.cpp lowers it per launch from the launch's size, alike on all PEs)
   int32_t n_pes;
 };
 

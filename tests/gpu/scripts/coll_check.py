@@ -5,16 +5,19 @@ Usage: coll_check.py SCENARIO
             count) over the world team, once per all_reduce algorithm (packet, one_shot,
             two_shot, ring) with the other collectives forced to each algorithm they accept
             (select.h re-reads GSHMEM_COLL_<OP>_ALGO at each call, so this process switches them);
-            in place and out of place, symmetric and ordinary buffers, in turn
+            in place and out of place, symmetric and ordinary buffers, in turn for each collective;
+            symmetric outputs take the direct path at every size on every other pass
+            (GSHMEM_COLL_DIRECT_MIN=0) and the staged one on the others
   big       ~16 MiB per PE (several launches per call: more than one staging slot) for every
-            collective and every all_reduce algorithm
+            collective and every all_reduce algorithm, each variant (direct when symmetric)
   teams     the matrix on sub-teams: even/odd PEs (split_strided), a team of one, and on 4 PEs
             the team {1, 2, 3} that PE 0 is not in
   streams   rows and columns of split_2d, on two streams at once, 60 rounds with no host
             synchronisation between them, checked on the device
-  graph     a CUDA graph of every collective (each all_reduce algorithm) on new data at each
-            replay, replayed 50 times, checked on the device (run with a small
-            GSHMEM_COLL_SCRATCH_BYTES so that calls span several launches)
+  graph     a CUDA graph of every collective (each all_reduce algorithm; ordinary and
+            symmetric outputs, so staged and direct) on new data at each replay, replayed 50
+            times, checked on the device (run with a small GSHMEM_COLL_SCRATCH_BYTES so that
+            staged calls span several launches)
   badargs   bad arguments raise gshmem.UsageError naming the problem; collectives work after
   mismatch  (GSHMEM_COLL_CHECK=1) matching calls pass the check; then PE 0 makes an all_reduce of
             one element more than the others, and every PE's kernel must trap (the kernel prints
@@ -164,15 +167,19 @@ class Checker:
         self.n = len(self.members)
         self.dev = f"cuda:{comm.device}"
         self.cases = 0
+        self.turns: dict[str, int] = {}
 
     def data(self, k: int, member: int, count: int, dtype, op: str = "sum") -> torch.Tensor:
         return gen(seed(k, self.members[member], 7), count, dtype, op, self.dev)
 
-    def variant(self, k: int) -> tuple[bool, bool]:
-        return k % 2 == 1, (k // 2) % 2 == 1  # (in place, symmetric)
+    def variant(self, op: str) -> tuple[bool, bool]:
+        """(in place, symmetric): each collective takes the four in turn, whatever else varies."""
+        turn = self.turns.get(op, 0)
+        self.turns[op] = turn + 1
+        return turn % 2 == 1, (turn // 2) % 2 == 1
 
     def all_reduce(self, k: int, count: int, dtype, op: str, tag: str) -> None:
-        inplace, sym = self.variant(k)
+        inplace, sym = self.variant("all_reduce")
         what = f"{tag} all_reduce {op} {dtype} x{count} inplace={inplace} sym={sym}"
         xs = [self.data(k, m, count, dtype, op) for m in range(self.n)]
         whole, out = self.pool.take("out", sym, count, dtype)
@@ -189,7 +196,7 @@ class Checker:
         self.cases += 1
 
     def reduce_scatter(self, k: int, count: int, dtype, op: str, tag: str) -> None:
-        inplace, sym = self.variant(k)
+        inplace, sym = self.variant("reduce_scatter")
         what = f"{tag} reduce_scatter {op} {dtype} x{count} inplace={inplace} sym={sym}"
         n, me = self.n, self.me
         xs = [self.data(k, m, n * count, dtype, op) for m in range(n)]
@@ -206,7 +213,7 @@ class Checker:
         self.cases += 1
 
     def all_gather(self, k: int, count: int, dtype, tag: str) -> None:
-        inplace, sym = self.variant(k)
+        inplace, sym = self.variant("all_gather")
         what = f"{tag} all_gather {dtype} x{count} inplace={inplace} sym={sym}"
         n, me = self.n, self.me
         xs = [self.data(k, m, count, dtype) for m in range(n)]
@@ -224,7 +231,7 @@ class Checker:
         self.cases += 1
 
     def broadcast(self, k: int, count: int, dtype, tag: str) -> None:
-        inplace, sym = self.variant(k)
+        inplace, sym = self.variant("broadcast")
         root = k % self.n
         what = f"{tag} broadcast root {root} {dtype} x{count} inplace={inplace} sym={sym}"
         x_root = self.data(k, root, count, dtype)
@@ -243,7 +250,7 @@ class Checker:
         self.cases += 1
 
     def all_to_all(self, k: int, count: int, dtype, tag: str) -> None:
-        inplace, sym = self.variant(k)
+        inplace, sym = self.variant("all_to_all")
         what = f"{tag} all_to_all {dtype} x{count} inplace={inplace} sym={sym}"
         n, me = self.n, self.me
         xs = [self.data(k, m, n * count, dtype) for m in range(n)]
@@ -262,7 +269,7 @@ class Checker:
         self.cases += 1
 
     def all_to_allv(self, k: int, count: int, dtype, tag: str) -> None:
-        _, sym = self.variant(k)
+        _, sym = self.variant("all_to_allv")
         n, me = self.n, self.me
         rng = random.Random(seed(k, 99))  # the same matrix on every PE
         c = [[rng.randrange(0, count + 1) for _ in range(n)] for _ in range(n)]  # c[src][dst]
@@ -318,9 +325,13 @@ def scenario_matrix(comm: gshmem.Comm) -> str:
     pool = pool_for(comm, max(COUNTS) + 3 * comm.nranks)
     check = Checker(comm, pool, None)
     k = 0
-    for algo in ALL_REDUCE_ALGOS:
+    for a, algo in enumerate(ALL_REDUCE_ALGOS):
         force_algo(algo)
-        k = check.everything(COUNTS, DTYPES, f"[{algo}]", k)
+        # Symmetric outputs: direct stores into them at every size on every other pass, staged
+        # on the others (ops.cpp re-reads GSHMEM_COLL_DIRECT_MIN at each call).
+        os.environ["GSHMEM_COLL_DIRECT_MIN"] = "0" if a % 2 else "never"
+        k = check.everything(COUNTS, DTYPES, f"[{algo} direct={a % 2}]", k)
+    os.environ.pop("GSHMEM_COLL_DIRECT_MIN")
     torch.cuda.synchronize()
     pool.free(comm)
     return f"{check.cases} cases, {len(ALL_REDUCE_ALGOS)} algorithms"
@@ -341,10 +352,12 @@ def scenario_big(comm: gshmem.Comm) -> str:
             k += 1
     force_algo("one_shot")
     count = big // 4 // n - SLACK - 3
-    check.reduce_scatter(k, count, torch.float32, "sum", "[big]")
-    check.all_gather(k + 1, big // 4 - SLACK - 3, torch.float32, "[big]")
-    check.broadcast(k + 2, big // 4 - SLACK - 3, torch.float32, "[big]")
-    check.all_to_all(k + 3, count, torch.int32, "[big]")
+    for _ in range(4):  # every (in place, symmetric) variant: staged and, symmetric, direct
+        check.reduce_scatter(k, count, torch.float32, "sum", "[big]")
+        check.all_gather(k + 1, big // 4 - SLACK - 3, torch.float32, "[big]")
+        check.broadcast(k + 2, big // 4 - SLACK - 3, torch.float32, "[big]")
+        check.all_to_all(k + 3, count, torch.int32, "[big]")
+        k += 4
     torch.cuda.synchronize()
     pool.free(comm)
     return f"{check.cases} cases of ~16 MiB per PE"
@@ -452,6 +465,11 @@ def scenario_graph(comm: gshmem.Comm) -> str:
     scattered = torch.empty(cnt, dtype=torch.int32, device=dev)
     bcast = torch.empty(cnt, dtype=torch.int32, device=dev)
     a2a = torch.empty(n * cnt, dtype=torch.int32, device=dev)
+    # Symmetric outputs: the direct paths (400 KB is above GSHMEM_COLL_DIRECT_MIN's default).
+    sym_reduced = comm.empty((cnt,), torch.int32)
+    sym_gathered = comm.empty((n * cnt,), torch.int32)
+    sym_bcast = comm.empty((cnt,), torch.int32)
+    sym_a2a = comm.empty((n * cnt,), torch.int32)
     it = torch.zeros((), dtype=torch.int32, device=dev)
     errors = torch.zeros((), dtype=torch.int64, device=dev)
 
@@ -472,6 +490,15 @@ def scenario_graph(comm: gshmem.Comm) -> str:
         errors.add_((bcast != root_base + it).sum())
         comm.all_to_all(x_wide, out=a2a)
         errors.add_((a2a != a2a_base + it).sum())
+        os.environ["GSHMEM_COLL_ALL_REDUCE_ALGO"] = "two_shot"
+        comm.all_reduce(x, out=sym_reduced)
+        errors.add_((sym_reduced != sum_base + n * it).sum())
+        comm.all_gather(x, out=sym_gathered)
+        errors.add_((sym_gathered != gather_base + it).sum())
+        comm.broadcast(x, root, out=sym_bcast)
+        errors.add_((sym_bcast != root_base + it).sum())
+        comm.all_to_all(x_wide, out=sym_a2a)
+        errors.add_((sym_a2a != a2a_base + it).sum())
 
     torch.cuda.synchronize()
     body()  # eager once
@@ -485,7 +512,8 @@ def scenario_graph(comm: gshmem.Comm) -> str:
     torch.cuda.synchronize()
     assert it.item() == GRAPH_REPLAYS + 1, it.item()
     assert errors.item() == 0, f"{errors.item()} elements differ over {GRAPH_REPLAYS} replays"
-    comm.free(sym)
+    for t in (sym_a2a, sym_bcast, sym_gathered, sym_reduced, sym):
+        comm.free(t)
     return f"{GRAPH_REPLAYS} replays, count {cnt}"
 
 
