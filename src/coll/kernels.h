@@ -38,6 +38,9 @@ void all_reduce_one_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t o
 // object (the reduced shards go straight into it).
 void all_reduce_two_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
                          const void* in, void* out, size_t count, size_t shard, bool direct);
+// out[i] = op over members of in[me * stride + i], i < count (at most packet_bytes / 2 bytes).
+void reduce_scatter_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
+                           const void* in, void* out, size_t count, size_t stride);
 // out[i] = op over members of in[me * stride + i], i < count (at most slot_bytes).
 void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
                     void* out, size_t count, size_t stride);
@@ -47,6 +50,9 @@ void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, co
 // out[t * stride + i] = member t's in[i], i < bytes.
 void all_gather(const Launch& l, const void* in, void* out, size_t bytes, size_t stride,
                 bool direct);
+// Packet variants (bytes at most packet_bytes / 2): all_gather as above; all_to_all as below.
+void all_gather_packet(const Launch& l, const void* in, void* out, size_t bytes, size_t stride);
+void all_to_all_packet(const Launch& l, const void* in, void* out, size_t bytes, size_t stride);
 // out[i] = member root's in[i].
 void broadcast(const Launch& l, const void* in, void* out, size_t bytes, int root, bool direct);
 // out[t * stride + i] = member t's in[me * stride + i]. direct needs in != out.

@@ -1,6 +1,6 @@
-// The reducing collectives: all_reduce (packet, one-shot, two-shot) and reduce_scatter. One
-// kernel per (algorithm, element type): 4 x 5 instantiations; the operator is a run-time switch
-// (reduce.cuh). Synchronisation and staging: protocol.cuh.
+// The reducing collectives: all_reduce (packet, one-shot, two-shot) and reduce_scatter (packet,
+// one-shot). One kernel per (algorithm, element type): 5 x 5 instantiations; the operator is a
+// run-time switch (reduce.cuh). Synchronisation and staging: protocol.cuh.
 #include "coll/kernels.h"
 #include "coll/protocol.cuh"
 #include "coll/reduce.cuh"
@@ -19,27 +19,6 @@ __device__ inline int world(const Team& team, int t) { return gshmem_team_world_
 
 // ---- packet (LL): each member pushes its input as packets to every other member, then every
 // member reduces in team order, polling each packet's epochs. No signals, no fences.
-__device__ inline unsigned long long load8(const char* p, size_t i, size_t bytes) {
-  const char* at = p + i * 8;
-  if (i * 8 + 8 <= bytes && reinterpret_cast<uintptr_t>(at) % 8 == 0) {
-    return *reinterpret_cast<const unsigned long long*>(at);
-  }
-  unsigned long long v = 0;
-  for (size_t k = 0; k < 8 && i * 8 + k < bytes; ++k) {
-    v |= static_cast<unsigned long long>(static_cast<unsigned char>(at[k])) << (8 * k);
-  }
-  return v;
-}
-
-__device__ inline void store8(char* p, size_t i, size_t bytes, unsigned long long v) {
-  char* at = p + i * 8;
-  if (i * 8 + 8 <= bytes && reinterpret_cast<uintptr_t>(at) % 8 == 0) {
-    *reinterpret_cast<unsigned long long*>(at) = v;
-    return;
-  }
-  for (size_t k = 0; k < 8 && i * 8 + k < bytes; ++k) at[k] = static_cast<char>(v >> (8 * k));
-}
-
 template <class E>
 __global__ void __launch_bounds__(kThreads)
     all_reduce_packet_kernel(Device dev, Team team, Sync s, const typename E::U* in,
@@ -52,8 +31,7 @@ __global__ void __launch_bounds__(kThreads)
     const unsigned long long v = load8(src, i, bytes);
     for (int k = 0; k + 1 < team.size; ++k) {
       const int q = world(team, push_target(team, k));
-      uint4* dst = gshmem::detail::peer(dev, packet_slot(s, parity(s, q), dev.my_pe), q);
-      store_packet(dst + i, v, epoch(s, q));
+      store_packet(remote_packet_slot(s, dev, q) + i, v, epoch(s, q));
     }
   }
   for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
@@ -62,7 +40,42 @@ __global__ void __launch_bounds__(kThreads)
       const int q = world(team, t);
       const unsigned long long v =
           q == dev.my_pe ? load8(src, i, bytes)
-                         : load_packet(s, dev, packet_slot(s, parity(s, q), q) + i, epoch(s, q), q);
+                         : load_packet(s, dev, local_packet_slot(s, q) + i, epoch(s, q), q);
+      if (t == 0) {
+        acc.set(v);
+      } else {
+        acc.combine(v, op);
+      }
+    }
+    store8(reinterpret_cast<char*>(out), i, bytes, acc.get());
+  }
+  end_call(s, dev, team, 0);
+}
+
+// ---- packet reduce_scatter: member t's block as packets to member t, then each member reduces
+// its own block in team order. Word i of every block is sent and reduced by the same thread, so
+// out == in + me * stride is safe.
+template <class E>
+__global__ void __launch_bounds__(kThreads)
+    reduce_scatter_packet_kernel(Device dev, Team team, Sync s, const typename E::U* in,
+                                 typename E::U* out, size_t count, size_t stride, int op) {
+  const size_t bytes = count * sizeof(typename E::U);
+  const Range r = cta_range((bytes + 7) / 8, 1, blockIdx.x, s.ctas);
+  auto block = [&](int t) { return reinterpret_cast<const char*>(in + t * stride); };
+  for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
+    for (int k = 0; k + 1 < team.size; ++k) {
+      const int t = push_target(team, k);
+      const int q = world(team, t);
+      store_packet(remote_packet_slot(s, dev, q) + i, load8(block(t), i, bytes), epoch(s, q));
+    }
+  }
+  for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
+    Lanes<E, unsigned long long> acc;
+    for (int t = 0; t < team.size; ++t) {
+      const int q = world(team, t);
+      const unsigned long long v =
+          q == dev.my_pe ? load8(block(t), i, bytes)
+                         : load_packet(s, dev, local_packet_slot(s, q) + i, epoch(s, q), q);
       if (t == 0) {
         acc.set(v);
       } else {
@@ -224,6 +237,16 @@ void all_reduce_two_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t o
   cuda::check_launch("launching the two-shot all_reduce kernel");
 }
 
+void reduce_scatter_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
+                           const void* in, void* out, size_t count, size_t stride) {
+  with_type(dtype, [&](auto e) {
+    using E = decltype(e);
+    reduce_scatter_packet_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
+        l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, stride, op);
+  });
+  cuda::check_launch("launching the packet reduce_scatter kernel");
+}
+
 void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
                     void* out, size_t count, size_t stride) {
   with_type(dtype, [&](auto e) {
@@ -243,6 +266,7 @@ void preload_reduce() {
       cuda::preload(all_reduce_one_shot_kernel<E>, "loading the collective kernels");
       cuda::preload(all_reduce_two_shot_kernel<E>, "loading the collective kernels");
       cuda::preload(reduce_scatter_kernel<E>, "loading the collective kernels");
+      cuda::preload(reduce_scatter_packet_kernel<E>, "loading the collective kernels");
     });
   }
 }

@@ -55,15 +55,26 @@ kernels::Launch launch(Comm& comm, const gshmem_team_t& team, cudaStream_t strea
   return l;
 }
 
-// The grid of a launch that moves `pair_bytes` between each pair of members: measured on 4 H200s
-// (docs/collectives.md), 16 CTAs were best up to 256 KiB per pair, 32 at 1 MiB, 64 from 4 MiB: a
-// CTA per 32 KiB, at least 16, at most the comm's GSHMEM_COLL_CTAS. A pure function of the
-// launch's arguments, so every member launches the same grid (protocol.cuh pairs CTA b with CTA b).
-kernels::Launch sized(kernels::Launch l, uint64_t pair_bytes) {
-  constexpr uint64_t kBytesPerCta = 32 << 10;
+// The grid of a launch that moves `pair_bytes` between each pair of members: a CTA per
+// `per_cta` bytes, at least 16, at most the comm's GSHMEM_COLL_CTAS. Measured on 4 H200s
+// (docs/collectives.md): moving collectives were best with 16 CTAs up to 256 KiB per pair, 32 at
+// 1 MiB and 64 from 4 MiB (32 KiB per CTA); the reducing ones, which also load every input,
+// with 32 at 256 KiB and 64 from 1 MiB (8 KiB per CTA). A pure function of the launch's
+// arguments, so every member launches the same grid (protocol.cuh pairs CTA b with CTA b).
+constexpr uint64_t kMovePerCta = 32 << 10;
+constexpr uint64_t kReducePerCta = 8 << 10;
+kernels::Launch sized(kernels::Launch l, uint64_t pair_bytes, uint64_t per_cta = kMovePerCta) {
   constexpr uint64_t kMinCtas = 16;
-  const uint64_t want = std::max(kMinCtas, pair_bytes / kBytesPerCta);
+  const uint64_t want = std::max(kMinCtas, pair_bytes / per_cta);
   l.sync.ctas = static_cast<int32_t>(std::min<uint64_t>(want, l.sync.ctas));
+  return l;
+}
+
+// The grid of a packet launch moving `bytes` per member pair: one thread per 8-byte packet, no
+// more CTAs than that needs.
+kernels::Launch sized_packets(kernels::Launch l, uint64_t bytes) {
+  const uint64_t ctas = ((bytes + 7) / 8 + kThreads - 1) / kThreads;
+  l.sync.ctas = static_cast<int32_t>(std::min<uint64_t>(std::max<uint64_t>(1, ctas), l.sync.ctas));
   return l;
 }
 
@@ -126,25 +137,22 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   switch (c.algo) {
     case Algo::Packet:
       chunks(count, l.sync.packet_bytes / 2 / e, [&](size_t off, size_t len) {
-        // One thread per 8-byte packet: enough CTAs for that, no more.
-        kernels::Launch p = l;
-        p.sync.ctas = static_cast<int32_t>(
-            std::min<size_t>(l.sync.ctas, std::max<size_t>(1, ((len * e + 7) / 8 + kThreads - 1) / kThreads)));
-        kernels::all_reduce_packet(p, dtype, op, at(in, off * e), at(out, off * e), len);
+        kernels::all_reduce_packet(sized_packets(l, len * e), dtype, op, at(in, off * e),
+                                   at(out, off * e), len);
       });
       break;
     case Algo::OneShot:
       chunks(count, l.sync.slot_bytes / e, [&](size_t off, size_t len) {
-        kernels::all_reduce_one_shot(sized(l, len * e), dtype, op, at(in, off * e),
-                                     at(out, off * e), len);
+        kernels::all_reduce_one_shot(sized(l, len * e, kReducePerCta), dtype, op,
+                                     at(in, off * e), at(out, off * e), len);
       });
       break;
-    default: {  // TwoShot; Ring and Nccl (not reached) also take the bandwidth-optimal two-shot
+    default: {  // TwoShot (Nccl is not reached)
       const size_t unit = 16 / e;
       chunks(count, n * (l.sync.slot_bytes / 2 / e), [&](size_t off, size_t len) {
         const size_t shard = ((len + n - 1) / n + unit - 1) / unit * unit;
-        kernels::all_reduce_two_shot(sized(l, shard * e), dtype, op, at(in, off * e),
-                                     at(out, off * e), len, shard, direct);
+        kernels::all_reduce_two_shot(sized(l, shard * e, kReducePerCta), dtype, op,
+                                     at(in, off * e), at(out, off * e), len, shard, direct);
       });
       break;
     }
@@ -168,9 +176,16 @@ void all_gather(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     comm.nccl()->all_gather(in, out, count, dtype, stream);
     return;
   }
-  const uint64_t offset = direct_offset(comm, out, bytes);
+  const uint64_t offset =
+      c.algo == Algo::Packet ? kNotDirect : direct_offset(comm, out, bytes);
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_GATHER, dtype, 0, 0, count, offset));
+  if (c.algo == Algo::Packet) {
+    chunks(bytes, l.sync.packet_bytes / 2, [&](size_t off, size_t len) {
+      kernels::all_gather_packet(sized_packets(l, len), at(in, off), at(out, off), len, bytes);
+    });
+    return;
+  }
   if (offset != kNotDirect) {
     kernels::all_gather(sized(l, bytes), in, out, bytes, bytes, true);
     return;
@@ -200,9 +215,16 @@ void reduce_scatter(Comm& comm, const gshmem_team_t* team_arg, const void* in, v
   }
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_REDUCE_SCATTER, dtype, op, 0, count));
+  if (c.algo == Algo::Packet) {
+    chunks(count, l.sync.packet_bytes / 2 / e, [&](size_t off, size_t len) {
+      kernels::reduce_scatter_packet(sized_packets(l, len * e), dtype, op, at(in, off * e),
+                                     at(out, off * e), len, count);
+    });
+    return;
+  }
   chunks(count, l.sync.slot_bytes / e, [&](size_t off, size_t len) {
-    kernels::reduce_scatter(sized(l, len * e), dtype, op, at(in, off * e), at(out, off * e), len,
-                            count);
+    kernels::reduce_scatter(sized(l, len * e, kReducePerCta), dtype, op, at(in, off * e),
+                            at(out, off * e), len, count);
   });
 }
 
@@ -256,9 +278,16 @@ void all_to_all(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     return;
   }
   // Direct needs in != out (kernels_move.cu).
-  const uint64_t offset = in == out ? kNotDirect : direct_offset(comm, out, bytes);
+  const uint64_t offset =
+      c.algo == Algo::Packet || in == out ? kNotDirect : direct_offset(comm, out, bytes);
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_TO_ALL, dtype, 0, 0, count, offset));
+  if (c.algo == Algo::Packet) {
+    chunks(block, l.sync.packet_bytes / 2, [&](size_t off, size_t len) {
+      kernels::all_to_all_packet(sized_packets(l, len), at(in, off), at(out, off), len, block);
+    });
+    return;
+  }
   if (offset != kNotDirect) {
     kernels::all_to_all(sized(l, block), in, out, block, block, true);
     return;

@@ -204,6 +204,14 @@ __device__ inline uint4* packet_slot(const Sync& s, unsigned par, int src) {
                                   (static_cast<size_t>(par) * s.n_pes + src) * s.packet_bytes);
 }
 
+// Where this PE stores its packets for world PE q in this call, and where q's arrive here.
+__device__ inline uint4* remote_packet_slot(const Sync& s, const Device& dev, int q) {
+  return gshmem::detail::peer(dev, packet_slot(s, parity(s, q), dev.my_pe), q);
+}
+__device__ inline const uint4* local_packet_slot(const Sync& s, int q) {
+  return packet_slot(s, parity(s, q), q);
+}
+
 __device__ inline void store_packet(uint4* p, unsigned long long data, unsigned flag) {
   const unsigned lo = static_cast<unsigned>(data), hi = static_cast<unsigned>(data >> 32);
   asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(lo), "r"(flag),
@@ -224,6 +232,29 @@ __device__ inline unsigned long long load_packet(const Sync& s, const Device& de
     deadline.check(s, dev, "a packet", from);
   } while (true);
   return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+
+// Word i (bytes [8i, 8i + 8)) of a buffer of `bytes`, zero-filled past the end; any alignment.
+__device__ inline unsigned long long load8(const char* p, size_t i, size_t bytes) {
+  const char* at = p + i * 8;
+  if (i * 8 + 8 <= bytes && reinterpret_cast<uintptr_t>(at) % 8 == 0) {
+    return *reinterpret_cast<const unsigned long long*>(at);
+  }
+  unsigned long long v = 0;
+  for (size_t k = 0; k < 8 && i * 8 + k < bytes; ++k) {
+    v |= static_cast<unsigned long long>(static_cast<unsigned char>(at[k])) << (8 * k);
+  }
+  return v;
+}
+
+// Stores word i of a buffer of `bytes`, nothing past the end; any alignment.
+__device__ inline void store8(char* p, size_t i, size_t bytes, unsigned long long v) {
+  char* at = p + i * 8;
+  if (i * 8 + 8 <= bytes && reinterpret_cast<uintptr_t>(at) % 8 == 0) {
+    *reinterpret_cast<unsigned long long*>(at) = v;
+    return;
+  }
+  for (size_t k = 0; k < 8 && i * 8 + k < bytes; ++k) at[k] = static_cast<char>(v >> (8 * k));
 }
 
 // ---- copies -----------------------------------------------------------------------------------

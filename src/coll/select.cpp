@@ -28,21 +28,17 @@ constexpr size_t kNoLimit = static_cast<size_t>(-1);  // a NCCL_MIN of "never"
 // ---------------------------------------------------------------------------------------------
 // Default thresholds, in bytes of input per PE, for a team of kAnchorPes PEs.
 //
-// INITIAL, FROM THE ANCHORS (../shared/PERFORMANCE.md, 4 x H200, bf16, inside a CUDA graph);
-// REPLACE WITH THE TABLE MEASURED BY `python -m gshmem.bench coll` (docs/collectives.md).
-//
-//   all_reduce: NCCL takes 12.3-14.7 us up to 8 KiB, 16.6 us at 64 KiB, 23.5 us at 1 MiB and
-//     100 us at 16 MiB; torch SymmetricMemory's one-/two-shot 6.6 / 8.5 / 13.1 / 91.6 us. So the
-//     one-sided path wins by ~2x at every anchor up to 16 MiB, and NCCL's 354 GB/s bus bandwidth
-//     at 1 GiB is what a one-sided two-shot must match above it: the NCCL threshold sits above
-//     the last anchor the one-sided path clearly wins (16 MiB), at 64 MiB.
-//     Packet (flag+data, 2x the bytes, latency-bound) up to 8 KiB, the range the <= 4 us target
-//     covers; one-shot (every PE reads every peer's whole input: (n-1) x bytes of traffic) up to
-//     256 KiB, where two-shot's extra step costs less than one-shot's extra traffic in
-//     SymmetricMemory's own choice; two-shot up to the NCCL threshold.
-//   all_gather, reduce_scatter, all_to_all: the target is >= 1.5x NCCL from 64 KiB to 16 MiB
-//     (NCCL at 1 MiB: 41.6 / 17.2 / 19.8 us), >= 1.0x above: gshmem up to 16 MiB, NCCL above
-//     when it is enabled. Their packet variants are not measured yet (packet_max 0).
+// MEASURED on nvidia-h200-x4 (4 x H200, NV18 through NVSwitch, NVLink multicast off, bf16, CUDA
+// graph), 2026-11-21, with the commands in docs/collectives.md ("Measuring the thresholds"):
+//   packet vs one-shot (both forced): packet takes 4.4-6.0 us where one-shot takes 8.7-10.7 us,
+//     for all_reduce up to 64 KiB per PE (at 128 KiB: 10.7 vs 10.6 us), and for all_gather /
+//     reduce_scatter / all_to_all at every size measured (up to 64 KiB per member: one packet
+//     slot per launch).
+//   one-shot vs two-shot all_reduce: one-shot up to 256 KiB (11.7 us), two-shot above.
+//   gshmem (forced) vs NCCL, same run: all_reduce 1.15x at 8 MiB, 0.93x at 16 MiB; all_gather
+//     1.04x at 64 MiB per PE (the largest measured); reduce_scatter 1.13x at 16 MiB of input,
+//     0.93x at 32 MiB; all_to_all 1.09x at 256 MiB of input (the largest measured). NCCL's
+//     threshold sits at the last size gshmem won.
 //   broadcast, all_to_allv, barrier: always gshmem (XLA's rule: point-to-point permutes stay on
 //     the one-sided path; NCCL has no all-to-all-v or barrier in this backend).
 // ---------------------------------------------------------------------------------------------
@@ -61,15 +57,15 @@ struct Defaults {
 const std::vector<Defaults>& table() {
   static const std::vector<Defaults> t = {
       //  op                         packet_max  one_shot_max  nccl_min   large           nccl
-      {GSHMEM_COLL_ALL_REDUCE,       8 * KiB,    256 * KiB,    64 * MiB,  Algo::TwoShot,  true,
-       {Algo::Packet, Algo::OneShot, Algo::TwoShot, Algo::Ring}},
-      {GSHMEM_COLL_ALL_GATHER,       kNever,     kNoLimit,     16 * MiB,  Algo::OneShot,  true,
-       {Algo::Packet, Algo::OneShot, Algo::Ring}},
-      {GSHMEM_COLL_REDUCE_SCATTER,   kNever,     kNoLimit,     16 * MiB,  Algo::OneShot,  true,
-       {Algo::Packet, Algo::OneShot, Algo::Ring}},
+      {GSHMEM_COLL_ALL_REDUCE,       64 * KiB,   256 * KiB,    8 * MiB,   Algo::TwoShot,  true,
+       {Algo::Packet, Algo::OneShot, Algo::TwoShot}},
+      {GSHMEM_COLL_ALL_GATHER,       64 * KiB,   kNoLimit,     64 * MiB,  Algo::OneShot,  true,
+       {Algo::Packet, Algo::OneShot}},
+      {GSHMEM_COLL_REDUCE_SCATTER,   256 * KiB,  kNoLimit,     16 * MiB,  Algo::OneShot,  true,
+       {Algo::Packet, Algo::OneShot}},
       {GSHMEM_COLL_BROADCAST,        kNever,     kNoLimit,     kNoLimit,  Algo::OneShot,  true,
-       {Algo::Packet, Algo::OneShot, Algo::Ring}},
-      {GSHMEM_COLL_ALL_TO_ALL,       kNever,     kNoLimit,     16 * MiB,  Algo::OneShot,  true,
+       {Algo::OneShot}},
+      {GSHMEM_COLL_ALL_TO_ALL,       256 * KiB,  kNoLimit,     256 * MiB, Algo::OneShot,  true,
        {Algo::Packet, Algo::OneShot}},
       {GSHMEM_COLL_ALL_TO_ALLV,      kNever,     kNoLimit,     kNoLimit,  Algo::OneShot,  false,
        {Algo::OneShot}},
@@ -230,8 +226,9 @@ Choice decide(const Query& q) {
   if (algo_value) {
     Algo a = parse_algo(algo_var, algo_value, d);
     if (want == Want::Nccl && getenv_nonempty(op_var)) {
-      throw_error(GSHMEM_ERROR_USAGE, algo_var + "=" + algo_value + " chooses a gshmem algorithm but " +
-                                          who + " chooses NCCL; unset one of them");
+      throw_error(GSHMEM_ERROR_USAGE, algo_var + "=" + algo_value +
+                                          " chooses a gshmem algorithm but " + who +
+                                          " chooses NCCL; unset one of them");
     }
     return {Backend::Gshmem, a, algo_var + "=" + algo_value};
   }
@@ -248,7 +245,8 @@ Choice decide(const Query& q) {
   Threshold one = threshold(q.op, "ONE_SHOT_MAX", d.one_shot_max, true, q.npes);
   std::string suffix;  // what NCCL's threshold says about this call, appended to the reason
   if (want == Want::Auto && d.nccl_capable) {
-    std::string at = size_text(nccl.bytes) + (nccl.from_env ? " (" + var(q.op, "NCCL_MIN") + ")" : "");
+    std::string at =
+        size_text(nccl.bytes) + (nccl.from_env ? " (" + var(q.op, "NCCL_MIN") + ")" : "");
     if (nccl.bytes != kNoLimit && q.bytes > nccl.bytes) {
       if (q.nccl_available) return {Backend::Nccl, Algo::Nccl, "above the NCCL threshold of " + at};
       suffix = "; above the NCCL threshold of " + at + " but NCCL is not enabled";
@@ -314,7 +312,6 @@ const char* name(Algo algo) {
     case Algo::Packet: return "packet";
     case Algo::OneShot: return "one_shot";
     case Algo::TwoShot: return "two_shot";
-    case Algo::Ring: return "ring";
     case Algo::Nccl: return "nccl";
   }
   return "unknown";

@@ -4,7 +4,7 @@
 // GPU host (docs/collectives.md gives the command), and the environment overrides everything:
 //   GSHMEM_COLL_BACKEND=auto|gshmem|nccl            all collectives
 //   GSHMEM_COLL_<OP>_BACKEND=auto|gshmem|nccl        one collective (OP: ALL_REDUCE, ...)
-//   GSHMEM_COLL_<OP>_ALGO=packet|one_shot|two_shot|ring   gshmem's algorithm for one collective
+//   GSHMEM_COLL_<OP>_ALGO=packet|one_shot|two_shot   gshmem's algorithm for one collective
 // choose() is pure (no GPU, no communication) so CPU tests cover it; every PE computes the same
 // choice from the same arguments.
 #pragma once
@@ -17,7 +17,7 @@
 namespace gshmem::coll {
 
 enum class Backend { Gshmem, Nccl };
-enum class Algo { Packet, OneShot, TwoShot, Ring, Nccl };
+enum class Algo { Packet, OneShot, TwoShot, Nccl };
 
 struct Query {
   gshmem_coll_t op;
@@ -39,6 +39,6 @@ Choice choose(const Query& q);
 std::string explain(const Query& q);
 
 const char* name(gshmem_coll_t op);  // "all_reduce", ...
-const char* name(Algo algo);         // "packet", "one_shot", "two_shot", "ring", "nccl"
+const char* name(Algo algo);         // "packet", "one_shot", "two_shot", "nccl"
 
 }  // namespace gshmem::coll

@@ -14,8 +14,9 @@ from gshmem.coll_select import choose
 
 KiB, MiB = 1024, 1 << 20
 OPS = coll_select.OPS
-SIZES = [0, 8, 8 * KiB, 8 * KiB + 1, 256 * KiB, 256 * KiB + 1, MiB, 16 * MiB, 16 * MiB + 1,
-         64 * MiB, 64 * MiB + 1, 1 << 30]  # fmt: skip
+SIZES = [0, 8, 8 * KiB, 64 * KiB, 64 * KiB + 1, 256 * KiB, 256 * KiB + 1, MiB, 8 * MiB,
+         8 * MiB + 1, 16 * MiB, 16 * MiB + 1, 64 * MiB, 64 * MiB + 1, 256 * MiB, 256 * MiB + 1,
+         1 << 30]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -39,11 +40,11 @@ def test_ops_are_the_c_enum():
 
 @pytest.mark.parametrize("npes", [2, 4])
 def test_all_reduce_by_size(npes):
-    want = {8: "packet", 8 * KiB: "packet", 8 * KiB + 1: "one_shot", 256 * KiB: "one_shot",
-            256 * KiB + 1: "two_shot", MiB: "two_shot", 64 * MiB: "two_shot"}  # fmt: skip
+    want = {8: "packet", 64 * KiB: "packet", 64 * KiB + 1: "one_shot", 256 * KiB: "one_shot",
+            256 * KiB + 1: "two_shot", MiB: "two_shot", 8 * MiB: "two_shot"}  # fmt: skip
     for size, algo in want.items():
         assert choose("all_reduce", size, npes, True)[:2] == ("gshmem", algo), size
-    assert choose("all_reduce", 64 * MiB + 1, npes, True)[:2] == ("nccl", "nccl")
+    assert choose("all_reduce", 8 * MiB + 1, npes, True)[:2] == ("nccl", "nccl")
     assert choose("all_reduce", 1 << 30, npes, True)[:2] == ("nccl", "nccl")
     # without NCCL the one-sided path takes every size, and says NCCL would have been used
     b, a, why = choose("all_reduce", 1 << 30, npes, False)
@@ -51,22 +52,31 @@ def test_all_reduce_by_size(npes):
 
 
 def test_thresholds_shrink_beyond_the_anchors_pe_count():
-    assert choose("all_reduce", 8 * KiB, 8, False)[1] == "one_shot"  # 8 KiB * 3/7 -> 3 KiB
-    assert choose("all_reduce", 3 * KiB, 8, False)[1] == "packet"
+    assert choose("all_reduce", 28 * KiB, 8, False)[1] == "one_shot"  # 64 KiB * 3/7 -> 27 KiB
+    assert choose("all_reduce", 27 * KiB, 8, False)[1] == "packet"
     assert choose("all_reduce", 109 * KiB, 8, False)[1] == "one_shot"
     assert choose("all_reduce", 110 * KiB, 8, False)[1] == "two_shot"
-    assert choose("all_reduce", 8 * KiB, 3, False)[1] == "packet"  # never grown below 4 PEs
+    assert choose("all_reduce", 64 * KiB + 1, 3, False)[1] == "one_shot"  # not grown below 4
+    assert choose("all_gather", 28 * KiB, 8, False)[1] == "one_shot"  # every op's packet range
+    assert choose("all_to_all", 109 * KiB, 8, False)[1] == "packet"
     assert choose("all_reduce", 1 << 30, 1, True)[:2] == ("nccl", "nccl")
     assert choose("all_reduce", MiB, 1, False)[1:] == ("one_shot", "one PE: a local copy")
 
 
-@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "all_to_all"])
-@pytest.mark.parametrize("npes", [2, 4, 8])
+# op: (packet_max, nccl_min) of the measured table, bytes of input per PE at 4 PEs.
+MOVING = {"all_gather": (64 * KiB, 64 * MiB), "reduce_scatter": (256 * KiB, 16 * MiB),
+          "all_to_all": (256 * KiB, 256 * MiB)}  # fmt: skip
+
+
+@pytest.mark.parametrize("op", list(MOVING))
+@pytest.mark.parametrize("npes", [2, 4])
 def test_data_movement_ops(op, npes):
+    packet_max, nccl_min = MOVING[op]
     for size in SIZES:
         backend, algo, _ = choose(op, size, npes, True)
-        assert (backend, algo) == (("nccl", "nccl") if size > 16 * MiB else ("gshmem", "one_shot"))
-        assert choose(op, size, npes, False)[:2] == ("gshmem", "one_shot")
+        small = "packet" if size <= packet_max else "one_shot"
+        assert (backend, algo) == (("nccl", "nccl") if size > nccl_min else ("gshmem", small))
+        assert choose(op, size, npes, False)[:2] == ("gshmem", small)
 
 
 @pytest.mark.parametrize("op", ["broadcast", "all_to_allv", "barrier"])
@@ -92,7 +102,7 @@ def test_every_op_size_and_pe_count_gives_a_choice_and_explains_it():
 def test_explain_format():
     text = _C.coll_explain_query(0, MiB, 4, True)
     assert text == ("all_reduce 1048576 B on 4 PEs: gshmem two_shot (above the one-shot "
-                    "threshold of 256 KiB; at most the NCCL threshold of 64 MiB)")  # fmt: skip
+                    "threshold of 256 KiB; at most the NCCL threshold of 8 MiB)")  # fmt: skip
 
 
 def test_global_backend_override(monkeypatch):
@@ -123,8 +133,8 @@ def test_algo_override(monkeypatch):
     b, a, why = choose("all_reduce", 8, 4, True)
     assert (b, a, why) == ("gshmem", "two_shot", "GSHMEM_COLL_ALL_REDUCE_ALGO=two-shot")
     assert choose("all_reduce", 1 << 30, 4, True)[:2] == ("gshmem", "two_shot")
-    monkeypatch.setenv("GSHMEM_COLL_ALL_GATHER_ALGO", "ring")
-    assert choose("all_gather", 8, 4, False)[1] == "ring"
+    monkeypatch.setenv("GSHMEM_COLL_ALL_GATHER_ALGO", "one_shot")
+    assert choose("all_gather", 8, 4, False)[1] == "one_shot"
     monkeypatch.setenv("GSHMEM_COLL_BACKEND", "nccl")  # the specific setting wins over global
     assert choose("all_reduce", 8, 4, True)[:2] == ("gshmem", "two_shot")
 
@@ -155,7 +165,7 @@ def test_threshold_overrides(monkeypatch):
         ("GSHMEM_COLL_BACKEND", "mpi", "GSHMEM_COLL_BACKEND='mpi'.*auto, gshmem or nccl"),
         ("GSHMEM_COLL_ALL_REDUCE_BACKEND", "fast", "GSHMEM_COLL_ALL_REDUCE_BACKEND='fast'.*auto"),
         ("GSHMEM_COLL_ALL_REDUCE_ALGO", "tree",
-         "GSHMEM_COLL_ALL_REDUCE_ALGO='tree'.*packet, one_shot, two_shot or ring"),
+         "GSHMEM_COLL_ALL_REDUCE_ALGO='tree'.*packet, one_shot or two_shot"),
         ("GSHMEM_COLL_ALL_REDUCE_ALGO", "nccl", "ALL_REDUCE_BACKEND=nccl"),
         ("GSHMEM_COLL_ALL_REDUCE_PACKET_MAX", "8 apples", "GSHMEM_COLL_ALL_REDUCE_PACKET_MAX"),
         ("GSHMEM_COLL_ALL_REDUCE_NCCL_MIN", "-1", "GSHMEM_COLL_ALL_REDUCE_NCCL_MIN"),
@@ -172,8 +182,11 @@ def test_algo_not_offered_by_the_op(monkeypatch):
     with pytest.raises(gshmem.UsageError, match="not an algorithm of all_to_allv; use one_shot"):
         choose("all_to_allv", 8, 4, False)
     monkeypatch.setenv("GSHMEM_COLL_ALL_GATHER_ALGO", "two_shot")
-    with pytest.raises(gshmem.UsageError, match="packet, one_shot or ring"):
+    with pytest.raises(gshmem.UsageError, match="packet or one_shot"):
         choose("all_gather", 8, 4, False)
+    monkeypatch.setenv("GSHMEM_COLL_BROADCAST_ALGO", "packet")
+    with pytest.raises(gshmem.UsageError, match="not an algorithm of broadcast; use one_shot"):
+        choose("broadcast", 8, 4, False)
 
 
 def test_conflicting_overrides(monkeypatch):
@@ -208,7 +221,7 @@ def test_decisions_are_logged_once_at_debug_level(monkeypatch, capfd):
     for _ in range(3):
         choose("reduce_scatter", 12345, 5, False)
     err = capfd.readouterr().err
-    line = "gshmem[coll] reduce_scatter 12345 B on 5 PEs: gshmem one_shot"
+    line = "gshmem[coll] reduce_scatter 12345 B on 5 PEs: gshmem packet"
     assert err.count(line) == 1
     monkeypatch.setenv("GSHMEM_DEBUG", "0")
     choose("reduce_scatter", 12345, 6, False)

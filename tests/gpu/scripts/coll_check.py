@@ -3,7 +3,7 @@
 Usage: coll_check.py SCENARIO
   matrix    every collective x dtype x op x count (1, 7, 1001, 65539: none divisible by the PE
             count) over the world team, once per all_reduce algorithm (packet, one_shot,
-            two_shot, ring) with the other collectives forced to each algorithm they accept
+            two_shot) with the other collectives forced to each algorithm they accept
             (select.h re-reads GSHMEM_COLL_<OP>_ALGO at each call, so this process switches them);
             in place and out of place, symmetric and ordinary buffers, in turn for each collective;
             symmetric outputs take the direct path at every size on every other pass
@@ -46,12 +46,12 @@ OPS = ["sum", "prod", "min", "max"]
 COUNTS = [1, 7, 1001, 65539]
 SLACK = 64  # elements past each output that must stay poisoned
 EPS = {torch.float32: 2.0**-23, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
-ALL_REDUCE_ALGOS = ["packet", "one_shot", "two_shot", "ring"]
+ALL_REDUCE_ALGOS = ["packet", "one_shot", "two_shot"]
 # What GSHMEM_COLL_<OP>_ALGO accepts for the other collectives (select.cpp's table).
 OTHER_ALGOS = {
-    "ALL_GATHER": ("packet", "one_shot", "ring"),
-    "REDUCE_SCATTER": ("packet", "one_shot", "ring"),
-    "BROADCAST": ("packet", "one_shot", "ring"),
+    "ALL_GATHER": ("packet", "one_shot"),
+    "REDUCE_SCATTER": ("packet", "one_shot"),
+    "BROADCAST": ("one_shot",),
     "ALL_TO_ALL": ("packet", "one_shot"),
 }
 
