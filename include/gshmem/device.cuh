@@ -13,12 +13,16 @@
 //   device/atomic.cuh   atomic_fetch, set, swap, compare_swap, inc, add, and, or, xor (+ fetch_)
 //   device/team.cuh     team_my_pe, team_n_pes, team_world_pe, team_translate_pe
 //   device/barrier.cuh  sync, barrier, sync_all, barrier_all
+//   device/reduce.cuh   ReduceOp (Sum, Prod, Min, Max) and what reducing each element type means
+//   device/coll.cuh     broadcast, all_gather, all_to_all, all_reduce, reduce_scatter (in kernels)
 #pragma once
 
 #include "device/atomic.cuh"
 #include "device/barrier.cuh"
+#include "device/coll.cuh"
 #include "device/order.cuh"
 #include "device/ptr.cuh"
+#include "device/reduce.cuh"
 #include "device/rma.cuh"
 #include "device/scope.cuh"
 #include "device/signal.cuh"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -28,7 +29,22 @@ def find_nvrtc() -> str | None:
     return None
 
 
+def find_cuda_include() -> str | None:
+    """The CUDA toolkit's include directory: the 16-bit float reductions (device/reduce.cuh)
+    include cuda_fp16.h and cuda_bf16.h, which NVRTC does not ship."""
+    nvcc = shutil.which("nvcc")
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    roots += [os.path.dirname(os.path.dirname(nvcc))] if nvcc else []
+    dirs = [os.path.join(r, "include") for r in roots if r]
+    dirs += [os.path.join(p, "nvidia", "cu13", "include") for p in sys.path if p]
+    return next((d for d in dirs if os.path.isfile(os.path.join(d, "cuda_bf16.h"))), None)
+
+
 LIB = find_nvrtc()
+CUDA_INCLUDE = find_cuda_include()
+needs_nvrtc = pytest.mark.skipif(
+    LIB is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)"
+)
 
 
 def nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[int, str]:
@@ -51,15 +67,38 @@ def nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[int, str]
     return rc, log.value.decode(errors="replace")
 
 
-@pytest.mark.skipif(LIB is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)")
+@needs_nvrtc
+@pytest.mark.skipif(CUDA_INCLUDE is None, reason="no CUDA include directory with cuda_bf16.h")
 @pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
 def test_device_api_compiles_with_nvrtc(arch):
-    options = [f"-I{gshmem.include_dir()}", "-std=c++17", f"--gpu-architecture={arch}"]
+    # Every entry point, the collectives for every element type and operator included.
+    options = [
+        f"-I{gshmem.include_dir()}",
+        f"-I{CUDA_INCLUDE}",
+        "-std=c++17",
+        f"--gpu-architecture={arch}",
+    ]
     rc, log = nvrtc_compile(KERNELS.read_text(), "device_api_test.cu", options)
     assert rc == 0, log
 
 
-@pytest.mark.skipif(LIB is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)")
+@needs_nvrtc
+def test_device_api_needs_only_its_own_include_dir():
+    # Without the CUDA headers, everything but the 16-bit float reductions still compiles.
+    source = (
+        "#include <gshmem/device.cuh>\n"
+        "__global__ void k(gshmem::Device d, gshmem::Team t, float* f, int64_t* i, char* b) {\n"
+        "  gshmem::all_reduce<gshmem::Block, gshmem::ReduceOp::Sum>(d, t, f, f, 9);\n"
+        "  gshmem::reduce_scatter<gshmem::Warp, gshmem::ReduceOp::Max>(d, t, i, i + 9, 9);\n"
+        "  gshmem::broadcast<gshmem::Block>(d, t, b, b + 64, 64, 0);\n"
+        "}\n"
+    )
+    options = [f"-I{gshmem.include_dir()}", "-std=c++17", "--gpu-architecture=compute_80"]
+    rc, log = nvrtc_compile(source, "bare.cu", options)
+    assert rc == 0, log
+
+
+@needs_nvrtc
 def test_nvrtc_reports_errors():
     # The check above can fail: a broken kernel must come back as a compile error.
     source = '#include <gshmem/device.cuh>\n__global__ void k(gshmem::Device d) { d.nope(); }\n'

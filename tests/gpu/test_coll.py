@@ -33,3 +33,12 @@ def test_coll_graph(n):
 def test_coll_mismatched_calls_are_detected(n):
     out = launch_pes(n, SCRIPT, "mismatch", GSHMEM_COLL_CHECK="1", **GSHMEM_ONLY)
     assert "mismatched collective calls" in out
+
+
+TORCH_SCRIPT = str(Path(__file__).parent / "scripts" / "coll_torch_check.py")
+
+
+@pytest.mark.parametrize("n", PES)
+@pytest.mark.parametrize("scenario", ["torch", "nccl"])
+def test_coll_torch_and_nccl(n, scenario):
+    launch_pes(n, TORCH_SCRIPT, scenario)

@@ -26,22 +26,13 @@ from typing import TYPE_CHECKING
 import torch as _torch
 
 from gshmem.torch import functional, ops
+from gshmem.torch.registry import call_args as _args
 from gshmem.torch.registry import handle as comm_handle
-from gshmem.torch.registry import resolve as _resolve
 from gshmem.torch.registry import set_default_comm
 
 if TYPE_CHECKING:
     from gshmem.comm import Comm
     from gshmem.team import Team
-
-
-def _args(comm: Comm | None, team: Team | None) -> tuple[int, list[int]]:
-    h = _resolve(comm)
-    if team is None:
-        from gshmem.torch.registry import lookup
-
-        return h, [0, 1, lookup(h).nranks]
-    return h, [team.start, team.stride, team.size]
 
 
 def all_reduce(t: _torch.Tensor, op: str = "sum", comm: Comm | None = None,

@@ -7,18 +7,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from gshmem.torch.registry import lookup, resolve
+from gshmem.torch.registry import call_args as _args
 
 if TYPE_CHECKING:
     from gshmem.comm import Comm
     from gshmem.team import Team
-
-
-def _args(comm: Comm | None, team: Team | None) -> tuple[int, list[int]]:
-    h = resolve(comm)
-    if team is None:
-        return h, [0, 1, lookup(h).nranks]
-    return h, [team.start, team.stride, team.size]
 
 
 def all_reduce(t: torch.Tensor, op: str = "sum", comm: Comm | None = None,

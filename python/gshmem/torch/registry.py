@@ -17,30 +17,29 @@ from gshmem._errors import UsageError
 
 if TYPE_CHECKING:
     from gshmem.comm import Comm
+    from gshmem.team import Team
 
 _lock = threading.Lock()
 _next = itertools.count(1)
 _by_handle: dict[int, weakref.ref[Comm]] = {}
-_by_id: dict[int, int] = {}  # id(comm) -> handle
-_default: int | None = None
+_default: tuple[int, int] | None = None  # (handle, nranks) of set_default_comm's comm
 
 
 def handle(comm: Comm) -> int:
-    """The integer handle of ``comm`` (registered on first use)."""
+    """The integer handle of ``comm`` (registered on first use). After the first call it is an
+    attribute read, which torch.compile traces without a graph break."""
+    h = getattr(comm, "_torch_handle", None)
+    if h is not None:
+        return h
     with _lock:
-        h = _by_id.get(id(comm))
-        if h is not None and _by_handle[h]() is comm:
-            return h
         h = next(_next)
 
-        def forget(_ref: object, h: int = h, key: int = id(comm)) -> None:
+        def forget(_ref: object, h: int = h) -> None:
             with _lock:
                 _by_handle.pop(h, None)
-                if _by_id.get(key) == h:
-                    del _by_id[key]
 
         _by_handle[h] = weakref.ref(comm, forget)
-        _by_id[id(comm)] = h
+        comm._torch_handle = h  # type: ignore[attr-defined]
         return h
 
 
@@ -61,7 +60,7 @@ def lookup(h: int) -> Comm:
 def set_default_comm(comm: Comm | None) -> None:
     """The comm that ``comm=None`` means in gshmem.torch (None: forget the default)."""
     global _default
-    _default = None if comm is None else handle(comm)
+    _default = None if comm is None else (handle(comm), comm.nranks)
 
 
 def resolve(comm: Comm | None) -> int:
@@ -69,11 +68,7 @@ def resolve(comm: Comm | None) -> int:
     if comm is not None:
         return handle(comm)
     if _default is not None:
-        try:
-            lookup(_default)
-            return _default
-        except UsageError:
-            pass
+        return _default[0]  # checked when the op runs (lookup), as every handle is
     live = [h for h, ref in list(_by_handle.items()) if (c := ref()) is not None and c.alive]
     if len(live) == 1:
         return live[0]
@@ -84,4 +79,18 @@ def resolve(comm: Comm | None) -> int:
     )
 
 
-__all__ = ["handle", "lookup", "resolve", "set_default_comm"]
+def call_args(comm: Comm | None, team: Team | None) -> tuple[int, list[int]]:
+    """(handle, [start, stride, size]) for a call's ``comm=`` and ``team=``: what the custom ops'
+    schemas take. torch.compile traces it without a graph break when ``comm`` is given or a
+    default is set (attribute reads only); the only-live-comm fallback is for eager code."""
+    if comm is not None:
+        h, n = handle(comm), comm.nranks
+    elif _default is not None:
+        h, n = _default
+    else:
+        h = resolve(None)
+        n = lookup(h).nranks
+    return h, [0, 1, n] if team is None else [team.start, team.stride, team.size]
+
+
+__all__ = ["call_args", "handle", "lookup", "resolve", "set_default_comm"]

@@ -314,3 +314,79 @@ extern "C" __global__ void ptr_check(gshmem::Device dev, gshmem::Team team, unsi
   out[3 * n] = gshmem::team_translate_pe(team, gshmem::team_my_pe(team), dev.world);
   out[3 * n + 1] = gshmem::my_pe(dev) * 1000 + gshmem::n_pes(dev);
 }
+
+// ---- collectives in kernels (coll.cuh) ----
+// `iters` rounds on the same buffers. Round r copies input r % 2 (`inputs` holds both, src_bytes
+// each) into src, runs the collective, then stores dest (dest_bytes) into saved[r] in rounds 0
+// and 1 and, in later rounds, counts the bytes of dest that differ from saved[r % 2]: a member
+// reading a src that is being rewritten, or writing a dest that is still being read, shows up
+// as a difference (the inputs alternate, so stale data is wrong data).
+template <class Scope, class Collective>
+__device__ void coll_rounds(char* dest, char* src, const char* inputs, size_t src_bytes,
+                            char* saved, size_t dest_bytes, int iters,
+                            unsigned long long* errors, Collective collective) {
+  for (int r = 0; r < iters; ++r) {
+    const char* input = inputs + (r % 2) * src_bytes;
+    for (size_t i = Scope::rank(); i < src_bytes; i += Scope::size()) src[i] = input[i];
+    collective();
+    char* kept = saved + (r % 2) * dest_bytes;
+    unsigned long long differ = 0;
+    for (size_t i = Scope::rank(); i < dest_bytes; i += Scope::size()) {
+      if (r < 2) kept[i] = dest[i];
+      else differ += dest[i] != kept[i];
+    }
+    if (differ) atomicAdd(errors, differ);
+    Scope::sync();  // in place, src lies in dest: compare all of it before rewriting src
+  }
+}
+
+// One signature for every collective: n is nbytes (broadcast, all_gather, all_to_all) or count
+// (all_reduce, reduce_scatter); root is used by broadcast only.
+#define COLL_PARAMS                                                                             \
+  gshmem::Device dev, gshmem::Team team, char *dest, char *src, const char *inputs,             \
+      char *saved, size_t n, int root, int iters, unsigned long long *errors
+
+#define COLL_MOVE_KERNELS(NAME, SCOPE)                                                          \
+  extern "C" __global__ void coll_broadcast_##NAME(COLL_PARAMS) {                               \
+    coll_rounds<SCOPE>(dest, src, inputs, n, saved, n, iters, errors,                           \
+                       [&] { gshmem::broadcast<SCOPE>(dev, team, dest, src, n, root); });       \
+  }                                                                                             \
+  extern "C" __global__ void coll_all_gather_##NAME(COLL_PARAMS) {                              \
+    coll_rounds<SCOPE>(dest, src, inputs, n, saved, team.size * n, iters, errors,               \
+                       [&] { gshmem::all_gather<SCOPE>(dev, team, dest, src, n); });            \
+  }                                                                                             \
+  extern "C" __global__ void coll_all_to_all_##NAME(COLL_PARAMS) {                              \
+    coll_rounds<SCOPE>(dest, src, inputs, team.size * n, saved, team.size * n, iters, errors,   \
+                       [&] { gshmem::all_to_all<SCOPE>(dev, team, dest, src, n); });            \
+  }
+COLL_MOVE_KERNELS(thread, gshmem::Thread)
+COLL_MOVE_KERNELS(warp, gshmem::Warp)
+COLL_MOVE_KERNELS(block, gshmem::Block)
+
+#define COLL_REDUCE_KERNELS(TNAME, T, ONAME, OP, SNAME, SCOPE)                                  \
+  extern "C" __global__ void coll_all_reduce_##TNAME##_##ONAME##_##SNAME(COLL_PARAMS) {         \
+    const size_t bytes = n * sizeof(T);                                                         \
+    coll_rounds<SCOPE>(dest, src, inputs, bytes, saved, bytes, iters, errors, [&] {             \
+      gshmem::all_reduce<SCOPE, gshmem::ReduceOp::OP>(dev, team, reinterpret_cast<T*>(dest),    \
+                                                      reinterpret_cast<const T*>(src), n);      \
+    });                                                                                         \
+  }                                                                                             \
+  extern "C" __global__ void coll_reduce_scatter_##TNAME##_##ONAME##_##SNAME(COLL_PARAMS) {     \
+    const size_t bytes = n * sizeof(T);                                                         \
+    coll_rounds<SCOPE>(dest, src, inputs, team.size * bytes, saved, bytes, iters, errors, [&] { \
+      gshmem::reduce_scatter<SCOPE, gshmem::ReduceOp::OP>(                                      \
+          dev, team, reinterpret_cast<T*>(dest), reinterpret_cast<const T*>(src), n);           \
+    });                                                                                         \
+  }
+#define COLL_REDUCE_OPS(TNAME, T)                                                               \
+  COLL_REDUCE_KERNELS(TNAME, T, sum, Sum, block, gshmem::Block)                                 \
+  COLL_REDUCE_KERNELS(TNAME, T, prod, Prod, block, gshmem::Block)                               \
+  COLL_REDUCE_KERNELS(TNAME, T, min, Min, block, gshmem::Block)                                 \
+  COLL_REDUCE_KERNELS(TNAME, T, max, Max, block, gshmem::Block)
+COLL_REDUCE_OPS(f32, float)
+COLL_REDUCE_OPS(f16, __half)
+COLL_REDUCE_OPS(bf16, __nv_bfloat16)
+COLL_REDUCE_OPS(i32, int32_t)
+COLL_REDUCE_OPS(i64, int64_t)
+COLL_REDUCE_KERNELS(i32, int32_t, sum, Sum, warp, gshmem::Warp)
+COLL_REDUCE_KERNELS(i32, int32_t, sum, Sum, thread, gshmem::Thread)

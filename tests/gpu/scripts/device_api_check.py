@@ -12,19 +12,30 @@ Usage: device_api_check.py SCENARIO
   wait    wait_until(_all/_any/_some), test(_all/_any/_some), signal_fetch
   barrier team barrier/sync in loops at every scope: world, split_strided, split_2d teams
   ptr     ptr/team_ptr, team arithmetic on the device, the DeviceHandle fields
+  coll    collectives in kernels (broadcast, all_gather, all_to_all, all_reduce, reduce_scatter)
+          on the world team and a split_strided one: every element type and operator at block
+          scope on odd sizes (fp32 and bf16 sums also at 4 MiB, with offsets and in place), int32
+          sum and the data movers at warp and thread scope; many rounds per launch on the same
+          buffers
   bw      put/get bandwidth at 32 MiB (printed, not checked)
 Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
 
 The kernels (tests/gpu/kernels/device_api_test.cu) are compiled once per process by CuPy's
 RawModule (NVRTC); the option -DGSHMEM_HEADERS=<digest> keys CuPy's cache on the headers too.
+The 16-bit float reductions include cuda_fp16.h and cuda_bf16.h, which NVRTC finds only through
+the CUDA toolkit's include directory: cuda_include() passes it (found from CUDA_PATH, CUDA_HOME,
+/usr/local/cuda or nvcc's place).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import os
+import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import cupy as cp
@@ -52,8 +63,24 @@ def module() -> cp.RawModule:
             digest.update(h.read_bytes())
     return cp.RawModule(
         code=KERNELS.read_text(),
-        options=(f"-I{inc}", "-std=c++17", f"-DGSHMEM_HEADERS={digest.hexdigest()[:16]}"),
+        options=(
+            f"-I{inc}",
+            *cuda_include(),
+            "-std=c++17",
+            f"-DGSHMEM_HEADERS={digest.hexdigest()[:16]}",
+        ),
     )
+
+
+def cuda_include() -> tuple[str, ...]:
+    """-I for the CUDA toolkit's headers (cuda_fp16.h, cuda_bf16.h), when they can be found."""
+    nvcc = shutil.which("nvcc")
+    roots = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    roots += [str(Path(nvcc).resolve().parents[1])] if nvcc else []
+    for d in (Path(r) / "include" for r in roots if r):
+        if (d / "cuda_bf16.h").is_file():
+            return (f"-I{d}",)
+    return ()
 
 
 def kernel(name: str):
@@ -447,6 +474,295 @@ def scenario_ptr(comm: gshmem.Comm, dev: np.ndarray) -> None:
     reachable = [q for q in range(n) if comm.ptr(obj.data_ptr(), q)]
     check(int(obj[0]) == sum(q + 1 for q in reachable), f"writes through ptr: {int(obj[0])}")
     comm.free(obj)
+
+
+# ---- collectives in kernels ----------------------------------------------------------------
+# Every case launches one unit of the scope (grid 1) per PE, which runs the collective `rounds`
+# times on the same buffers with inputs alternating between two random sets (coll_rounds in the
+# kernels): the device counts rounds whose dest differs from the first result of the same
+# parity; the host checks both results against a reference built from every member's inputs,
+# read back through peer_tensor.
+COLL_THREADS = {"thread": 1, "warp": 32, "block": 512}
+COLL_SIZES = (1, 3, 1000, 65537)  # bytes or elements (a tuple: never extended in place)
+REDUCE_DTYPES = {
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "i32": torch.int32,
+    "i64": torch.int64,
+}
+REDUCE_OPS = ("sum", "prod", "min", "max")
+
+
+def coll_rounds(dest_bytes: int) -> int:
+    """Many rounds where one is short: reuse races then get many chances to show."""
+    if SMALL:
+        return 4
+    return 100 if dest_bytes <= 4096 else 10 if dest_bytes <= (1 << 20) else 3
+
+
+def coll_input(seed: int, count: int, dtype: torch.dtype, op: str, device: int) -> torch.Tensor:
+    """`count` random elements as bytes: any bit pattern for integers; floats of either sign, in
+    [0.5, 2) in magnitude for prod (so products of 4 stay far from overflow and subnormals) and
+    standard normal otherwise."""
+    if not dtype.is_floating_point:
+        return random_bytes(seed, count * torch.empty((), dtype=dtype).element_size(), device)
+    g = torch.Generator(device=f"cuda:{device}").manual_seed(seed)
+    if op == "prod":
+        sign = torch.randint(0, 2, (count,), generator=g, device=f"cuda:{device}") * 2 - 1
+        x = sign * (0.5 + 1.5 * torch.rand(count, generator=g, device=f"cuda:{device}"))
+    else:
+        x = torch.randn(count, generator=g, device=f"cuda:{device}")
+    return x.to(dtype).view(torch.uint8)
+
+
+def check_reduced(got: torch.Tensor, xs: list[torch.Tensor], op: str, what: str) -> None:
+    """`got` (CPU) against `op` over the members' inputs `xs` (CPU, team order, same dtype).
+
+    Integers: exact, sum and prod modulo 2^bits. Float min/max: exact (the result is one of the
+    inputs). Float sum/prod accumulate in fp32 over k = len(xs) - 1 steps and round once to the
+    element type (unit roundoff u), so against the fp64 reference
+        |got - ref| <= 2 * (k * 2^-24 * S + u * |ref|) + (smallest subnormal of the type),
+    with S = sum of |x| for sum and |ref| for prod (first-order error bounds, doubled)."""
+    if not got.dtype.is_floating_point:
+        x = np.stack([v.numpy() for v in xs])
+        if op in ("min", "max"):
+            ref = x.min(0) if op == "min" else x.max(0)
+        else:
+            wide = x.astype(np.uint64)  # modulo 2^64, then keep the low bits
+            acc = np.add.reduce(wide, 0) if op == "sum" else np.multiply.reduce(wide, 0)
+            ref = acc.astype(f"u{x.itemsize}").view(x.dtype)
+        check(np.array_equal(got.numpy(), ref), f"{what}: wrong values")
+        return
+    x = torch.stack([v.double() for v in xs])
+    ref = {"sum": x.sum(0), "prod": x.prod(0), "min": x.amin(0), "max": x.amax(0)}[op]
+    if op in ("min", "max"):
+        check(torch.equal(got.double(), ref), f"{what}: not exactly the {op}")
+        return
+    fi = torch.finfo(got.dtype)
+    scale = x.abs().sum(0) if op == "sum" else ref.abs()
+    tol = 2 * ((len(xs) - 1) * 2.0**-24 * scale + fi.eps / 2 * ref.abs()) + fi.tiny * fi.eps
+    excess = (got.double() - ref).abs() - tol
+    bad = int((excess > 0).sum())
+    check(bad == 0, f"{what}: {bad} elements beyond tolerance (worst by {float(excess.max()):.3g})")
+
+
+class CollBuffers:
+    """The symmetric buffers of every coll case, allocated once: dest, src, a case's two inputs
+    back to back, and the results of rounds 0 and 1 back to back."""
+
+    def __init__(self, comm: gshmem.Comm, cap: int):
+        self.comm = comm
+        self.dest = comm.empty((cap,), torch.uint8)
+        self.src = comm.empty((cap,), torch.uint8)
+        self.inputs = comm.empty((2 * cap,), torch.uint8)
+        self.saved = comm.empty((2 * cap,), torch.uint8)
+
+    def run(
+        self,
+        dev: np.ndarray,
+        kernel_name: str,
+        team: Team,
+        inputs: tuple[torch.Tensor, torch.Tensor],
+        dest_bytes: int,
+        n: int,
+        dest_off: int,
+        src: int,
+        root: int,
+        what: str,
+    ) -> tuple[list[list[torch.Tensor]], list[tuple[int, torch.Tensor]]]:
+        """One case of kernel coll_<kernel_name> (its last word names the scope): dest at
+        `dest_off` in the dest buffer, src at address `src` (in the src buffer, or in the dest
+        buffer when in place); `inputs`: this PE's two inputs (uint8, equal sizes). Checks the
+        device's count of differing rounds and that nothing outside dest and src was written.
+        Returns every member's two inputs (CPU, team order) and (parity, this PE's dest) for
+        round 0, round 1 and the last round (CPU)."""
+        comm = self.comm
+        src_bytes = inputs[0].numel()
+        rounds = coll_rounds(dest_bytes)
+        sync(comm)  # every PE is done reading the previous case's buffers
+        self.inputs[: 2 * src_bytes].copy_(torch.cat(inputs))
+        self.dest.fill_(POISON)
+        errors = torch.zeros((1,), dtype=torch.int64, device=f"cuda:{comm.device}")
+        sync(comm)
+        kernel(f"coll_{kernel_name}")(
+            (1,),
+            (COLL_THREADS[kernel_name.rsplit("_", 1)[1]],),
+            (
+                dev,
+                team.numpy(),
+                self.dest.data_ptr() + dest_off,
+                src,
+                self.inputs.data_ptr(),
+                self.saved.data_ptr(),
+                np.uint64(n),
+                np.int32(root),
+                np.int32(rounds),
+                errors.data_ptr(),
+            ),
+        )
+        sync(comm)
+        check(int(errors) == 0, f"{what}: {int(errors)} bytes of dest changed between rounds")
+        lo, hi = dest_off, dest_off + dest_bytes
+        base = self.dest.data_ptr()
+        if base <= src < base + self.dest.numel():  # in place: src is written too
+            lo, hi = min(lo, src - base), max(hi, src - base + src_bytes)
+        outside = torch.cat([self.dest[:lo], self.dest[hi : hi + 64]])
+        check(bool((outside == POISON).all()), f"{what}: wrote outside dest")
+        members = []
+        for q in team.members():
+            theirs = comm.peer_tensor(self.inputs, q)[: 2 * src_bytes].cpu()
+            members.append([theirs[:src_bytes], theirs[src_bytes:]])
+        saved = self.saved[: 2 * dest_bytes].cpu()
+        results = [
+            (0, saved[:dest_bytes]),
+            (1, saved[dest_bytes:]),
+            ((rounds - 1) % 2, self.dest[dest_off : dest_off + dest_bytes].cpu()),
+        ]
+        return members, results
+
+    def same_on_every_member(self, team: Team, dest_bytes: int) -> bool:
+        """Whether every member's results of rounds 0 and 1 have the same bits as this PE's."""
+        mine = self.saved[: 2 * dest_bytes]
+        return all(
+            torch.equal(self.comm.peer_tensor(self.saved, q)[: 2 * dest_bytes], mine)
+            for q in team.members()
+        )
+
+    def free(self) -> None:
+        for t in (self.saved, self.inputs, self.src, self.dest):
+            self.comm.free(t)
+
+
+def coll_teams(comm: gshmem.Comm) -> dict[str, Team]:
+    """The world, and evens/odds (split_strided; a team of one PE at 2 PEs)."""
+    n, me = comm.nranks, comm.rank
+    world = Team.world(comm)
+    return {"world": world, "evens/odds": world.split_strided(me % 2, 2, (n - me % 2 + 1) // 2)}
+
+
+def coll_src(bufs: CollBuffers, dest_off: int, src_off: int | None, in_dest: int) -> int:
+    """Address of src: at src_off in the src buffer, or (src_off None: in place) `in_dest`
+    bytes after dest."""
+    if src_off is None:
+        return bufs.dest.data_ptr() + dest_off + in_dest
+    return bufs.src.data_ptr() + src_off
+
+
+def coll_movers(comm: gshmem.Comm, dev: np.ndarray, bufs: CollBuffers, case: Iterator[int]) -> None:
+    """broadcast, all_gather, all_to_all: byte-exact against the members' inputs."""
+    me = comm.rank
+    movers = ("broadcast", "all_gather", "all_to_all")
+    for (tname, team), scope, name in itertools.product(
+        coll_teams(comm).items(), COLL_THREADS, movers
+    ):
+        block = scope == "block"
+        # Thread and warp scope move every byte through one or 32 threads: small sizes only.
+        sizes = list(COLL_SIZES if block else COLL_SIZES[:3])
+        sizes = sizes + ([4 << 20] if block and name == "all_gather" and not SMALL else [])
+        # (label, dest offset, src offset; None: in place)
+        places = [("aligned", 0, 0), ("offsets 3/0", 3, 0)]
+        if block:
+            places += [("offsets 8/24", 8, 24)]
+            places += [("in place", 16, None)] if name != "all_to_all" else []
+        for nbytes, (label, doff, soff) in itertools.product(sizes, places):
+            k = next(case)
+            src_bytes = nbytes * (team.size if name == "all_to_all" else 1)
+            dest_bytes = nbytes * (1 if name == "broadcast" else team.size)
+            in_dest = team.rank * nbytes if name == "all_gather" else 0
+            src = coll_src(bufs, doff, soff, in_dest)
+            inputs = tuple(
+                random_bytes(k * 4096 + me * 2 + p, src_bytes, comm.device) for p in (0, 1)
+            )
+            root = k % team.size
+            what = f"{name}<{scope}> on {tname}, {nbytes} B, {label}, root {root}"
+            members, results = bufs.run(
+                dev, f"{name}_{scope}", team, inputs, dest_bytes, nbytes, doff, src, root, what
+            )
+            mine = slice(team.rank * nbytes, (team.rank + 1) * nbytes)
+            for parity, got in results:
+                if name == "broadcast":
+                    want = members[root][parity]
+                elif name == "all_gather":
+                    want = torch.cat([m[parity] for m in members])
+                else:
+                    want = torch.cat([m[parity][mine] for m in members])
+                check(torch.equal(got, want), f"{what}: wrong data (inputs {parity})")
+
+
+def coll_reductions(
+    comm: gshmem.Comm, dev: np.ndarray, bufs: CollBuffers, case: Iterator[int]
+) -> None:
+    """all_reduce, reduce_scatter: every element type and operator at block scope, int32 sum at
+    warp and thread scope; check_reduced against the members' inputs, and all_reduce's bits the
+    same on every member."""
+    me = comm.rank
+    kinds = [(tn, op, "block") for tn in REDUCE_DTYPES for op in REDUCE_OPS]
+    kinds += [("i32", "sum", "warp"), ("i32", "sum", "thread")]
+    # Every element type and operator on odd sizes; offsets, in place and 4 MiB on fp32 and bf16
+    # sums (the paths do not depend on the type beyond its size).
+    wide = {("f32", "sum"), ("bf16", "sum")}
+    names = ("all_reduce", "reduce_scatter")
+    for (tname, team), name, (tn, op, scope) in itertools.product(
+        coll_teams(comm).items(), names, kinds
+    ):
+        if tname != "world" and (tn, op) not in wide:
+            continue  # sub-teams: the widest kinds only
+        dtype = REDUCE_DTYPES[tn]
+        esize = torch.empty((), dtype=dtype).element_size()
+        block = scope == "block"
+        full = block and (tn, op) in wide
+        counts = list(COLL_SIZES) if full else [3, 65537] if block else [3, 1000]
+        counts = counts + ([(4 << 20) // esize] if full and not SMALL else [])
+        # (label, dest offset, src offset; None: in place), in bytes
+        places = [("aligned", 0, 0)]
+        if full:
+            places += [
+                ("offsets 1/1", esize, esize),
+                ("offsets 1/0", esize, 0),
+                ("in place", 16, None),
+            ]
+        scattered = name == "reduce_scatter"
+        for count, (label, doff, soff) in itertools.product(counts, places):
+            k = next(case)
+            dest_bytes = count * esize
+            src = coll_src(bufs, doff, soff, 0)
+            if soff is None and scattered:  # in place: dest is my block of src
+                doff += team.rank * dest_bytes
+            src_count = count * (team.size if scattered else 1)
+            inputs = tuple(
+                coll_input(k * 4096 + me * 2 + p, src_count, dtype, op, comm.device) for p in (0, 1)
+            )
+            what = f"{name}<{tn}, {op}, {scope}> on {tname}, {count} elements, {label}"
+            members, results = bufs.run(
+                dev,
+                f"{name}_{tn}_{op}_{scope}",
+                team,
+                inputs,
+                dest_bytes,
+                count,
+                doff,
+                src,
+                0,
+                what,
+            )
+            mine = slice(team.rank * count, (team.rank + 1) * count)
+            for parity, got in results:
+                xs = [m[parity].view(dtype) for m in members]
+                xs = [x[mine] for x in xs] if scattered else xs
+                check_reduced(got.view(dtype), xs, op, f"{what} (inputs {parity})")
+            if not scattered:
+                same = bufs.same_on_every_member(team, dest_bytes)
+                check(same, f"{what}: members got different bits")
+
+
+def scenario_coll(comm: gshmem.Comm, dev: np.ndarray) -> None:
+    bufs = CollBuffers(comm, comm.nranks * (4 << 20) + 4096)
+    case = itertools.count(1)
+    coll_movers(comm, dev, bufs, case)
+    coll_reductions(comm, dev, bufs, case)
+    sync(comm)  # nobody still reads these buffers
+    bufs.free()
 
 
 def scenario_bw(comm: gshmem.Comm, dev: np.ndarray) -> None:
