@@ -69,7 +69,7 @@ __device__ inline Range cta_range(size_t len, size_t unit, int b, int ctas) {
 // one, rotated by the CTA index. At any moment the CTAs of every PE then spread their stores over
 // all receivers instead of all writing to member 0 first: with 4 PEs, one receiver per CTA at a
 // time moved 311 GB/s per PE against 236-263 GB/s for every CTA on the same receiver (16 MiB
-// blocks, exp. in docs/collectives.md).
+// blocks: benchmarks/nvlink_fanout.py, docs/results.md).
 __device__ inline int push_target(const Team& team, int k) {
   const int others = team.size - 1;
   return (team.my_pe + 1 + (k + static_cast<int>(blockIdx.x)) % others) % team.size;
