@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build, test and exercise gshmem on a GPU host; logs and JSON go to $OUT (device machines) or
-# results/<time>/, and a summary table is printed last.
+# Build, test and exercise gshmem on a GPU host (tests, demos, timing, quick p2p and collective
+# benchmarks, compute-sanitizer); logs and JSON go to $OUT (device machines) or results/<time>/,
+# and a summary table is printed last.
 #
 #   bash scripts/gpu_check.sh            # everything
 #   PYTEST_ARGS="tests/gpu/test_heap.py" bash scripts/gpu_check.sh   # a subset of the tests
@@ -38,7 +39,7 @@ step() {
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
   nvidia-smi topo -m
   $PY -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "gpus", torch.cuda.device_count())'
-} >"$RESULTS/machine.log" 2>&1
+} >"$RESULTS/build.log" 2>&1  # the machine first, then the build (at most 8 files under $OUT)
 
 step build build.log 900 $PY -m pip install --no-build-isolation --no-deps -e . || {
   tail -40 "$RESULTS/build.log"; printf '%s\n' "${SUMMARY[@]}"; exit 1; }
@@ -56,6 +57,8 @@ fi
 step timing timing.log 300 env GSHMEM_DEBUG=1 $PY -m gshmem.run -n "$NGPU" --timeout 280 tests/gpu/scripts/heap_check.py timing
 step bench-p2p bench.log 200 $PY -m gshmem.bench p2p --quick --compare "${BENCH_COMPARE:-copy_engine,nccl}" \
   --timeout 180 --json "$RESULTS/bench_p2p.json"
+[ "$NGPU" -ge 2 ] && step bench-coll bench.log 200 $PY -m gshmem.bench coll --np "$NGPU" --quick \
+  --compare nccl,torch_symm --timeout 180 --json "$RESULTS/bench_coll.json"
 # Small cases of the device API under compute-sanitizer (memcheck, then racecheck), 2 PEs.
 [ "${SANITIZER:-1}" = 1 ] && for tool in memcheck racecheck; do
   step "sanitizer-$tool" sanitizer.log 280 env GSHMEM_TEST_SMALL=1 $PY -m gshmem.run -n 2 \
@@ -68,7 +71,8 @@ echo "gshmem GPU check: $NGPU GPU(s); logs in $RESULTS"
 grep -h "passed\|failed" "$RESULTS/tests.log" | tail -1
 grep -h "init took" "$RESULTS/demo.log" | head -3
 grep -h 'TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //'
-grep -h -A80 '^op ' "$RESULTS/bench.log" | head -60
+grep -h -A80 '^op ' "$RESULTS/bench.log" | head -60  # p2p
+grep -h -A40 ' algbw ' "$RESULTS/bench.log" | head -32  # collectives
 printf '%-22s %-12s %6s  %s\n' step status time log
 printf '%s\n' "${SUMMARY[@]}"
 for v in "${STATUS[@]}"; do [ "$v" = PASS ] || exit 1; done
