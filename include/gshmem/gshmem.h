@@ -253,9 +253,10 @@ gshmem_result_t gshmem_barrier_on_stream(gshmem_comm_t comm, void* stream);
  * every PE): each member makes the same call with the same count, dtype, op and root, in the same
  * order relative to its other collectives on that team. The calls enqueue on `stream` and return
  * at once; the result is in `out` when the stream reaches that point. `in` and `out` may be
- * symmetric or ordinary device memory of this comm's GPU; both are staged through the heap
- * scratch the comm allocates at init (zero-copy paths for symmetric buffers are not written
- * yet). Each call chooses gshmem's own algorithm or NCCL (gshmem_coll_explain says which and
+ * symmetric or ordinary device memory of this comm's GPU. Ordinary memory is staged through the
+ * heap scratch the comm allocates at init; a symmetric `out` is written directly by large
+ * all_gather / broadcast / all_to_all and by two-shot all_reduce (every member must then pass
+ * the same symmetric object: the paths differ). Each call chooses gshmem's own algorithm or NCCL (gshmem_coll_explain says which and
  * why; GSHMEM_COLL_BACKEND and per-operation variables override it). Capturable in CUDA graphs.
  * -------------------------------------------------------------------------------------------*/
 typedef enum {
