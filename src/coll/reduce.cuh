@@ -1,10 +1,10 @@
-// Element types and reduction operators of the reducing collectives (all_reduce, reduce_scatter).
+// Element types and reduction operators of the reducing collectives (all_reduce, reduce_scatter),
+// on top of the device API's (gshmem/device/reduce.cuh, which says what each type and operator
+// computes).
 //
 // Compile-time cost: kernels are instantiated once per (algorithm, element type); the operator
 // (sum, prod, min, max) is a run-time switch inside the inner loop (uniform across the grid, so
-// the branch is free next to the memory traffic). 16-bit floats accumulate in fp32 and round
-// once at the end; integers wrap (two's complement, as torch does) instead of overflowing into
-// undefined behaviour; float min/max ignore NaN operands (fminf/fmaxf).
+// the branch is free next to the memory traffic).
 //
 // Members are combined in team order (PE 0 first) on every PE, so every member computes the
 // same bits for the same inputs.
@@ -13,91 +13,37 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
+#include "gshmem/device/reduce.cuh"
 #include "gshmem/gshmem.h"
 
 namespace gshmem::coll::device {
 
-// Per element type: U, the bits in memory; A, the accumulator; to/from convert.
-struct F32 {
-  using U = float;
-  using A = float;
-  __device__ static A to(U v) { return v; }
-  __device__ static U from(A a) { return a; }
+// Element types of the collective kernels: the device API's Reduce<T> (gshmem/device/reduce.cuh:
+// the bits an element moves in, its accumulator, how Sum/Prod/Min/Max combine), named by a tag
+// the kernels are instantiated on. U: the bits in memory.
+template <class Type>
+struct Elem {
+  using T = Type;
+  using U = typename gshmem::detail::Reduce<Type>::Bits;
 };
-struct BF16 {
-  using U = unsigned short;
-  using A = float;
-  __device__ static A to(U v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
-  __device__ static U from(A a) { return __bfloat16_as_ushort(__float2bfloat16_rn(a)); }
-};
-struct F16 {
-  using U = unsigned short;
-  using A = float;
-  __device__ static A to(U v) { return __half2float(__ushort_as_half(v)); }
-  __device__ static U from(A a) { return __half_as_ushort(__float2half_rn(a)); }
-};
-struct I32 {
-  using U = int;
-  using A = int;
-  __device__ static A to(U v) { return v; }
-  __device__ static U from(A a) { return a; }
-};
-struct I64 {
-  using U = long long;
-  using A = long long;
-  __device__ static A to(U v) { return v; }
-  __device__ static U from(A a) { return a; }
-};
+using F32 = Elem<float>;
+using BF16 = Elem<__nv_bfloat16>;
+using F16 = Elem<__half>;
+using I32 = Elem<int32_t>;
+using I64 = Elem<int64_t>;
 
-template <class A>
-__device__ inline A apply(A a, A b, int op) {
-  if constexpr (std::is_integral_v<A>) {
-    using W = std::make_unsigned_t<A>;
-    switch (op) {
-      case GSHMEM_SUM: return static_cast<A>(static_cast<W>(a) + static_cast<W>(b));
-      case GSHMEM_PROD: return static_cast<A>(static_cast<W>(a) * static_cast<W>(b));
-      case GSHMEM_MIN: return a < b ? a : b;
-      default: return a > b ? a : b;  // GSHMEM_MAX
-    }
-  } else {
-    switch (op) {
-      case GSHMEM_SUM: return a + b;
-      case GSHMEM_PROD: return a * b;
-      case GSHMEM_MIN: return fminf(a, b);
-      default: return fmaxf(a, b);  // GSHMEM_MAX
-    }
-  }
-}
-
-// A word W (uint4: 16 bytes, unsigned long long: 8, or one element) seen as lanes of type E.
+// A word W (uint4: 16 bytes, unsigned long long: 8, or one element) seen as lanes of E, combined
+// with a run-time operator (gshmem_redop_t): one kernel per element type, not per operator.
 template <class E, class W>
-struct Lanes {
-  static constexpr int N = sizeof(W) / sizeof(typename E::U);
-  union Bits {
-    W w;
-    typename E::U u[N];
-  };
-  typename E::A a[N];
-
-  __device__ void set(W w) {
-    Bits b;
-    b.w = w;
-#pragma unroll
-    for (int i = 0; i < N; ++i) a[i] = E::to(b.u[i]);
-  }
+struct Lanes : gshmem::detail::Lanes<typename E::T, W> {
+  using Base = gshmem::detail::Lanes<typename E::T, W>;
   __device__ void combine(W w, int op) {
-    Bits b;
-    b.w = w;
-#pragma unroll
-    for (int i = 0; i < N; ++i) a[i] = apply(a[i], E::to(b.u[i]), op);
-  }
-  __device__ W get() const {
-    Bits b;
-#pragma unroll
-    for (int i = 0; i < N; ++i) b.u[i] = E::from(a[i]);
-    return b.w;
+    switch (op) {
+      case GSHMEM_SUM: return Base::template combine<ReduceOp::Sum>(w);
+      case GSHMEM_PROD: return Base::template combine<ReduceOp::Prod>(w);
+      case GSHMEM_MIN: return Base::template combine<ReduceOp::Min>(w);
+      default: return Base::template combine<ReduceOp::Max>(w);  // GSHMEM_MAX
+    }
   }
 };
 
