@@ -35,7 +35,10 @@ def test_options():
     q = coll.parse_args(["--quick", "--compare", "all", "--only", "all_reduce"])
     assert q.sizes() == [8, 128, 2048, 32768, 1 << 19, 8 << 20, 128 << 20]
     assert q.compare == ["nccl", "torch_symm"] and q.ops == ["all_reduce"]
-    for bad in (["--compare", "mpi"], ["-d", "double"], ["-o", "avg"], ["--np", "1"]):
+    assert o.buffers == "symmetric" and coll.parse_args(["--buffers", "device"]).buffers == "device"
+    bad_args = (["--compare", "mpi"], ["-d", "double"], ["-o", "avg"], ["--np", "1"],
+                ["--buffers", "host"])  # fmt: skip
+    for bad in bad_args:
         with pytest.raises(SystemExit) as e:
             coll.parse_args(bad)
         assert e.value.code == 2

@@ -35,6 +35,7 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 BASELINES = ("nccl", "torch_symm")
 DTYPES = {"float": 4, "half": 2, "bfloat16": 2, "int32": 4, "int64": 8}
 REDUCING = ("all_reduce", "reduce_scatter")
+BUFFERS = ("symmetric", "device")
 
 
 @dataclass
@@ -50,6 +51,7 @@ class CollOptions:
     redop: str = "sum"
     compare: list[str] = field(default_factory=list)
     graph_max: int = 16 << 20
+    buffers: str = "symmetric"  # gshmem's buffers: "symmetric" (comm.empty) or "device"
     json: str | None = None
     quick: bool = False
     nprocs: int = 4
@@ -146,6 +148,9 @@ def parser() -> argparse.ArgumentParser:
     a("--compare", default="", help="nccl,torch_symm or all (default none)")
     a("--graph-max", type=parse_size, default=16 << 20,
       help="largest size timed inside a CUDA graph (default 16M)")
+    a("--buffers", choices=BUFFERS, default="symmetric",
+      help="gshmem's input and output: symmetric (comm.empty: direct paths) or device (ordinary "
+           "tensors: staged through the heap) (default symmetric)")
     a("--json", default=None,
       help="default $OUT/bench_coll.json, else results/bench_coll-<time>.json")
     a("--quick", action="store_true", help="a short run (8 B .. 256 M by 16x, fewer iterations)")
@@ -177,7 +182,8 @@ def parse_args(argv: Sequence[str]) -> CollOptions:
         factor=given(ns.stepfactor, 16 if q else 2), iters=given(ns.iters, 10 if q else 20),
         warmup=given(ns.warmup_iters, 2 if q else 5), repeats=given(ns.repeats, 3 if q else 5),
         ops=ops, dtype=ns.datatype, redop=ns.op, compare=compare, graph_max=ns.graph_max,
-        json=ns.json, quick=q, nprocs=ns.np, timeout=ns.timeout or (300.0 if q else 1500.0),
+        buffers=ns.buffers, json=ns.json, quick=q, nprocs=ns.np,
+        timeout=ns.timeout or (300.0 if q else 1500.0),
     )  # fmt: skip
     if o.nprocs < 2:
         p.error(f"--np must be at least 2, got {o.nprocs}")
@@ -209,8 +215,12 @@ class CollBench:
         self.box = comm.zeros((self.n,), torch.float64)
         cap = max(count_for(op, s, o.dtype, self.n) for op in o.ops for s in o.sizes())
         self.cap = cap
-        self.src = comm.empty((cap,), self.dtype)
-        self.dst = comm.empty((cap,), self.dtype)
+        if o.buffers == "symmetric":
+            self.src = comm.empty((cap,), self.dtype)
+            self.dst = comm.empty((cap,), self.dtype)
+        else:
+            self.src = torch.empty(cap, dtype=self.dtype, device=f"cuda:{self.device}")
+            self.dst = torch.empty(cap, dtype=self.dtype, device=f"cuda:{self.device}")
         g = torch.Generator(device=f"cuda:{self.device}").manual_seed(99 + self.rank)
         if self.dtype.is_floating_point:
             self.src.copy_(torch.randn(cap, generator=g, device=self.src.device))
@@ -425,7 +435,8 @@ def run(o: CollOptions) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report.to_json(rows, meta, (), suite="coll"))
         print(f"gshmem.bench: results written to {path}\n")
-        title = f"gshmem coll on {meta['gpu']} ({meta['nranks']} PEs, {o.dtype}, {o.redop})"
+        title = (f"gshmem coll on {meta['gpu']} ({meta['nranks']} PEs, {o.dtype}, {o.redop}, "
+                 f"{o.buffers} buffers)")  # fmt: skip
         print(format_table(rows, o.compare, title=title), flush=True)
     return 0
 
