@@ -25,8 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize(
     "text,value",
-    [("8", 8), ("64K", 65536), ("1M", 1 << 20), ("1MiB", 1 << 20), ("1m", 1 << 20),
-     ("2G", 2 << 30)],  # fmt: skip
+    [
+        ("8", 8),
+        ("64K", 65536),
+        ("1M", 1 << 20),
+        ("1MiB", 1 << 20),
+        ("1m", 1 << 20),
+        ("2G", 2 << 30),
+    ],  # fmt: skip
 )
 def test_parse_size(text, value):
     assert options.parse_size(text) == value
@@ -215,7 +221,16 @@ def test_perf_lines_round_trip():
     back = report.parse_perf_lines(text)
     for a, b in zip(rows, back, strict=True):
         assert (a.impl, a.op, a.path, a.scope, a.ctas, a.threads, a.direction, a.size, a.sms) == (
-            b.impl, b.op, b.path, b.scope, b.ctas, b.threads, b.direction, b.size, b.sms)
+            b.impl,
+            b.op,
+            b.path,
+            b.scope,
+            b.ctas,
+            b.threads,
+            b.direction,
+            b.size,
+            b.sms,
+        )
         assert b.value == pytest.approx(a.value)
     assert report.perf_line(Row("gshmem", "get", "device", "GB/s", None)) == ""
 
@@ -344,6 +359,11 @@ def test_kernels_compile_with_nvcc(tmp_path):
 def test_nvshmem_program_sources_present():
     assert (ROOT / "benchmarks" / "nvshmem_p2p" / "CMakeLists.txt").is_file()
     src = (ROOT / "benchmarks" / "nvshmem_p2p" / "nvshmem_p2p.cu").read_text()
-    for needle in ("nvshmemx_set_attr_uniqueid_args", "nvshmemx_putmem_block",
-                   "nvshmemx_putmem_on_stream", "nvshmem_putmem_signal", "&&&& PERF"):
+    for needle in (
+        "nvshmemx_set_attr_uniqueid_args",
+        "nvshmemx_putmem_block",
+        "nvshmemx_putmem_on_stream",
+        "nvshmem_putmem_signal",
+        "&&&& PERF",
+    ):
         assert needle in src

@@ -19,9 +19,10 @@ KERNELS = ROOT / "tests" / "gpu" / "kernels" / "device_api_test.cu"
 
 
 def find_nvrtc() -> str | None:
-    patterns = [
-        os.path.join(p, "nvidia", "cu13", "lib", "libnvrtc.so*") for p in sys.path if p
-    ] + ["/usr/local/cuda/lib64/libnvrtc.so*", "/usr/local/cuda/targets/*/lib/libnvrtc.so*"]
+    patterns = [os.path.join(p, "nvidia", "cu13", "lib", "libnvrtc.so*") for p in sys.path if p] + [
+        "/usr/local/cuda/lib64/libnvrtc.so*",
+        "/usr/local/cuda/targets/*/lib/libnvrtc.so*",
+    ]
     for pattern in patterns:
         hits = sorted(glob.glob(pattern))
         if hits:
@@ -53,9 +54,7 @@ def nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[int, str]
         ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
     lib = ctypes.CDLL(LIB)
     prog = ctypes.c_void_p()
-    rc = lib.nvrtcCreateProgram(
-        ctypes.byref(prog), source.encode(), name.encode(), 0, None, None
-    )
+    rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None)
     assert rc == 0, f"nvrtcCreateProgram failed: {rc}"
     opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
     rc = lib.nvrtcCompileProgram(prog, len(options), opts)
@@ -101,6 +100,6 @@ def test_device_api_needs_only_its_own_include_dir():
 @needs_nvrtc
 def test_nvrtc_reports_errors():
     # The check above can fail: a broken kernel must come back as a compile error.
-    source = '#include <gshmem/device.cuh>\n__global__ void k(gshmem::Device d) { d.nope(); }\n'
+    source = "#include <gshmem/device.cuh>\n__global__ void k(gshmem::Device d) { d.nope(); }\n"
     rc, log = nvrtc_compile(source, "broken.cu", [f"-I{gshmem.include_dir()}", "-std=c++17"])
     assert rc != 0 and "nope" in log

@@ -277,7 +277,9 @@ def test_wrap_runs_every_rank_under_a_command(tmp_path):
     script.write_text("import os; print('ran', os.environ['GSHMEM_RANK'])\n")
     proc = subprocess.run(
         [sys.executable, "-m", "gshmem.run", "-n", "2", "--wrap", f"{wrapper}", str(script)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     for r in range(2):

@@ -77,8 +77,18 @@ def algbw(nbytes: int, seconds: float) -> float:
     return nbytes / seconds / 1e9
 
 
-def make_row(impl: str, op: str, size: int, count: int, dtype: str, redop: str,
-             seconds: float | None, nranks: int, algo: str = "", note: str = "") -> Row:
+def make_row(
+    impl: str,
+    op: str,
+    size: int,
+    count: int,
+    dtype: str,
+    redop: str,
+    seconds: float | None,
+    nranks: int,
+    algo: str = "",
+    note: str = "",
+) -> Row:
     """One measurement as a report.Row: value = time in us; extra holds count, type, redop,
     algbw and busbw (GB/s) and the algorithm that ran."""
     extra: dict[str, Any] = {
@@ -146,13 +156,24 @@ def parser() -> argparse.ArgumentParser:
     a("--repeats", type=int, default=None, help="timed repeats; median kept (default 5)")
     a("--only", default="all", help=f"subset of {','.join(OPS)} (default all)")
     a("--compare", default="", help="nccl,torch_symm or all (default none)")
-    a("--graph-max", type=parse_size, default=16 << 20,
-      help="largest size timed inside a CUDA graph (default 16M)")
-    a("--buffers", choices=BUFFERS, default="symmetric",
-      help="gshmem's input and output: symmetric (comm.empty: direct paths) or device (ordinary "
-           "tensors: staged through the heap) (default symmetric)")
-    a("--json", default=None,
-      help="default $OUT/bench_coll.json, else results/bench_coll-<time>.json")
+    a(
+        "--graph-max",
+        type=parse_size,
+        default=16 << 20,
+        help="largest size timed inside a CUDA graph (default 16M)",
+    )
+    a(
+        "--buffers",
+        choices=BUFFERS,
+        default="symmetric",
+        help="gshmem's input and output: symmetric (comm.empty: direct paths) or device (ordinary "
+        "tensors: staged through the heap) (default symmetric)",
+    )
+    a(
+        "--json",
+        default=None,
+        help="default $OUT/bench_coll.json, else results/bench_coll-<time>.json",
+    )
     a("--quick", action="store_true", help="a short run (8 B .. 256 M by 16x, fewer iterations)")
     a("--np", type=int, default=4, help="PEs to launch when not already launched (default 4)")
     a("--timeout", type=float, default=None, help="launcher timeout, s (default 1500; 300 quick)")
@@ -292,8 +313,9 @@ class CollBench:
             "all_to_all": lambda: c.all_to_all(inp, out=out),
         }[op]
 
-    def measure(self, impl: str, op: str, size: int, make: Callable[[Any, Any], Any],
-                algo: str = "") -> None:
+    def measure(
+        self, impl: str, op: str, size: int, make: Callable[[Any, Any], Any], algo: str = ""
+    ) -> None:
         count = count_for(op, size, self.o.dtype, self.n)
         inp, out = self.buffers(op, count)
         try:

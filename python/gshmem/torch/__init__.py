@@ -35,8 +35,13 @@ if TYPE_CHECKING:
     from gshmem.team import Team
 
 
-def all_reduce(t: _torch.Tensor, op: str = "sum", comm: Comm | None = None,
-               out: _torch.Tensor | None = None, team: Team | None = None) -> _torch.Tensor:
+def all_reduce(
+    t: _torch.Tensor,
+    op: str = "sum",
+    comm: Comm | None = None,
+    out: _torch.Tensor | None = None,
+    team: Team | None = None,
+) -> _torch.Tensor:
     """Reduces ``t`` over the team (``op``: sum, prod, min, max): into ``t`` itself (the
     default, as torch.distributed.all_reduce) or into ``out``. Returns the tensor written."""
     h, tm = _args(comm, team)
@@ -47,8 +52,12 @@ def all_reduce(t: _torch.Tensor, op: str = "sum", comm: Comm | None = None,
     return out
 
 
-def all_gather(t: _torch.Tensor, comm: Comm | None = None, out: _torch.Tensor | None = None,
-               team: Team | None = None) -> _torch.Tensor:
+def all_gather(
+    t: _torch.Tensor,
+    comm: Comm | None = None,
+    out: _torch.Tensor | None = None,
+    team: Team | None = None,
+) -> _torch.Tensor:
     """Every member's ``t``, concatenated along the first dimension in team order (as
     torch.distributed.all_gather_into_tensor); into ``out`` when given, else a new tensor."""
     h, tm = _args(comm, team)
@@ -58,8 +67,13 @@ def all_gather(t: _torch.Tensor, comm: Comm | None = None, out: _torch.Tensor | 
     return out
 
 
-def reduce_scatter(t: _torch.Tensor, op: str = "sum", comm: Comm | None = None,
-                   out: _torch.Tensor | None = None, team: Team | None = None) -> _torch.Tensor:
+def reduce_scatter(
+    t: _torch.Tensor,
+    op: str = "sum",
+    comm: Comm | None = None,
+    out: _torch.Tensor | None = None,
+    team: Team | None = None,
+) -> _torch.Tensor:
     """This member's block (first dimension split in team order) of ``t`` reduced over the team
     (as torch.distributed.reduce_scatter_tensor); into ``out`` when given, else a new tensor."""
     h, tm = _args(comm, team)
@@ -69,8 +83,13 @@ def reduce_scatter(t: _torch.Tensor, op: str = "sum", comm: Comm | None = None,
     return out
 
 
-def broadcast(t: _torch.Tensor, root: int = 0, comm: Comm | None = None,
-              out: _torch.Tensor | None = None, team: Team | None = None) -> _torch.Tensor:
+def broadcast(
+    t: _torch.Tensor,
+    root: int = 0,
+    comm: Comm | None = None,
+    out: _torch.Tensor | None = None,
+    team: Team | None = None,
+) -> _torch.Tensor:
     """Member ``root``'s ``t`` on every member: into ``t`` (the default, as
     torch.distributed.broadcast) or into ``out``."""
     h, tm = _args(comm, team)
@@ -81,8 +100,12 @@ def broadcast(t: _torch.Tensor, root: int = 0, comm: Comm | None = None,
     return out
 
 
-def all_to_all(t: _torch.Tensor, comm: Comm | None = None, out: _torch.Tensor | None = None,
-               team: Team | None = None) -> _torch.Tensor:
+def all_to_all(
+    t: _torch.Tensor,
+    comm: Comm | None = None,
+    out: _torch.Tensor | None = None,
+    team: Team | None = None,
+) -> _torch.Tensor:
     """Block m of ``t`` (first dimension split in team order) goes to member m, which places it
     at block ``my index`` (as torch.distributed.all_to_all_single with equal splits); into
     ``out`` when given, else a new tensor."""

@@ -14,8 +14,9 @@ if TYPE_CHECKING:
     from gshmem.team import Team
 
 
-def all_reduce(t: torch.Tensor, op: str = "sum", comm: Comm | None = None,
-               team: Team | None = None) -> torch.Tensor:
+def all_reduce(
+    t: torch.Tensor, op: str = "sum", comm: Comm | None = None, team: Team | None = None
+) -> torch.Tensor:
     return torch.ops.gshmem.all_reduce(t, op, *_args(comm, team))
 
 
@@ -23,13 +24,15 @@ def all_gather(t: torch.Tensor, comm: Comm | None = None, team: Team | None = No
     return torch.ops.gshmem.all_gather(t, *_args(comm, team))
 
 
-def reduce_scatter(t: torch.Tensor, op: str = "sum", comm: Comm | None = None,
-                   team: Team | None = None) -> torch.Tensor:
+def reduce_scatter(
+    t: torch.Tensor, op: str = "sum", comm: Comm | None = None, team: Team | None = None
+) -> torch.Tensor:
     return torch.ops.gshmem.reduce_scatter(t, op, *_args(comm, team))
 
 
-def broadcast(t: torch.Tensor, root: int = 0, comm: Comm | None = None,
-              team: Team | None = None) -> torch.Tensor:
+def broadcast(
+    t: torch.Tensor, root: int = 0, comm: Comm | None = None, team: Team | None = None
+) -> torch.Tensor:
     return torch.ops.gshmem.broadcast(t, root, *_args(comm, team))
 
 
