@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gshmem import _C
+from gshmem import _C, _registry
 from gshmem._errors import UsageError
 
 if TYPE_CHECKING:
@@ -99,6 +99,9 @@ class Comm:
         self.local_size: int = info["local_size"]
         self.device: int = info["device"]
         self._live: dict[int, Buffer] = {}
+        # gshmem.torch's ops name comms by handle; registering now keeps the first op call an
+        # attribute read, which torch.compile traces (a lock would break its graph).
+        _registry.handle(self)
 
     def __repr__(self) -> str:
         state = "live" if self.alive else "finalized"

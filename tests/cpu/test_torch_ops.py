@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 
 import gshmem  # noqa: E402
 import gshmem.torch as gt  # noqa: E402
-from gshmem.torch import ops, registry  # noqa: E402
+from gshmem import _registry as registry  # noqa: E402
+from gshmem.torch import ops  # noqa: E402
 
 TEAM = [0, 1, 4]
 
@@ -97,3 +98,37 @@ def test_torch_compile_keeps_the_ops():
     code = graphs[0].code
     for name in ("all_reduce", "all_reduce_inplace", "all_gather"):
         assert f"gshmem.{name}" in code
+
+
+def test_torch_compile_traces_the_python_wrappers():
+    """gshmem.torch's wrappers with comm= and with the default comm compile with fullgraph=True:
+    resolving a registered comm is attribute reads only (the GPU test runs the same on 4 PEs)."""
+
+    class FakeComm:
+        alive = True
+        nranks = 4
+
+    c = FakeComm()
+    registry.handle(c)  # what Comm.__init__ does
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def with_comm(x):
+        return gt.functional.all_gather(gt.functional.all_reduce(x * 2, comm=c) + 1, comm=c)
+
+    def with_default(x):
+        return gt.functional.all_reduce(x, op="max")
+
+    registry.set_default_comm(c)
+    try:
+        for f in (with_comm, with_default):
+            torch._dynamo.reset()
+            with pytest.raises(gshmem.UsageError, match="is on cpu"):
+                torch.compile(f, backend=backend, fullgraph=True)(torch.ones(8))
+    finally:
+        registry.set_default_comm(None)
+    assert len(graphs) == 2
+    assert "gshmem.all_gather" in graphs[0].code and "gshmem.all_reduce" in graphs[1].code

@@ -14,7 +14,7 @@
 Every call is collective over ``team`` (default: every PE of ``comm``), runs on torch's current
 stream (capturable in CUDA graphs) and is a custom op in ``torch.ops.gshmem`` (torch.compile
 keeps it in the graph; see ops.py for the schemas). ``comm=None`` means the default comm
-(``set_default_comm``, else the only live comm used with gshmem.torch). Which backend runs each
+(``set_default_comm``, else the only live comm of the process). Which backend runs each
 call (gshmem's algorithms or NCCL) is ``comm.explain(...)``'s answer. The functional forms
 (always a new tensor) are ``gshmem.torch.functional``.
 """
@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 import torch as _torch
 
+from gshmem._registry import call_args as _args
+from gshmem._registry import handle as comm_handle
+from gshmem._registry import set_default_comm
 from gshmem.torch import functional, ops
-from gshmem.torch.registry import call_args as _args
-from gshmem.torch.registry import handle as comm_handle
-from gshmem.torch.registry import set_default_comm
 
 if TYPE_CHECKING:
     from gshmem.comm import Comm

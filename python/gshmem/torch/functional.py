@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from gshmem.torch.registry import call_args as _args
+from gshmem._registry import call_args as _args
 
 if TYPE_CHECKING:
     from gshmem.comm import Comm

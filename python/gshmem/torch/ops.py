@@ -2,8 +2,9 @@
 
 Registered with ``torch.library.custom_op`` so torch.compile keeps them in its graphs (never
 traced into, never reordered across their mutations) and CUDA graphs capture them (each runs on
-the current stream). Schemas take plain values: ``comm`` is an integer handle (registry.py) and
-``team`` is ``[start, stride, size]`` of world PEs (the Python wrappers fill it in).
+the current stream). Schemas take plain values: ``comm`` is an integer handle
+(gshmem/_registry.py) and ``team`` is ``[start, stride, size]`` of world PEs (the Python
+wrappers fill it in).
 
 Per collective: a functional op returning a new tensor (``gshmem::all_reduce``), an ``_out``
 op writing a given tensor (``mutates_args=("out",)``), and for all_reduce and broadcast an
@@ -15,8 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from gshmem import _registry as registry
 from gshmem._errors import UsageError
-from gshmem.torch import registry
 
 NAMESPACE = "gshmem"
 REDUCE_OPS = ("sum", "prod", "min", "max")

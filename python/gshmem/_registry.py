@@ -1,9 +1,10 @@
-"""Comms by integer handle, for torch custom ops (whose schemas cannot take Python objects).
+"""Comms by integer handle, for gshmem.torch's custom ops (whose schemas cannot take Python
+objects). Free of torch, so that every ``Comm`` registers itself when it is created.
 
 ``handle(comm)`` registers a comm (weakly: the registry never keeps one alive) and returns its
 handle; ``lookup(h)`` returns it, or raises a clear ``gshmem.UsageError``. ``comm=None`` in the
 ``gshmem.torch`` functions means the default comm: the one ``set_default_comm`` named, else the
-only live comm registered, else the most recent ``gshmem.init()``'s (when registered by it).
+only live comm of the process.
 """
 
 from __future__ import annotations
