@@ -1,6 +1,6 @@
 // The reducing collectives: all_reduce (packet, one-shot, two-shot) and reduce_scatter (packet,
-// one-shot). One kernel per (algorithm, element type): 5 x 5 instantiations; the operator is a
-// run-time switch (reduce.cuh). Synchronisation and staging: protocol.cuh.
+// one-shot); the packet kernel serves both. One kernel per (algorithm, element type): 4 x 5
+// instantiations; the operator is a run-time switch (reduce.cuh). Synchronisation and staging: protocol.cuh.
 #include "coll/kernels.h"
 #include "coll/protocol.cuh"
 #include "coll/reduce.cuh"
@@ -17,48 +17,15 @@ constexpr size_t kUnit = sizeof(uint4) / sizeof(typename E::U);
 
 __device__ inline int world(const Team& team, int t) { return gshmem_team_world_pe(&team, t); }
 
-// ---- packet (LL): each member pushes its input as packets to every other member, then every
-// member reduces in team order, polling each packet's epochs. No signals, no fences.
+// ---- packets (LL): block t of the input (in + t * stride) goes to member t as packets; then
+// each member reduces its own block in team order, polling each packet's epochs. No signals, no
+// fences. reduce_scatter passes its block stride; all_reduce passes stride 0, which sends the
+// whole input to everyone and reduces all of it. Word i of every block is sent and reduced by
+// the same thread, so out == in + me * stride (in place) is safe.
 template <class E>
 __global__ void __launch_bounds__(kThreads)
-    all_reduce_packet_kernel(Device dev, Team team, Sync s, const typename E::U* in,
-                             typename E::U* out, size_t count, int op) {
-  const size_t bytes = count * sizeof(typename E::U);
-  const Range r = cta_range((bytes + 7) / 8, 1, blockIdx.x, s.ctas);
-  const char* src = reinterpret_cast<const char*>(in);
-  // Packet i is pushed and reduced by the same thread, so in == out is safe.
-  for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-    const unsigned long long v = load8(src, i, bytes);
-    for (int k = 0; k + 1 < team.size; ++k) {
-      const int q = world(team, push_target(team, k));
-      store_packet(remote_packet_slot(s, dev, q) + i, v, epoch(s, q));
-    }
-  }
-  for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-    Lanes<E, unsigned long long> acc;
-    for (int t = 0; t < team.size; ++t) {
-      const int q = world(team, t);
-      const unsigned long long v =
-          q == dev.my_pe ? load8(src, i, bytes)
-                         : load_packet(s, dev, local_packet_slot(s, q) + i, epoch(s, q), q);
-      if (t == 0) {
-        acc.set(v);
-      } else {
-        acc.combine(v, op);
-      }
-    }
-    store8(reinterpret_cast<char*>(out), i, bytes, acc.get());
-  }
-  end_call(s, dev, team, 0);
-}
-
-// ---- packet reduce_scatter: member t's block as packets to member t, then each member reduces
-// its own block in team order. Word i of every block is sent and reduced by the same thread, so
-// out == in + me * stride is safe.
-template <class E>
-__global__ void __launch_bounds__(kThreads)
-    reduce_scatter_packet_kernel(Device dev, Team team, Sync s, const typename E::U* in,
-                                 typename E::U* out, size_t count, size_t stride, int op) {
+    reduce_packet_kernel(Device dev, Team team, Sync s, const typename E::U* in,
+                         typename E::U* out, size_t count, size_t stride, int op) {
   const size_t bytes = count * sizeof(typename E::U);
   const Range r = cta_range((bytes + 7) / 8, 1, blockIdx.x, s.ctas);
   auto block = [&](int t) { return reinterpret_cast<const char*>(in + t * stride); };
@@ -209,12 +176,7 @@ typename E::U* as(void* p) {
 
 void all_reduce_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
                        void* out, size_t count) {
-  with_type(dtype, [&](auto e) {
-    using E = decltype(e);
-    all_reduce_packet_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
-        l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, op);
-  });
-  cuda::check_launch("launching the packet all_reduce kernel");
+  reduce_scatter_packet(l, dtype, op, in, out, count, 0);
 }
 
 void all_reduce_one_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
@@ -241,10 +203,10 @@ void reduce_scatter_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t
                            const void* in, void* out, size_t count, size_t stride) {
   with_type(dtype, [&](auto e) {
     using E = decltype(e);
-    reduce_scatter_packet_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
+    reduce_packet_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
         l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, stride, op);
   });
-  cuda::check_launch("launching the packet reduce_scatter kernel");
+  cuda::check_launch("launching the packet reduce kernel");
 }
 
 void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
@@ -262,11 +224,10 @@ void preload_reduce() {
                                GSHMEM_INT64}) {
     with_type(dtype, [&](auto e) {
       using E = decltype(e);
-      cuda::preload(all_reduce_packet_kernel<E>, "loading the collective kernels");
+      cuda::preload(reduce_packet_kernel<E>, "loading the collective kernels");
       cuda::preload(all_reduce_one_shot_kernel<E>, "loading the collective kernels");
       cuda::preload(all_reduce_two_shot_kernel<E>, "loading the collective kernels");
       cuda::preload(reduce_scatter_kernel<E>, "loading the collective kernels");
-      cuda::preload(reduce_scatter_packet_kernel<E>, "loading the collective kernels");
     });
   }
 }
