@@ -1,6 +1,7 @@
 // The reducing collectives: all_reduce (packet, one-shot, two-shot) and reduce_scatter (packet,
 // one-shot); the packet kernel serves both. One kernel per (algorithm, element type): 4 x 5
-// instantiations; the operator is a run-time switch (reduce.cuh). Synchronisation and staging: protocol.cuh.
+// instantiations; the operator is a run-time switch (reduce.cuh). Synchronisation and staging:
+// protocol.cuh.
 #include "coll/kernels.h"
 #include "coll/protocol.cuh"
 #include "coll/reduce.cuh"
