@@ -39,6 +39,7 @@ import random
 import sys
 
 import torch
+from expect import expect_usage
 
 import gshmem
 
@@ -520,17 +521,6 @@ def scenario_graph(comm: gshmem.Comm) -> str:
     for t in (sym_a2a, sym_bcast, sym_gathered, sym_reduced, sym):
         comm.free(t)
     return f"{GRAPH_REPLAYS} replays, count {cnt}"
-
-
-def expect_usage(fn, *fragments: str) -> str:
-    try:
-        fn()
-    except gshmem.UsageError as e:
-        msg = str(e)
-        for f in fragments:
-            assert f in msg, f"UsageError without {f!r}: {msg}"
-        return msg
-    raise AssertionError(f"no UsageError (expected one mentioning {fragments})")
 
 
 def scenario_badargs(comm: gshmem.Comm) -> str:

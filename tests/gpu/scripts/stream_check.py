@@ -23,6 +23,7 @@ import os
 import sys
 
 import torch
+from expect import expect_usage
 
 import gshmem
 
@@ -62,17 +63,6 @@ def signed(v: int) -> int:
 
 def unsigned(v: int) -> int:
     return v + (1 << 64) if v < 0 else v
-
-
-def expect_usage(fn, *fragments: str) -> str:
-    try:
-        fn()
-    except gshmem.UsageError as e:
-        msg = str(e)
-        for f in fragments:
-            assert f in msg, f"UsageError without {f!r}: {msg}"
-        return msg
-    raise AssertionError(f"no UsageError (expected one mentioning {fragments})")
 
 
 # ---- rma -----------------------------------------------------------------------------------
