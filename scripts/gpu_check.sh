@@ -6,6 +6,8 @@
 #   bash scripts/gpu_check.sh            # everything
 #   PYTEST_ARGS="tests/gpu/test_heap.py" bash scripts/gpu_check.sh   # a subset of the tests
 #   SANITIZER=0 bash scripts/gpu_check.sh                              # skip compute-sanitizer
+#   STEPS="pytest bench" bash scripts/gpu_check.sh     # only these of: pytest demo timing bench sanitizer
+#   PYTEST_TIMEOUT=400 bash scripts/gpu_check.sh       # seconds for the pytest step (default 1500)
 #
 # NVLink multicast stays off in everything this starts (see shared/GPU.md).
 set -uo pipefail
@@ -18,6 +20,8 @@ RESULTS="${OUT:-results/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$RESULTS"
 SUMMARY=()
 declare -A STATUS
+STEPS=" ${STEPS:-pytest demo timing bench sanitizer} "
+wanted() { [[ "$STEPS" == *" $1 "* ]]; }
 
 # step NAME LOGFILE TIMEOUT CMD...: runs CMD under a timeout, appends to LOGFILE, records status.
 step() {
@@ -45,7 +49,8 @@ step build build.log 900 $PY -m pip install --no-build-isolation --no-deps -e . 
   tail -40 "$RESULTS/build.log"; printf '%s\n' "${SUMMARY[@]}"; exit 1; }
 
 NGPU=$($PY -c 'import gshmem; print(gshmem.device_count())')
-step pytest tests.log 1500 $PY -m pytest -q -rfEs ${PYTEST_ARGS:-tests}
+wanted pytest && step pytest tests.log "${PYTEST_TIMEOUT:-1500}" $PY -m pytest -q -rfEs ${PYTEST_ARGS:-tests}
+if wanted demo; then
 step demo demo.log 300 $PY -m gshmem.demo
 step demo-gshmem.run demo.log 300 $PY -m gshmem.run -n "$NGPU" --timeout 280 -m gshmem.demo
 step demo-torchrun demo.log 300 torchrun --nproc_per_node "$NGPU" -m gshmem.demo
@@ -54,13 +59,14 @@ if command -v mpirun >/dev/null && $PY -c 'import mpi4py' 2>/dev/null; then
     -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
     -x PYTHONUNBUFFERED $PY -m gshmem.demo
 fi
-step timing timing.log 300 env GSHMEM_DEBUG=1 $PY -m gshmem.run -n "$NGPU" --timeout 280 tests/gpu/scripts/heap_check.py timing
-step bench-p2p bench.log 200 $PY -m gshmem.bench p2p --quick --compare "${BENCH_COMPARE:-copy_engine,nccl}" \
+fi
+wanted timing && step timing timing.log 300 env GSHMEM_DEBUG=1 $PY -m gshmem.run -n "$NGPU" --timeout 280 tests/gpu/scripts/heap_check.py timing
+wanted bench && step bench-p2p bench.log 200 $PY -m gshmem.bench p2p --quick --compare "${BENCH_COMPARE:-copy_engine,nccl}" \
   --timeout 180 --json "$RESULTS/bench_p2p.json"
-[ "$NGPU" -ge 2 ] && step bench-coll bench.log 200 $PY -m gshmem.bench coll --np "$NGPU" --quick \
+wanted bench && [ "$NGPU" -ge 2 ] && step bench-coll bench.log 200 $PY -m gshmem.bench coll --np "$NGPU" --quick \
   --compare nccl,torch_symm --timeout 180 --json "$RESULTS/bench_coll.json"
 # Small cases of the device API under compute-sanitizer (memcheck, then racecheck), 2 PEs.
-[ "${SANITIZER:-1}" = 1 ] && for tool in memcheck racecheck; do
+wanted sanitizer && [ "${SANITIZER:-1}" = 1 ] && for tool in memcheck racecheck; do
   step "sanitizer-$tool" sanitizer.log 280 env GSHMEM_TEST_SMALL=1 $PY -m gshmem.run -n 2 \
     --timeout 260 --wrap "compute-sanitizer --tool $tool --error-exitcode 99" \
     tests/gpu/scripts/device_api_check.py rma signal pg amo wait barrier
@@ -68,11 +74,11 @@ done
 
 echo
 echo "gshmem GPU check: $NGPU GPU(s); logs in $RESULTS"
-grep -h "passed\|failed" "$RESULTS/tests.log" | tail -1
-grep -h "init took" "$RESULTS/demo.log" | head -3
-grep -h 'TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //'
-grep -h -A80 '^op ' "$RESULTS/bench.log" | head -60  # p2p
-grep -h -A40 ' algbw ' "$RESULTS/bench.log" | head -32  # collectives
+grep -sh "passed\|failed" "$RESULTS/tests.log" | tail -1
+grep -sh "init took" "$RESULTS/demo.log" | head -3
+grep -sh 'TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //'
+grep -sh -A80 '^op ' "$RESULTS/bench.log" | head -60  # p2p
+grep -sh -A40 ' algbw ' "$RESULTS/bench.log" | head -32  # collectives
 printf '%-22s %-12s %6s  %s\n' step status time log
 printf '%s\n' "${SUMMARY[@]}"
 for v in "${STATUS[@]}"; do [ "$v" = PASS ] || exit 1; done
