@@ -11,7 +11,19 @@ from gpu_launch import launch_pes
 pytest.importorskip("cupy")
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "device_api_check.py")
-SCENARIOS = ["rma", "signal", "pg", "strided", "amo", "order", "wait", "barrier", "ptr", "coll"]
+SCENARIOS = [
+    "rma",
+    "signal",
+    "pg",
+    "strided",
+    "amo",
+    "order",
+    "wait",
+    "barrier",
+    "ptr",
+    "coll_movers",
+    "coll_reduce",
+]
 PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
 
 

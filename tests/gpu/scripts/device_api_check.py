@@ -12,13 +12,15 @@ Usage: device_api_check.py SCENARIO
   wait    wait_until(_all/_any/_some), test(_all/_any/_some), signal_fetch
   barrier team barrier/sync in loops at every scope: world, split_strided, split_2d teams
   ptr     ptr/team_ptr, team arithmetic on the device, the DeviceHandle fields
-  coll    collectives in kernels (broadcast, all_gather, all_to_all, all_reduce, reduce_scatter)
-          on the world team and a split_strided one: every element type and operator at block
-          scope on odd sizes (fp32 and bf16 sums also at 4 MiB, with offsets and in place), int32
-          sum and the data movers at warp and thread scope; many rounds per launch on the same
-          buffers
+  coll_movers  collectives in kernels that move data (broadcast, all_gather, all_to_all) at
+          every scope on the world team and a split_strided one, odd sizes up to 4 MiB, offsets
+          and in place; many rounds per launch on the same buffers
+  coll_reduce  all_reduce and reduce_scatter in kernels on the same teams: every element type
+          and operator at block scope on odd sizes (fp32 and bf16 sums also at 4 MiB, with
+          offsets and in place), int32 sum at warp and thread scope
   bw      put/get bandwidth at 32 MiB (printed, not checked)
-Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
+Prints "PASS <scenario>" on success; any failure raises (non-zero exit). The coll scenarios
+print one line per case with its time on rank 0, so a slow or stuck case shows by name.
 
 The kernels (tests/gpu/kernels/device_api_test.cu) are compiled once per process by CuPy's
 RawModule (NVRTC); the option -DGSHMEM_HEADERS=<digest> keys CuPy's cache on the headers too.
@@ -35,6 +37,7 @@ import itertools
 import os
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -580,6 +583,7 @@ class CollBuffers:
         comm = self.comm
         src_bytes = inputs[0].numel()
         rounds = coll_rounds(dest_bytes)
+        t0 = time.perf_counter()
         sync(comm)  # every PE is done reading the previous case's buffers
         self.inputs[: 2 * src_bytes].copy_(torch.cat(inputs))
         self.dest.fill_(POISON)
@@ -602,6 +606,8 @@ class CollBuffers:
             ),
         )
         sync(comm)
+        if comm.rank == 0:
+            print(f"case {what}: {rounds} rounds, {time.perf_counter() - t0:.3f} s", flush=True)
         check(int(errors) == 0, f"{what}: {int(errors)} bytes of dest changed between rounds")
         lo, hi = dest_off, dest_off + dest_bytes
         base = self.dest.data_ptr()
@@ -756,13 +762,19 @@ def coll_reductions(
                 check(same, f"{what}: members got different bits")
 
 
-def scenario_coll(comm: gshmem.Comm, dev: np.ndarray) -> None:
+def run_coll(comm: gshmem.Comm, dev: np.ndarray, cases) -> None:
     bufs = CollBuffers(comm, comm.nranks * (4 << 20) + 4096)
-    case = itertools.count(1)
-    coll_movers(comm, dev, bufs, case)
-    coll_reductions(comm, dev, bufs, case)
+    cases(comm, dev, bufs, itertools.count(1))
     sync(comm)  # nobody still reads these buffers
     bufs.free()
+
+
+def scenario_coll_movers(comm: gshmem.Comm, dev: np.ndarray) -> None:
+    run_coll(comm, dev, coll_movers)
+
+
+def scenario_coll_reduce(comm: gshmem.Comm, dev: np.ndarray) -> None:
+    run_coll(comm, dev, coll_reductions)
 
 
 def scenario_bw(comm: gshmem.Comm, dev: np.ndarray) -> None:
