@@ -71,6 +71,12 @@ wanted sanitizer && [ "${SANITIZER:-1}" = 1 ] && for tool in memcheck racecheck;
     --timeout 260 --wrap "compute-sanitizer --tool $tool --error-exitcode 99" \
     tests/gpu/scripts/device_api_check.py rma signal pg amo wait barrier
 done
+# The on-stream small-message kernels (and the copy-engine path around them) under memcheck.
+wanted sanitizer && [ "${SANITIZER:-1}" = 1 ] && for scenario in rma graph; do
+  step "sanitizer-stream-$scenario" sanitizer.log 200 env GSHMEM_STREAM_KERNEL_MAX_BYTES=65536 \
+    $PY -m gshmem.run -n 2 --timeout 180 --wrap "compute-sanitizer --tool memcheck --error-exitcode 99" \
+    tests/gpu/scripts/stream_check.py $scenario
+done
 
 echo
 echo "gshmem GPU check: $NGPU GPU(s); logs in $RESULTS"
