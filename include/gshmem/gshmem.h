@@ -182,10 +182,11 @@ gshmem_result_t gshmem_team_translate_pe(const gshmem_team_t* src, int src_pe,
  *     mapped heap; local pointers (src of put, dst of get) are device memory this GPU can
  *     address.
  *   - SMs: put, get and put_signal move data with the copy engines (zero SMs), except messages of
- *     at most GSHMEM_STREAM_KERNEL_MAX_BYTES (default 0: none), which a one-block kernel copies.
- *     signal SET and waits EQ/GE/GT (values below 2^63) use stream memory operations (zero SMs;
- *     a one-thread kernel on GPUs without 64-bit ones); signal ADD, the other waits and the
- *     barrier run a one-block kernel (at most 32 threads). quiet enqueues nothing.
+ *     at most GSHMEM_STREAM_KERNEL_MAX_BYTES (default 16 KiB, where measured faster; 0: none),
+ *     which a one-block kernel copies. signal SET and waits EQ/GE/GT (values below 2^63) use
+ *     stream memory operations (zero SMs; a one-thread kernel on GPUs without 64-bit ones);
+ *     signal ADD, the other waits and the barrier run a one-block kernel (at most 32 threads).
+ *     quiet enqueues nothing.
  *
  * Completion: an operation is complete, and its writes visible to this GPU's later stream work,
  * when the stream has passed it. To make data visible to another PE, follow it with a signal

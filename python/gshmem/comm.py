@@ -281,10 +281,10 @@ class Comm:
         """Copies local ``src`` into PE ``pe``'s copy of symmetric ``dst`` (same byte count).
 
         By the copy engines (zero SMs), unless the message is at most
-        GSHMEM_STREAM_KERNEL_MAX_BYTES (default 0), which a one-block kernel copies. Complete when
-        the stream passes it: later work on this stream sees ``dst`` written and may reuse
-        ``src``. PE ``pe`` sees the data once it observes a later signal or barrier from this
-        stream (``put_signal``, ``signal_op``, ``barrier_on_stream``)."""
+        GSHMEM_STREAM_KERNEL_MAX_BYTES (default 16 KiB), which a one-block kernel copies.
+        Complete when the stream passes it: later work on this stream sees ``dst`` written and
+        may reuse ``src``. PE ``pe`` sees the data once it observes a later signal or barrier
+        from this stream (``put_signal``, ``signal_op``, ``barrier_on_stream``)."""
         dst_ptr, nbytes = _span(dst, "put: dst", self.device)
         src_ptr, src_bytes = _span(src, "put: src", self.device)
         _same_size("put", nbytes, src_bytes)

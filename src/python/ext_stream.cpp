@@ -41,7 +41,7 @@ void bind_stream(nb::module_& m) {
 
   m.def("stream_kernel_max_bytes", [] {
         return call_internal([] { return gshmem::stream::kernel_max_bytes_from_env(); });
-      }, "GSHMEM_STREAM_KERNEL_MAX_BYTES as a comm created now would read it (default 0).");
+      }, "GSHMEM_STREAM_KERNEL_MAX_BYTES as a comm created now would read it (default 16 KiB).");
   m.def("put_on_stream", [](nb::handle comm, uintptr_t dst, uintptr_t src, size_t bytes, int pe,
                              uintptr_t stream) {
         gshmem_comm_t c = comm_of(comm);

@@ -129,7 +129,7 @@ def test_comm_methods_check_before_calling_the_runtime():
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [(None, 0), ("", 0), ("0", 0), ("4096", 4096), ("64K", 65536), ("1MiB", 1 << 20)],
+    [(None, 16384), ("", 16384), ("0", 0), ("4096", 4096), ("64K", 65536), ("1MiB", 1 << 20)],
 )
 def test_kernel_threshold_from_env(monkeypatch, text, expected):
     if text is None:

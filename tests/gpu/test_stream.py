@@ -11,8 +11,9 @@ SCRIPT = str(Path(__file__).parent / "scripts" / "stream_check.py")
 
 PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
 
-# Copy engines only (the default), and with the small-message kernels in play.
-COPY_ENGINE: dict[str, str] = {}
+# Copy engines only, and with the small-message kernels in play (the default threshold, 16 KiB,
+# lies between the two).
+COPY_ENGINE = {"GSHMEM_STREAM_KERNEL_MAX_BYTES": "0"}
 SMALL_KERNELS = {"GSHMEM_STREAM_KERNEL_MAX_BYTES": "64K"}
 
 

@@ -342,16 +342,12 @@ class Bench:
         missing = [m for m in ONSTREAM_METHODS if not callable(getattr(self.comm, m, None))]
         return f"n/a: on-stream API missing ({', '.join(missing)})" if missing else ""
 
-    def onstream_sms(self, size: int) -> int | None:
-        """0 (copy engine / stream memory operations), None where the small-kernel path may
-        take a message of this size."""
+    def onstream_sms(self, size: int) -> int:
+        """SMs an on-stream message of this size occupies: 1 (a one-block kernel) up to
+        GSHMEM_STREAM_KERNEL_MAX_BYTES, else 0 (copy engines, stream memory operations)."""
         from gshmem import _C
 
-        limit = getattr(_C, "stream_kernel_max_bytes", None)
-        try:
-            return 0 if limit is None or size > int(limit()) else None
-        except Exception:  # noqa: BLE001 - informational only
-            return None
+        return 1 if size <= _C.stream_kernel_max_bytes() else 0
 
     def capture(self, fn: Callable[[], None]) -> tuple[Callable[[], None], str]:
         """A CUDA graph of ``fn`` (replayed on the bench stream), else ``fn`` itself: host-issued
