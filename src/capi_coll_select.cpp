@@ -27,7 +27,7 @@ gshmem_result_t gshmem_comm_enable_nccl(gshmem_comm_t comm) {
 // npes <= 0 means the comm's size (the world team); a team smaller than the world never uses
 // NCCL (its communicator spans the world).
 gshmem_result_t gshmem_coll_explain(gshmem_comm_t comm, gshmem_coll_t op, size_t bytes, int npes,
-                                    char* out, size_t len) {
+                                    int out_symmetric, char* out, size_t len) {
   return guarded([&] {
     gshmem::Comm& c = live(comm);
     gshmem::capi::require_out(out, "out");
@@ -36,7 +36,8 @@ gshmem_result_t gshmem_coll_explain(gshmem_comm_t comm, gshmem_coll_t op, size_t
                                            " is more than the comm's " +
                                            std::to_string(c.nranks()) + " PEs");
     int n = npes <= 0 ? c.nranks() : npes;
-    gshmem::coll::Query q{op, bytes, n, c.nccl() != nullptr && n == c.nranks()};
+    gshmem::coll::Query q{op, bytes, n, c.nccl() != nullptr && n == c.nranks(),
+                          out_symmetric != 0};
     std::string text = gshmem::coll::explain(q);
     size_t k = std::min(text.size(), len - 1);
     std::memcpy(out, text.data(), k);

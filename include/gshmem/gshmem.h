@@ -318,9 +318,11 @@ gshmem_result_t gshmem_all_to_allv_on_stream(gshmem_comm_t comm, const gshmem_te
 gshmem_result_t gshmem_comm_enable_nccl(gshmem_comm_t comm);
 
 /* Not collective. Writes to `out` (at most len bytes, NUL-terminated) the backend and algorithm
- * that a collective of `op` with `bytes` per PE over `npes` PEs would use on this comm, and why. */
+ * that a collective of `op` with `bytes` per PE over `npes` PEs would use on this comm, and why.
+ * `out_symmetric`: nonzero when the call's output is a symmetric heap object (not `in`, for
+ * all_to_all); large calls whose output is staged through the heap switch to NCCL sooner. */
 gshmem_result_t gshmem_coll_explain(gshmem_comm_t comm, gshmem_coll_t op, size_t bytes, int npes,
-                                    char* out, size_t len);
+                                    int out_symmetric, char* out, size_t len);
 
 #ifdef __cplusplus
 }

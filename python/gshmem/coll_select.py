@@ -1,8 +1,9 @@
 """Backend choice of the collectives (docs/collectives.md, "Backend choice").
 
-``Comm.enable_nccl()`` and ``Comm.explain(op, nbytes, npes=None)`` call into here. Each
-collective call chooses gshmem's own algorithm or NCCL from the size, the PE count, whether NCCL
-is enabled on the comm, and the environment (``GSHMEM_COLL_BACKEND``, ``GSHMEM_COLL_<OP>_BACKEND``,
+``Comm.enable_nccl()`` and ``Comm.explain(op, nbytes, npes=None, symmetric=False)`` call into
+here. Each collective call chooses gshmem's own algorithm or NCCL from the size, the PE count,
+whether its output is symmetric (a staged output gives NCCL large calls sooner), whether NCCL is
+enabled on the comm, and the environment (``GSHMEM_COLL_BACKEND``, ``GSHMEM_COLL_<OP>_BACKEND``,
 ``GSHMEM_COLL_<OP>_ALGO`` and the thresholds); ``explain`` reports that choice and the rule
 behind it, without running anything.
 """
@@ -61,20 +62,26 @@ def enable_nccl(comm: Comm) -> None:
     _C.comm_enable_nccl(comm._handle)
 
 
-def explain(comm: Comm, op: str, nbytes: int, npes: int | None = None) -> str:
+def explain(
+    comm: Comm, op: str, nbytes: int, npes: int | None = None, symmetric: bool = False
+) -> str:
     """Which backend and algorithm a collective ``op`` with ``nbytes`` of input per PE over
-    ``npes`` PEs (default: every PE) would use on ``comm``, and why. Not collective."""
+    ``npes`` PEs (default: every PE) would use on ``comm``, and why; ``symmetric``: its output
+    is a symmetric tensor (``comm.empty``; for all_to_all, not the input). Not collective."""
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
         raise UsageError(f"nbytes must be a non-negative int, got {nbytes!r}")
     if npes is not None and (isinstance(npes, bool) or not isinstance(npes, int) or npes < 1):
         raise UsageError(f"npes must be a positive int or None, got {npes!r}")
-    return str(_C.comm_coll_explain(comm._handle, op_code(op), nbytes, npes or 0))
+    return str(_C.comm_coll_explain(comm._handle, op_code(op), nbytes, npes or 0, bool(symmetric)))
 
 
-def choose(op: str, nbytes: int, npes: int, nccl_available: bool = False) -> tuple[str, str, str]:
+def choose(
+    op: str, nbytes: int, npes: int, nccl_available: bool = False, symmetric: bool = False
+) -> tuple[str, str, str]:
     """(backend, algorithm, reason) for a query, without a comm (what ``explain`` reports;
     tests and planning tools). Reads the same environment variables."""
-    return tuple(_C.coll_choose(op_code(op), nbytes, npes, nccl_available))  # type: ignore[return-value]
+    code = op_code(op)
+    return tuple(_C.coll_choose(code, nbytes, npes, nccl_available, symmetric))  # type: ignore[return-value]
 
 
 __all__ = ["OPS", "choose", "enable_nccl", "explain", "nccl_wheel_dirs", "op_code"]

@@ -154,13 +154,17 @@ class Comm:
 
         coll_select.enable_nccl(self)
 
-    def explain(self, op: str, nbytes: int, npes: int | None = None) -> str:
+    def explain(
+        self, op: str, nbytes: int, npes: int | None = None, symmetric: bool = False
+    ) -> str:
         """The backend and algorithm collective ``op`` ("all_reduce", "all_gather", ...) would
-        use for ``nbytes`` of input per PE over ``npes`` PEs (default all), and why. Not
-        collective; runs nothing."""
+        use for ``nbytes`` of input per PE over ``npes`` PEs (default all), and why.
+        ``symmetric``: the output is a symmetric tensor (``empty``/``zeros``; for all_to_all,
+        not the input), which lets large calls write it directly and stay on gshmem longer.
+        Not collective; runs nothing."""
         from gshmem import coll_select
 
-        return coll_select.explain(self, op, nbytes, npes)
+        return coll_select.explain(self, op, nbytes, npes, symmetric)
 
     # -- device API handles -----------------------------------------------------------------
     def device_handle(self) -> DeviceHandle:

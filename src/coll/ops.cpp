@@ -1,7 +1,6 @@
 #include "coll/ops.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "coll/coll_state.h"
@@ -9,7 +8,6 @@
 #include "coll/nccl.h"
 #include "coll/select.h"
 #include "coll/validate.h"
-#include "common/env.h"
 #include "common/error.h"
 #include "core/comm.h"
 #include "stream/current_device.h"
@@ -25,10 +23,11 @@ bool is_world(const Comm& comm, const gshmem_team_t& t) {
 
 // The backend and algorithm for this call (select.h; it also writes the debug log); NCCL only
 // where the comm has it and the team is the world (NCCL's communicator spans every PE).
+// `out_symmetric`: `out` may take a direct path (select.h: direct_path).
 Choice decide(Comm& comm, const gshmem_team_t& team, gshmem_coll_t op, size_t bytes,
-              bool nccl_has_op = true) {
+              bool out_symmetric, bool nccl_has_op = true) {
   const bool nccl = nccl_has_op && comm.nccl() != nullptr && is_world(comm, team);
-  return choose({op, bytes, team.size, nccl});
+  return choose({op, bytes, team.size, nccl, out_symmetric});
 }
 
 // GSHMEM_COLL_CHECK's descriptor of a call: what every member must agree on. Low 7 bits: the
@@ -79,23 +78,17 @@ kernels::Launch sized_packets(kernels::Launch l, uint64_t bytes) {
 }
 
 // Direct calls store straight into the members' outputs, which needs `out` in the symmetric heap
-// and costs one more signal phase (every member's output is free) than a staged call, so only
-// calls of at least GSHMEM_COLL_DIRECT_MIN bytes of input per PE (default 256 KiB; "never": off)
-// take it. Every member must decide alike: same buffer kind, same sizes (GSHMEM_COLL_CHECK
-// verifies it). heap_offset: out's heap offset, or kNotDirect outside the heap; direct_offset:
-// the same for calls that take the direct path.
+// (select.h: direct_path says which calls take it). Every member must decide alike: same buffer
+// kind, same sizes (GSHMEM_COLL_CHECK verifies it). heap_offset: out's heap offset, or kNotDirect
+// outside the heap; direct_offset: the same for a call of `op` that takes the direct path.
 uint64_t heap_offset(Comm& comm, const void* out) {
   if (!comm.heap().contains(out)) return kNotDirect;
   return static_cast<uint64_t>(static_cast<const char*>(out) -
                                static_cast<const char*>(comm.heap().base()));
 }
 
-uint64_t direct_offset(Comm& comm, const void* out, size_t bytes) {
-  uint64_t least = 256 << 10;
-  if (const char* v = std::getenv("GSHMEM_COLL_DIRECT_MIN"); v != nullptr && *v != '\0') {
-    least = std::string(v) == "never" ? kNotDirect : env::parse_size(v, "GSHMEM_COLL_DIRECT_MIN");
-  }
-  return bytes < least ? kNotDirect : heap_offset(comm, out);
+uint64_t direct_offset(gshmem_coll_t op, size_t bytes, uint64_t out_offset) {
+  return direct_path(op, bytes, out_offset != kNotDirect) ? out_offset : kNotDirect;
 }
 
 const char* at(const void* p, size_t bytes) { return static_cast<const char*>(p) + bytes; }
@@ -120,7 +113,8 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   require_buffer(comm, what, "in", in, bytes, e);
   require_buffer(comm, what, "out", out, bytes, e);
   require_no_overlap(what, in, bytes, out, bytes, in == out);
-  const Choice c = decide(comm, team, GSHMEM_COLL_ALL_REDUCE, bytes);
+  const uint64_t out_offset = heap_offset(comm, out);
+  const Choice c = decide(comm, team, GSHMEM_COLL_ALL_REDUCE, bytes, out_offset != kNotDirect);
   stream::CurrentDevice current(comm.device());
   if (c.backend == Backend::Nccl) {
     comm.nccl()->all_reduce(in, out, count, dtype, op, stream);
@@ -130,7 +124,8 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   // Two-shot's second phase stores into a heap `out` directly at no extra cost (kernels_reduce.cu),
   // whatever the size.
   const bool two_shot = c.algo != Algo::Packet && c.algo != Algo::OneShot;
-  const uint64_t offset = two_shot ? heap_offset(comm, out) : kNotDirect;
+  const uint64_t offset =
+      two_shot ? direct_offset(GSHMEM_COLL_ALL_REDUCE, bytes, out_offset) : kNotDirect;
   const bool direct = offset != kNotDirect;
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_REDUCE, dtype, op, 0, count, offset));
@@ -170,14 +165,16 @@ void all_gather(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   require_buffer(comm, what, "in", in, bytes, e);
   require_buffer(comm, what, "out", out, out_bytes, e);
   require_no_overlap(what, in, bytes, out, out_bytes, in == at(out, team.my_pe * bytes));
-  const Choice c = decide(comm, team, GSHMEM_COLL_ALL_GATHER, bytes);
+  const uint64_t out_offset = heap_offset(comm, out);
+  const Choice c = decide(comm, team, GSHMEM_COLL_ALL_GATHER, bytes, out_offset != kNotDirect);
   stream::CurrentDevice current(comm.device());
   if (c.backend == Backend::Nccl) {
     comm.nccl()->all_gather(in, out, count, dtype, stream);
     return;
   }
-  const uint64_t offset =
-      c.algo == Algo::Packet ? kNotDirect : direct_offset(comm, out, bytes);
+  const uint64_t offset = c.algo == Algo::Packet
+                              ? kNotDirect
+                              : direct_offset(GSHMEM_COLL_ALL_GATHER, bytes, out_offset);
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_GATHER, dtype, 0, 0, count, offset));
   if (c.algo == Algo::Packet) {
@@ -207,7 +204,7 @@ void reduce_scatter(Comm& comm, const gshmem_team_t* team_arg, const void* in, v
   require_buffer(comm, what, "in", in, in_bytes, e);
   require_buffer(comm, what, "out", out, bytes, e);
   require_no_overlap(what, in, in_bytes, out, bytes, out == at(in, team.my_pe * bytes));
-  const Choice c = decide(comm, team, GSHMEM_COLL_REDUCE_SCATTER, in_bytes);
+  const Choice c = decide(comm, team, GSHMEM_COLL_REDUCE_SCATTER, in_bytes, false);
   stream::CurrentDevice current(comm.device());
   if (c.backend == Backend::Nccl) {
     comm.nccl()->reduce_scatter(in, out, count, dtype, op, stream);
@@ -241,13 +238,14 @@ void broadcast(Comm& comm, const gshmem_team_t* team_arg, const void* in, void* 
     require_no_overlap(what, in, bytes, out, bytes, in == out);
   }
   require_buffer(comm, what, "out", out, bytes, e);
-  const Choice c = decide(comm, team, GSHMEM_COLL_BROADCAST, bytes);
+  const uint64_t out_offset = heap_offset(comm, out);
+  const Choice c = decide(comm, team, GSHMEM_COLL_BROADCAST, bytes, out_offset != kNotDirect);
   stream::CurrentDevice current(comm.device());
   if (c.backend == Backend::Nccl) {  // world team: member `root` is world rank `root`
     comm.nccl()->broadcast(in, out, count, dtype, root, stream);
     return;
   }
-  const uint64_t offset = direct_offset(comm, out, bytes);
+  const uint64_t offset = direct_offset(GSHMEM_COLL_BROADCAST, bytes, out_offset);
   const kernels::Launch l = launch(comm, team, stream,
                                    describe(GSHMEM_COLL_BROADCAST, dtype, 0, root, count, offset));
   if (offset != kNotDirect) {
@@ -271,15 +269,17 @@ void all_to_all(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   require_buffer(comm, what, "in", in, bytes, e);
   require_buffer(comm, what, "out", out, bytes, e);
   require_no_overlap(what, in, bytes, out, bytes, in == out);
-  const Choice c = decide(comm, team, GSHMEM_COLL_ALL_TO_ALL, bytes);
+  // Direct needs in != out (kernels_move.cu).
+  const uint64_t out_offset = in == out ? kNotDirect : heap_offset(comm, out);
+  const Choice c = decide(comm, team, GSHMEM_COLL_ALL_TO_ALL, bytes, out_offset != kNotDirect);
   stream::CurrentDevice current(comm.device());
   if (c.backend == Backend::Nccl) {
     comm.nccl()->all_to_all(in, out, count, dtype, stream);
     return;
   }
-  // Direct needs in != out (kernels_move.cu).
-  const uint64_t offset =
-      c.algo == Algo::Packet || in == out ? kNotDirect : direct_offset(comm, out, bytes);
+  const uint64_t offset = c.algo == Algo::Packet
+                              ? kNotDirect
+                              : direct_offset(GSHMEM_COLL_ALL_TO_ALL, bytes, out_offset);
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_TO_ALL, dtype, 0, 0, count, offset));
   if (c.algo == Algo::Packet) {
@@ -336,7 +336,7 @@ void all_to_allv(Comm& comm, const gshmem_team_t* team_arg, const void* in,
   if (in_end > 0 && out_end > 0) require_no_overlap(what, in, in_end, out, out_end, false);
   // NCCL has no all_to_allv here (nccl.h): gshmem's schedule always runs it; the choice is
   // still made, for the debug log and so that a malformed override fails clearly.
-  decide(comm, team, GSHMEM_COLL_ALL_TO_ALLV, total, false);
+  decide(comm, team, GSHMEM_COLL_ALL_TO_ALLV, total, false, false);
   stream::CurrentDevice current(comm.device());
   kernels::all_to_allv(
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_TO_ALLV, dtype, 0, 0, 0)), in, out, v);

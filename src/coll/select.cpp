@@ -39,6 +39,13 @@ constexpr size_t kNoLimit = static_cast<size_t>(-1);  // a NCCL_MIN of "never"
 //     1.04x at 64 MiB per PE (the largest measured); reduce_scatter 1.13x at 16 MiB of input,
 //     0.93x at 32 MiB; all_to_all 1.09x at 256 MiB of input (the largest measured). NCCL's
 //     threshold sits at the last size gshmem won.
+//   The same with ordinary (non-symmetric) buffers, which stage the output through heap scratch
+//     (bench coll --buffers device, gshmem forced, same run as NCCL): all_reduce 0.80x at 512 KiB,
+//     1.08x at 2 MiB, 1.02x at 8 MiB, 0.80x at 32 MiB; all_gather 1.51x at 2 MiB per PE, 1.03x
+//     at 8 MiB, 0.85x at 32 MiB; reduce_scatter 1.25x at 8 MiB of input, 0.92x at 32 MiB;
+//     all_to_all 1.09x at 32 MiB of input, 0.84x at 128 MiB. Staged all_reduce goes to NCCL
+//     above one-shot's range: its 2-8% gains between 2 and 8 MiB do not cover the 0.80x at 512
+//     KiB (the rule has one threshold).
 //   broadcast, all_to_allv, barrier: always gshmem (XLA's rule: point-to-point permutes stay on
 //     the one-sided path; NCCL has no all-to-all-v or barrier in this backend).
 // ---------------------------------------------------------------------------------------------
@@ -49,6 +56,7 @@ struct Defaults {
   size_t packet_max;    // packet when bytes <= this
   size_t one_shot_max;  // one_shot when bytes <= this (else the op's large algorithm)
   size_t nccl_min;      // NCCL (when enabled) when bytes > this; kNoLimit: never by default
+  size_t nccl_min_staged;  // the same for calls that stage their output (direct_path() false)
   Algo large;           // gshmem's algorithm above one_shot_max
   bool nccl_capable;    // the NCCL backend implements this op
   std::vector<Algo> algos;  // gshmem algorithms GSHMEM_COLL_<OP>_ALGO may name
@@ -56,20 +64,20 @@ struct Defaults {
 
 const std::vector<Defaults>& table() {
   static const std::vector<Defaults> t = {
-      //  op                         packet_max  one_shot_max  nccl_min   large           nccl
-      {GSHMEM_COLL_ALL_REDUCE,       64 * KiB,   256 * KiB,    8 * MiB,   Algo::TwoShot,  true,
+      //  op                       packet_max  one_shot_max nccl_min   (staged)   large          nccl
+      {GSHMEM_COLL_ALL_REDUCE,     64 * KiB,   256 * KiB,   8 * MiB,   256 * KiB, Algo::TwoShot, true,
        {Algo::Packet, Algo::OneShot, Algo::TwoShot}},
-      {GSHMEM_COLL_ALL_GATHER,       64 * KiB,   kNoLimit,     64 * MiB,  Algo::OneShot,  true,
+      {GSHMEM_COLL_ALL_GATHER,     64 * KiB,   kNoLimit,    64 * MiB,  8 * MiB,   Algo::OneShot, true,
        {Algo::Packet, Algo::OneShot}},
-      {GSHMEM_COLL_REDUCE_SCATTER,   256 * KiB,  kNoLimit,     16 * MiB,  Algo::OneShot,  true,
+      {GSHMEM_COLL_REDUCE_SCATTER, 256 * KiB,  kNoLimit,    16 * MiB,  16 * MiB,  Algo::OneShot, true,
        {Algo::Packet, Algo::OneShot}},
-      {GSHMEM_COLL_BROADCAST,        kNever,     kNoLimit,     kNoLimit,  Algo::OneShot,  true,
+      {GSHMEM_COLL_BROADCAST,      kNever,     kNoLimit,    kNoLimit,  kNoLimit,  Algo::OneShot, true,
        {Algo::OneShot}},
-      {GSHMEM_COLL_ALL_TO_ALL,       256 * KiB,  kNoLimit,     256 * MiB, Algo::OneShot,  true,
+      {GSHMEM_COLL_ALL_TO_ALL,     256 * KiB,  kNoLimit,    256 * MiB, 32 * MiB,  Algo::OneShot, true,
        {Algo::Packet, Algo::OneShot}},
-      {GSHMEM_COLL_ALL_TO_ALLV,      kNever,     kNoLimit,     kNoLimit,  Algo::OneShot,  false,
+      {GSHMEM_COLL_ALL_TO_ALLV,    kNever,     kNoLimit,    kNoLimit,  kNoLimit,  Algo::OneShot, false,
        {Algo::OneShot}},
-      {GSHMEM_COLL_BARRIER,          kNever,     kNoLimit,     kNoLimit,  Algo::OneShot,  false,
+      {GSHMEM_COLL_BARRIER,        kNever,     kNoLimit,    kNoLimit,  kNoLimit,  Algo::OneShot, false,
        {Algo::OneShot}},
   };
   return t;
@@ -240,13 +248,16 @@ Choice decide(const Query& q) {
 
   // 3. Size rules (thresholds: per-operation variables, else the table above). All three are
   // read first so that a malformed one is an error whatever the size.
-  Threshold nccl = threshold(q.op, "NCCL_MIN", d.nccl_min, false, q.npes);
+  const bool staged = !direct_path(q.op, q.bytes, q.out_symmetric);
+  Threshold nccl =
+      threshold(q.op, "NCCL_MIN", staged ? d.nccl_min_staged : d.nccl_min, false, q.npes);
   Threshold packet = threshold(q.op, "PACKET_MAX", d.packet_max, true, q.npes);
   Threshold one = threshold(q.op, "ONE_SHOT_MAX", d.one_shot_max, true, q.npes);
   std::string suffix;  // what NCCL's threshold says about this call, appended to the reason
   if (want == Want::Auto && d.nccl_capable) {
-    std::string at =
-        size_text(nccl.bytes) + (nccl.from_env ? " (" + var(q.op, "NCCL_MIN") + ")" : "");
+    std::string at = size_text(nccl.bytes) +
+                     (nccl.from_env ? " (" + var(q.op, "NCCL_MIN") + ")"
+                                    : staged ? " for staged outputs" : "");
     if (nccl.bytes != kNoLimit && q.bytes > nccl.bytes) {
       if (q.nccl_available) return {Backend::Nccl, Algo::Nccl, "above the NCCL threshold of " + at};
       suffix = "; above the NCCL threshold of " + at + " but NCCL is not enabled";
@@ -278,6 +289,24 @@ Choice decide(const Query& q) {
 }
 
 }  // namespace
+
+bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric) {
+  if (!out_symmetric) return false;
+  switch (op) {
+    case GSHMEM_COLL_ALL_REDUCE: return true;
+    case GSHMEM_COLL_ALL_GATHER:
+    case GSHMEM_COLL_BROADCAST:
+    case GSHMEM_COLL_ALL_TO_ALL: {
+      // One more signal phase than a staged call (every member's `out` is free), so only from a
+      // size where skipping the staging copy pays for it.
+      const char* v = getenv_nonempty("GSHMEM_COLL_DIRECT_MIN");
+      if (v == nullptr) return bytes >= 256 * KiB;
+      if (lower(v) == "never") return false;
+      return bytes >= static_cast<size_t>(env::parse_size(v, "GSHMEM_COLL_DIRECT_MIN"));
+    }
+    default: return false;
+  }
+}
 
 Choice choose(const Query& q) {
   Choice c = decide(q);

@@ -24,7 +24,15 @@ struct Query {
   size_t bytes;         // bytes of input per PE
   int npes;             // team size
   bool nccl_available;  // gshmem_comm_enable_nccl succeeded on this comm (and the team is world)
+  bool out_symmetric = false;  // `out` is a symmetric heap object (and, for all_to_all, not `in`)
 };
+
+// Whether a call writes a symmetric `out` straight into every member's copy instead of staging
+// it through heap scratch (docs/collectives.md, "Direct paths"): all_reduce at any size (its
+// two-shot second phase); all_gather, broadcast and all_to_all from GSHMEM_COLL_DIRECT_MIN bytes
+// of input per PE (default 256 KiB; "never": off); reduce_scatter never. Staged calls give NCCL
+// larger sizes (the table in select.cpp). Re-reads the environment; a bad value is a usage error.
+bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric);
 
 struct Choice {
   Backend backend;

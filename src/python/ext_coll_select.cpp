@@ -21,8 +21,9 @@ using gshmem::python::comm_of;
 
 namespace {
 
-gshmem::coll::Query query(int op, size_t bytes, int npes, bool nccl_available) {
-  return {static_cast<gshmem_coll_t>(op), bytes, npes, nccl_available};
+gshmem::coll::Query query(int op, size_t bytes, int npes, bool nccl_available,
+                          bool out_symmetric) {
+  return {static_cast<gshmem_coll_t>(op), bytes, npes, nccl_available, out_symmetric};
 }
 
 }  // namespace
@@ -38,24 +39,30 @@ void bind_coll_select(nb::module_& m) {
         gshmem_comm_t c = comm_of(comm);
         call([&] { return gshmem_comm_enable_nccl(c); });
       }, "comm"_a, "Collective: loads NCCL and creates its communicator (gshmem_comm_enable_nccl).");
-  m.def("comm_coll_explain", [](nb::handle comm, int op, size_t bytes, int npes) {
+  m.def("comm_coll_explain", [](nb::handle comm, int op, size_t bytes, int npes,
+                                bool out_symmetric) {
         gshmem_comm_t c = comm_of(comm);
         char buf[512];
         call([&] {
-          return gshmem_coll_explain(c, static_cast<gshmem_coll_t>(op), bytes, npes, buf,
-                                     sizeof buf);
+          return gshmem_coll_explain(c, static_cast<gshmem_coll_t>(op), bytes, npes,
+                                     out_symmetric ? 1 : 0, buf, sizeof buf);
         });
         return std::string(buf);
-      }, "comm"_a, "op"_a, "bytes"_a, "npes"_a);
-  m.def("coll_choose", [](int op, size_t bytes, int npes, bool nccl_available) {
-        auto c = call_internal([&] { return gshmem::coll::choose(query(op, bytes, npes, nccl_available)); });
+      }, "comm"_a, "op"_a, "bytes"_a, "npes"_a, "out_symmetric"_a);
+  m.def("coll_choose", [](int op, size_t bytes, int npes, bool nccl_available, bool out_symmetric) {
+        auto c = call_internal([&] {
+          return gshmem::coll::choose(query(op, bytes, npes, nccl_available, out_symmetric));
+        });
         return std::make_tuple(std::string(c.backend == gshmem::coll::Backend::Nccl ? "nccl" : "gshmem"),
                                std::string(gshmem::coll::name(c.algo)), c.reason);
-      }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a,
+      }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false,
       "(backend, algo, reason) the selector picks; pure (no comm, no GPU). Tests only.");
-  m.def("coll_explain_query", [](int op, size_t bytes, int npes, bool nccl_available) {
-        return call_internal([&] { return gshmem::coll::explain(query(op, bytes, npes, nccl_available)); });
-      }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a);
+  m.def("coll_explain_query", [](int op, size_t bytes, int npes, bool nccl_available,
+                                 bool out_symmetric) {
+        return call_internal([&] {
+          return gshmem::coll::explain(query(op, bytes, npes, nccl_available, out_symmetric));
+        });
+      }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false);
   m.def("nccl_probe", [](const std::string& library) {
         auto p = call_internal([&] { return gshmem::coll::probe_nccl(library); });
         return std::make_tuple(p.ok, p.ok ? p.path : p.why, p.version);

@@ -43,9 +43,13 @@ def test_all_reduce_by_size(npes):
     want = {8: "packet", 64 * KiB: "packet", 64 * KiB + 1: "one_shot", 256 * KiB: "one_shot",
             256 * KiB + 1: "two_shot", MiB: "two_shot", 8 * MiB: "two_shot"}  # fmt: skip
     for size, algo in want.items():
-        assert choose("all_reduce", size, npes, True)[:2] == ("gshmem", algo), size
-    assert choose("all_reduce", 8 * MiB + 1, npes, True)[:2] == ("nccl", "nccl")
-    assert choose("all_reduce", 1 << 30, npes, True)[:2] == ("nccl", "nccl")
+        assert choose("all_reduce", size, npes, True, symmetric=True)[:2] == ("gshmem", algo)
+        # a staged output leaves gshmem after one-shot's range
+        staged = ("gshmem", algo) if size <= 256 * KiB else ("nccl", "nccl")
+        assert choose("all_reduce", size, npes, True)[:2] == staged, size
+        assert choose("all_reduce", size, npes, False)[:2] == ("gshmem", algo), size
+    assert choose("all_reduce", 8 * MiB + 1, npes, True, symmetric=True)[:2] == ("nccl", "nccl")
+    assert choose("all_reduce", 1 << 30, npes, True, symmetric=True)[:2] == ("nccl", "nccl")
     # without NCCL the one-sided path takes every size, and says NCCL would have been used
     b, a, why = choose("all_reduce", 1 << 30, npes, False)
     assert (b, a) == ("gshmem", "two_shot") and "NCCL is not enabled" in why
@@ -63,20 +67,38 @@ def test_thresholds_shrink_beyond_the_anchors_pe_count():
     assert choose("all_reduce", MiB, 1, False)[1:] == ("one_shot", "one PE: a local copy")
 
 
-# op: (packet_max, nccl_min) of the measured table, bytes of input per PE at 4 PEs.
-MOVING = {"all_gather": (64 * KiB, 64 * MiB), "reduce_scatter": (256 * KiB, 16 * MiB),
-          "all_to_all": (256 * KiB, 256 * MiB)}  # fmt: skip
+# op: (packet_max, nccl_min with a symmetric output, nccl_min with a staged one) of the measured
+# table, bytes of input per PE at 4 PEs (reduce_scatter always stages).
+MOVING = {"all_gather": (64 * KiB, 64 * MiB, 8 * MiB),
+          "reduce_scatter": (256 * KiB, 16 * MiB, 16 * MiB),
+          "all_to_all": (256 * KiB, 256 * MiB, 32 * MiB)}  # fmt: skip
 
 
 @pytest.mark.parametrize("op", list(MOVING))
 @pytest.mark.parametrize("npes", [2, 4])
-def test_data_movement_ops(op, npes):
-    packet_max, nccl_min = MOVING[op]
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_data_movement_ops(op, npes, symmetric):
+    packet_max, direct_min, staged_min = MOVING[op]
+    nccl_min = direct_min if symmetric else staged_min
     for size in SIZES:
-        backend, algo, _ = choose(op, size, npes, True)
+        backend, algo, _ = choose(op, size, npes, True, symmetric)
         small = "packet" if size <= packet_max else "one_shot"
         assert (backend, algo) == (("nccl", "nccl") if size > nccl_min else ("gshmem", small))
-        assert choose(op, size, npes, False)[:2] == ("gshmem", small)
+        assert choose(op, size, npes, False, symmetric)[:2] == ("gshmem", small)
+
+
+def test_direct_min_decides_whether_a_symmetric_output_is_staged(monkeypatch):
+    big = 32 * MiB  # above staged all_gather's NCCL threshold, below the direct one
+    assert choose("all_gather", big, 4, True, symmetric=True)[0] == "gshmem"
+    assert "for staged outputs" in choose("all_gather", big, 4, True)[2]
+    monkeypatch.setenv("GSHMEM_COLL_DIRECT_MIN", "never")
+    assert choose("all_gather", big, 4, True, symmetric=True)[0] == "nccl"
+    monkeypatch.setenv("GSHMEM_COLL_DIRECT_MIN", "64M")
+    assert choose("all_gather", big, 4, True, symmetric=True)[0] == "nccl"
+    assert choose("all_to_all", 64 * MiB, 4, True, symmetric=True)[0] == "gshmem"
+    monkeypatch.setenv("GSHMEM_COLL_DIRECT_MIN", "lots")
+    with pytest.raises(gshmem.UsageError, match="GSHMEM_COLL_DIRECT_MIN"):
+        choose("all_gather", big, 4, True, symmetric=True)
 
 
 @pytest.mark.parametrize("op", ["broadcast", "all_to_allv", "barrier"])
@@ -90,19 +112,23 @@ def test_every_op_size_and_pe_count_gives_a_choice_and_explains_it():
     for op in OPS:
         for size in SIZES:
             for npes in (1, 2, 3, 4, 8, 16):
-                for nccl in (False, True):
-                    backend, algo, why = choose(op, size, npes, nccl)
+                for nccl, sym in ((False, False), (True, False), (True, True)):
+                    backend, algo, why = choose(op, size, npes, nccl, sym)
                     assert backend in ("gshmem", "nccl") and why
                     assert (algo == "nccl") == (backend == "nccl")
-                    text = _C.coll_explain_query(coll_select.op_code(op), size, npes, nccl)
+                    code = coll_select.op_code(op)
+                    text = _C.coll_explain_query(code, size, npes, nccl, sym)
                     assert text.startswith(f"{op} {size} B on {npes} PE")
                     assert why in text and backend in text
 
 
 def test_explain_format():
-    text = _C.coll_explain_query(0, MiB, 4, True)
+    text = _C.coll_explain_query(0, MiB, 4, True, True)
     assert text == ("all_reduce 1048576 B on 4 PEs: gshmem two_shot (above the one-shot "
                     "threshold of 256 KiB; at most the NCCL threshold of 8 MiB)")  # fmt: skip
+    text = _C.coll_explain_query(0, MiB, 4, True)
+    assert text == ("all_reduce 1048576 B on 4 PEs: nccl (above the NCCL threshold of 256 KiB "
+                    "for staged outputs)")  # fmt: skip
 
 
 def test_global_backend_override(monkeypatch):

@@ -381,7 +381,8 @@ class CollBench:
         for op in o.ops:
             for size in o.sizes():
                 try:
-                    algo = self.comm.explain(op, size // (self.n if op == "all_gather" else 1))
+                    per_pe = size // (self.n if op == "all_gather" else 1)
+                    algo = self.comm.explain(op, per_pe, symmetric=self.o.buffers == "symmetric")
                     algo = algo.split(": ", 1)[1].split(" (")[0]
                 except Exception:  # noqa: BLE001 - informational only
                     algo = ""
