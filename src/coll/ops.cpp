@@ -78,17 +78,12 @@ kernels::Launch sized_packets(kernels::Launch l, uint64_t bytes) {
 }
 
 // Direct calls store straight into the members' outputs, which needs `out` in the symmetric heap
-// (select.h: direct_path says which calls take it). Every member must decide alike: same buffer
-// kind, same sizes (GSHMEM_COLL_CHECK verifies it). heap_offset: out's heap offset, or kNotDirect
-// outside the heap; direct_offset: the same for a call of `op` that takes the direct path.
+// (Choice::direct, from select.h's direct_path). Every member must decide alike: same buffer
+// kind, same sizes (GSHMEM_COLL_CHECK verifies it). out's heap offset, or kNotDirect outside it.
 uint64_t heap_offset(Comm& comm, const void* out) {
   if (!comm.heap().contains(out)) return kNotDirect;
   return static_cast<uint64_t>(static_cast<const char*>(out) -
                                static_cast<const char*>(comm.heap().base()));
-}
-
-uint64_t direct_offset(gshmem_coll_t op, size_t bytes, uint64_t out_offset) {
-  return direct_path(op, bytes, out_offset != kNotDirect) ? out_offset : kNotDirect;
 }
 
 const char* at(const void* p, size_t bytes) { return static_cast<const char*>(p) + bytes; }
@@ -123,10 +118,7 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   const size_t n = static_cast<size_t>(team.size);
   // Two-shot's second phase stores into a heap `out` directly at no extra cost (kernels_reduce.cu),
   // whatever the size.
-  const bool two_shot = c.algo != Algo::Packet && c.algo != Algo::OneShot;
-  const uint64_t offset =
-      two_shot ? direct_offset(GSHMEM_COLL_ALL_REDUCE, bytes, out_offset) : kNotDirect;
-  const bool direct = offset != kNotDirect;
+  const uint64_t offset = c.direct ? out_offset : kNotDirect;
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_REDUCE, dtype, op, 0, count, offset));
   switch (c.algo) {
@@ -147,7 +139,7 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
       chunks(count, n * (l.sync.slot_bytes / 2 / e), [&](size_t off, size_t len) {
         const size_t shard = ((len + n - 1) / n + unit - 1) / unit * unit;
         kernels::all_reduce_two_shot(sized(l, shard * e, kReducePerCta), dtype, op,
-                                     at(in, off * e), at(out, off * e), len, shard, direct);
+                                     at(in, off * e), at(out, off * e), len, shard, c.direct);
       });
       break;
     }
@@ -172,9 +164,7 @@ void all_gather(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     comm.nccl()->all_gather(in, out, count, dtype, stream);
     return;
   }
-  const uint64_t offset = c.algo == Algo::Packet
-                              ? kNotDirect
-                              : direct_offset(GSHMEM_COLL_ALL_GATHER, bytes, out_offset);
+  const uint64_t offset = c.direct ? out_offset : kNotDirect;
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_GATHER, dtype, 0, 0, count, offset));
   if (c.algo == Algo::Packet) {
@@ -245,7 +235,7 @@ void broadcast(Comm& comm, const gshmem_team_t* team_arg, const void* in, void* 
     comm.nccl()->broadcast(in, out, count, dtype, root, stream);
     return;
   }
-  const uint64_t offset = direct_offset(GSHMEM_COLL_BROADCAST, bytes, out_offset);
+  const uint64_t offset = c.direct ? out_offset : kNotDirect;
   const kernels::Launch l = launch(comm, team, stream,
                                    describe(GSHMEM_COLL_BROADCAST, dtype, 0, root, count, offset));
   if (offset != kNotDirect) {
@@ -277,9 +267,7 @@ void all_to_all(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     comm.nccl()->all_to_all(in, out, count, dtype, stream);
     return;
   }
-  const uint64_t offset = c.algo == Algo::Packet
-                              ? kNotDirect
-                              : direct_offset(GSHMEM_COLL_ALL_TO_ALL, bytes, out_offset);
+  const uint64_t offset = c.direct ? out_offset : kNotDirect;
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_TO_ALL, dtype, 0, 0, count, offset));
   if (c.algo == Algo::Packet) {

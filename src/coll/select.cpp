@@ -310,6 +310,10 @@ bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric) {
 
 Choice choose(const Query& q) {
   Choice c = decide(q);
+  // Only two-shot all_reduce and one-shot all_gather / broadcast / all_to_all have direct paths.
+  const Algo with_direct = q.op == GSHMEM_COLL_ALL_REDUCE ? Algo::TwoShot : Algo::OneShot;
+  c.direct = c.backend == Backend::Gshmem && c.algo == with_direct &&
+             direct_path(q.op, q.bytes, q.out_symmetric);
   log_once(q, c);
   return c;
 }

@@ -37,7 +37,8 @@ bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric);
 struct Choice {
   Backend backend;
   Algo algo;
-  std::string reason;  // one line: which rule or override decided
+  std::string reason;   // one line: which rule or override decided
+  bool direct = false;  // the chosen gshmem algorithm stores straight into a symmetric `out`
 };
 
 // Throws GSHMEM_ERROR_USAGE for a malformed override (naming the variable and the values allowed)
