@@ -14,7 +14,9 @@
 Every call is collective over ``team`` (default: every PE of ``comm``), runs on torch's current
 stream (capturable in CUDA graphs) and is a custom op in ``torch.ops.gshmem`` (torch.compile
 keeps it in the graph; see ops.py for the schemas). ``comm=None`` means the default comm
-(``set_default_comm``, else the only live comm of the process). Which backend runs each
+(``set_default_comm``, else the only live comm of the process). Applications built on these ops
+(gshmem.attention) name comms the same way: ``comm_args`` gives a call's (handle, team) and
+``lookup_comm`` the comm behind a handle. Which backend runs each
 call (gshmem's algorithms or NCCL) is ``comm.explain(...)``'s answer. The functional forms
 (always a new tensor) are ``gshmem.torch.functional``.
 """
@@ -25,8 +27,9 @@ from typing import TYPE_CHECKING
 
 import torch as _torch
 
-from gshmem._registry import call_args as _args
+from gshmem._registry import call_args as comm_args
 from gshmem._registry import handle as comm_handle
+from gshmem._registry import lookup as lookup_comm
 from gshmem._registry import set_default_comm
 from gshmem.torch import functional, ops
 
@@ -44,7 +47,7 @@ def all_reduce(
 ) -> _torch.Tensor:
     """Reduces ``t`` over the team (``op``: sum, prod, min, max): into ``t`` itself (the
     default, as torch.distributed.all_reduce) or into ``out``. Returns the tensor written."""
-    h, tm = _args(comm, team)
+    h, tm = comm_args(comm, team)
     if out is None or out is t:
         _torch.ops.gshmem.all_reduce_inplace(t, op, h, tm)
         return t
@@ -60,7 +63,7 @@ def all_gather(
 ) -> _torch.Tensor:
     """Every member's ``t``, concatenated along the first dimension in team order (as
     torch.distributed.all_gather_into_tensor); into ``out`` when given, else a new tensor."""
-    h, tm = _args(comm, team)
+    h, tm = comm_args(comm, team)
     if out is None:
         return _torch.ops.gshmem.all_gather(t, h, tm)
     _torch.ops.gshmem.all_gather_out(t, out, h, tm)
@@ -76,7 +79,7 @@ def reduce_scatter(
 ) -> _torch.Tensor:
     """This member's block (first dimension split in team order) of ``t`` reduced over the team
     (as torch.distributed.reduce_scatter_tensor); into ``out`` when given, else a new tensor."""
-    h, tm = _args(comm, team)
+    h, tm = comm_args(comm, team)
     if out is None:
         return _torch.ops.gshmem.reduce_scatter(t, op, h, tm)
     _torch.ops.gshmem.reduce_scatter_out(t, out, op, h, tm)
@@ -92,7 +95,7 @@ def broadcast(
 ) -> _torch.Tensor:
     """Member ``root``'s ``t`` on every member: into ``t`` (the default, as
     torch.distributed.broadcast) or into ``out``."""
-    h, tm = _args(comm, team)
+    h, tm = comm_args(comm, team)
     if out is None or out is t:
         _torch.ops.gshmem.broadcast_inplace(t, root, h, tm)
         return t
@@ -109,7 +112,7 @@ def all_to_all(
     """Block m of ``t`` (first dimension split in team order) goes to member m, which places it
     at block ``my index`` (as torch.distributed.all_to_all_single with equal splits); into
     ``out`` when given, else a new tensor."""
-    h, tm = _args(comm, team)
+    h, tm = comm_args(comm, team)
     if out is None:
         return _torch.ops.gshmem.all_to_all(t, h, tm)
     _torch.ops.gshmem.all_to_all_out(t, out, h, tm)
@@ -121,8 +124,10 @@ __all__ = [
     "all_reduce",
     "all_to_all",
     "broadcast",
+    "comm_args",
     "comm_handle",
     "functional",
+    "lookup_comm",
     "ops",
     "reduce_scatter",
     "set_default_comm",

@@ -1,0 +1,224 @@
+"""``ring_attention``: the public call, its checks, and the torch custom ops behind it.
+
+The forward and backward are ``torch.ops.gshmem.ring_attention`` and
+``torch.ops.gshmem.ring_attention_backward`` (custom ops with registered autograd), so
+torch.compile keeps them whole in its graphs and CUDA graphs capture them (every transfer is
+stream-ordered; nothing waits on the host once a shape has been seen).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import torch
+from torch import Tensor
+
+from gshmem import Team, UsageError
+from gshmem.attention import layout as layouts
+from gshmem.attention.local import Dense, Varlen
+from gshmem.attention.ring import Problem, backward, forward
+from gshmem.attention.transport import Ring, resolve_backend
+from gshmem.torch import comm_args, lookup_comm
+
+DTYPES = (torch.bfloat16, torch.float16)
+_rings: dict[tuple, Ring] = {}
+_lock = threading.Lock()
+
+
+def ring_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    comm=None,
+    team: Team | None = None,
+    causal: bool = True,
+    scale: float | None = None,
+    layout: str = "zigzag",
+    backend: str = "auto",
+    cu_seqlens: Tensor | None = None,
+) -> Tensor:
+    """Attention of this rank's query shard against the whole sequence, sharded over ``team``.
+
+    Collective over ``team`` (default every PE of ``comm``; ``comm=None``: the default comm of
+    gshmem.torch). ``q`` is ``[batch, heads, seq, dim]`` and ``k``/``v`` ``[batch, kv_heads,
+    seq, dim]`` (``kv_heads`` divides ``heads``; only they travel), bf16 or fp16 on the comm's
+    GPU, any strides; ``seq`` is this rank's shard in ``layout`` (gshmem.attention.layout:
+    ``zigzag`` balances causal work, ``contiguous`` is plain chunks). ``cu_seqlens``: packed
+    documents, the global int32 boundaries (batch 1, zigzag only, every document a multiple of
+    2 x team size long); attention stays inside each document. Returns ``[batch, heads, seq,
+    dim]`` in q's dtype; differentiable in q, k and v.
+
+    Runs on torch's current stream and returns at once; transfers run on side streams and are
+    joined back before the result is used. The first call with new shapes checks them across
+    the team and may allocate symmetric buffers: both are collective and synchronise the host,
+    so make it before capturing a CUDA graph. ``backend``: "gshmem" (copy-engine puts, zero
+    SMs), "nccl" (``torch.distributed.batch_isend_irecv``; torch ranks must equal gshmem ranks)
+    or "auto" (gshmem when the ring neighbours are reachable).
+    """
+    handle, members = comm_args(comm, team)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    out, _ = torch.ops.gshmem.ring_attention(
+        q, k, v, handle, members, causal, scale, layout, backend, cu_seqlens
+    )
+    return out
+
+
+def _check(q: Tensor, k: Tensor, v: Tensor, device: int, cu: Tensor | None, world: int) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise UsageError(
+                f"ring_attention: {name} must be [batch, heads, seq, dim], got {tuple(t.shape)}"
+            )
+        if t.dtype not in DTYPES:
+            raise UsageError(f"ring_attention: {name} is {t.dtype}; use bfloat16 or float16")
+        if t.device != torch.device("cuda", device):
+            raise UsageError(
+                f"ring_attention: {name} is on {t.device}; the comm's GPU is cuda:{device}"
+            )
+    if k.shape != v.shape or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise UsageError("ring_attention: k and v must have one shape, and q's dtype")
+    (b, hq, s, d), (bk, hk, sk, dk) = q.shape, k.shape
+    if (b, s, d) != (bk, sk, dk) or hq % hk:
+        raise UsageError(
+            f"ring_attention: q {tuple(q.shape)} and k/v {tuple(k.shape)} must share batch, "
+            "seq and dim, and kv heads must divide q heads"
+        )
+    if cu is not None:
+        if b != 1:
+            raise UsageError("ring_attention: packed documents (cu_seqlens) need batch 1")
+        if cu.dtype != torch.int32 or cu.dim() != 1:
+            raise UsageError("ring_attention: cu_seqlens must be a 1-D int32 tensor")
+        layouts.token_index(s * world, world, 0, "zigzag", cu)  # boundaries and divisibility
+
+
+def _ring(handle: int, members: list[int], backend: str) -> Ring:
+    comm = lookup_comm(handle)
+    start, stride, size = members
+    world = [start + i * stride for i in range(size)]
+    if comm.rank not in world:
+        raise UsageError(f"ring_attention: PE {comm.rank} is not a member of the team {world}")
+    with _lock:
+        key = (handle, tuple(members), backend)
+        if key not in _rings:
+            team = Team(start, stride, size, world.index(comm.rank))
+            _rings[key] = Ring(comm, team, resolve_backend(comm, world, backend))
+        return _rings[key]
+
+
+def _agree(ring: Ring, signature: tuple) -> None:
+    """Collective, once per new signature: every member called with the same problem."""
+    if signature in ring.checked:
+        return
+    digest = hashlib.blake2b(repr(signature).encode(), digest_size=7).digest()
+    mine = torch.tensor([int.from_bytes(digest, "little")], device=f"cuda:{ring.comm.device}")
+    seen = ring.comm.all_gather(mine, team=ring.team).cpu().tolist()
+    if len({tuple(x) for x in seen}) != 1:
+        raise UsageError(
+            "ring_attention: the team's ranks called with different problems (shapes, dtype, "
+            f"mask, layout or documents); this rank's is {signature}"
+        )
+    ring.checked.add(signature)
+
+
+def _problem(q, k, v, handle, members, causal, scale, layout, backend, cu):
+    comm = lookup_comm(handle)
+    layouts.check_layout(layout)
+    ring = _ring(handle, members, backend)
+    _check(q, k, v, comm.device, cu, ring.world)
+    seq = q.shape[2]
+    if layout == "zigzag" and seq % 2:
+        raise UsageError(f"ring_attention: the zigzag layout needs an even local length, got {seq}")
+    docs = None if cu is None else tuple(int(x) for x in cu.tolist())
+    _agree(ring, (tuple(q.shape), tuple(k.shape), str(q.dtype), causal, scale, layout, docs))
+    if cu is None:
+        return ring, Problem(causal, scale, layout, Dense("cuda"))
+    part = torch.tensor(docs, dtype=torch.int32) // (2 * ring.world)
+    longest = int((part[1:] - part[:-1]).max())
+    kernel = Varlen("cuda", part.to(q.device), longest)
+    return ring, Problem(causal, scale, layout, kernel, split=True)
+
+
+def _to_kernel(t: Tensor, varlen: bool) -> Tensor:
+    return t[0].transpose(0, 1).contiguous() if varlen else t
+
+
+def _from_kernel(t: Tensor, varlen: bool) -> Tensor:
+    return t.transpose(0, 1).unsqueeze(0) if varlen else t
+
+
+@torch.library.custom_op("gshmem::ring_attention", mutates_args=())
+def ring_attention_op(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    comm: int,
+    team: list[int],
+    causal: bool,
+    scale: float,
+    layout: str,
+    backend: str,
+    cu_seqlens: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    ring, p = _problem(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens)
+    vl = cu_seqlens is not None
+    out, lse = forward(ring, p, *(_to_kernel(t, vl) for t in (q, k, v)))
+    return _from_kernel(out, vl).contiguous(), lse
+
+
+@ring_attention_op.register_fake
+def _(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens):
+    lse_shape = (q.shape[2], q.shape[1], 1) if cu_seqlens is not None else (*q.shape[:3], 1)
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(
+        lse_shape, dtype=torch.float32
+    )
+
+
+@torch.library.custom_op("gshmem::ring_attention_backward", mutates_args=())
+def ring_attention_backward_op(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    comm: int,
+    team: list[int],
+    causal: bool,
+    scale: float,
+    layout: str,
+    backend: str,
+    cu_seqlens: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    ring, p = _problem(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens)
+    vl = cu_seqlens is not None
+    dout = dout.contiguous()
+    args = [_to_kernel(t, vl) for t in (dout, q, k, v, out)]
+    grads = backward(ring, p, *args, lse)
+    return tuple(_from_kernel(g, vl).contiguous() for g in grads)
+
+
+@ring_attention_backward_op.register_fake
+def _(dout, q, k, v, out, lse, comm, team, causal, scale, layout, backend, cu_seqlens):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, *args, cu = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.args, ctx.cu = args, cu
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.gshmem.ring_attention_backward(
+        dout, q, k, v, out, lse, *ctx.args, ctx.cu
+    )
+    return dq, dk, dv, None, None, None, None, None, None, None
+
+
+ring_attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+__all__ = ["ring_attention"]

@@ -1,0 +1,198 @@
+"""Ring attention's forward and backward loops (Liu et al., "Ring Attention"; the zigzag
+balance of Brandon et al. / ring-flash-attn), written against a ring of channels (transport.py)
+and a local kernel (local.py), so the same loops run on GPUs over gshmem or NCCL and on the CPU
+in the tests.
+
+Forward, at step s: wait for the K/V shard of step s, pass it on to the right neighbour (the
+copy overlaps this step's attention), compute this step's blocks (schedule.py) and fold them into
+fp32 accumulators by their log-sum-exp (merge.py), then release the slot.
+
+Backward: K/V travel as in the forward; the key/value gradients of each shard travel with it,
+one step behind, in fp32 (``DKV_WIRE_DTYPE``; docs/attention.md gives the error and traffic that
+chose it): at step s a rank computes its blocks' gradients first and only then waits for the
+shard's running dK/dV from the left, adds its share and passes them on. After W steps every
+shard's dK/dV has visited every rank and arrives back at its owner.
+
+Tensors here are in the kernel's layout (``kernel.seq_dim`` is the sequence dimension); ``lse``
+is aligned with the output (head dimension of size 1), fp32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gshmem.attention.merge import merge_
+from gshmem.attention.schedule import ALL, BACK, FRONT, part_range, step_blocks
+from gshmem.attention.transport import view_slot
+
+if TYPE_CHECKING:
+    import torch
+
+    from gshmem.attention.local import Dense, Varlen
+
+
+class Channel(Protocol):
+    def slot(self, i: int) -> torch.Tensor: ...
+    def wait(self, i: int) -> None: ...
+    def send(self, src: torch.Tensor, i: int) -> None: ...
+    def release(self, i: int) -> None: ...
+    def join(self) -> None: ...
+
+
+class RingLike(Protocol):
+    world: int
+    index: int
+
+    def channel(self, name: str, nbytes: int) -> Channel: ...
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What every rank computes: the mask, the scale, the layout and the local kernel."""
+
+    causal: bool
+    scale: float
+    layout: str
+    kernel: Dense | Varlen
+    split: bool = False  # blocks of halves only (packed documents)
+
+
+DKV_WIRE_DTYPE = "float32"  # dK/dV partial sums on the wire (docs/attention.md: why)
+
+
+def _wire():
+    import torch
+
+    return getattr(torch, DKV_WIRE_DTYPE)
+
+
+def part(x: torch.Tensor, name: str, seq_dim: int) -> torch.Tensor:
+    a, b = part_range(name, x.shape[seq_dim])
+    return x if name == ALL else x.narrow(seq_dim, a, b - a)
+
+
+class Rows:
+    """fp32 output and lse accumulators of one rank's query rows, filled block by block."""
+
+    def __init__(self, q: torch.Tensor, seq_dim: int) -> None:
+        import torch
+
+        self.seq_dim = seq_dim
+        self.out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        self.lse = torch.empty((*q.shape[:-1], 1), dtype=torch.float32, device=q.device)
+        self.seen: set[str] = set()
+
+    def add(self, name: str, out: torch.Tensor, lse: torch.Tensor) -> None:
+        halves = {FRONT, BACK} if name == ALL else {name}
+        acc_out, acc_lse = part(self.out, name, self.seq_dim), part(self.lse, name, self.seq_dim)
+        if not halves & self.seen:  # first block of these rows: nothing to merge with
+            acc_out.copy_(out)
+            acc_lse.copy_(lse)
+        else:
+            for h in halves - self.seen:  # rows not reached yet start empty
+                part(self.out, h, self.seq_dim).zero_()
+                part(self.lse, h, self.seq_dim).fill_(-float("inf"))
+            merge_(acc_out, acc_lse, out, lse)
+        self.seen |= halves
+
+
+def _packed(k: torch.Tensor, v: torch.Tensor, dtype: Any = None) -> tuple[torch.Tensor, ...]:
+    """(flat buffer, k view, v view): k and v one after the other in one contiguous message."""
+    import torch
+
+    buf = torch.empty(k.numel() + v.numel(), dtype=dtype or k.dtype, device=k.device)
+    kk, vv = buf[: k.numel()].view(k.shape), buf[k.numel() :].view(v.shape)
+    return buf, kk, vv
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def forward(ring: RingLike, p: Problem, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output in q's dtype, fp32 lse) of this rank's queries against the whole sequence."""
+    world, me, sd = ring.world, ring.index, p.kernel.seq_dim
+    rows = Rows(q, sd)
+    msg, kc, vc = _packed(k, v)
+    kc.copy_(k)
+    vc.copy_(v)
+    size = _nbytes(msg)
+    ch = ring.channel("kv", size) if world > 1 else None
+    for s in range(world):
+        if s > 0:
+            ch.wait(s % 2)
+            msg = ch.slot(s % 2)[:size]
+            kc, vc = view_slot(msg, (k.shape, v.shape), k.dtype)
+        if s < world - 1:
+            ch.send(msg, (s + 1) % 2)
+        for b in step_blocks(me, world, s, p.layout, p.causal, p.split):
+            o, lse = p.kernel.forward(
+                part(q, b.q, sd), part(kc, b.kv, sd), part(vc, b.kv, sd), b.causal, p.scale
+            )
+            rows.add(b.q, o, lse)
+        if s > 0:
+            ch.release(s % 2)
+    if ch is not None:
+        ch.join()
+    return rows.out.to(q.dtype), rows.lse
+
+
+def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse) -> tuple[torch.Tensor, ...]:
+    """(dq, dk, dv) of this rank's shards, given the forward's output and lse."""
+    import torch
+
+    world, me, sd = ring.world, ring.index, p.kernel.seq_dim
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    msg, kc, vc = _packed(k, v)
+    kc.copy_(k)
+    vc.copy_(v)
+    acc, dk_acc, dv_acc = _packed(k, v, _wire())
+    acc.zero_()
+    size, dkv_size = _nbytes(msg), _nbytes(acc)
+    kv_ch = ring.channel("kv", size) if world > 1 else None
+    dkv_ch = ring.channel("dkv", dkv_size) if world > 1 else None
+    shapes = (k.shape, v.shape)
+    for s in range(world):
+        if s > 0:
+            kv_ch.wait(s % 2)
+            msg = kv_ch.slot(s % 2)[:size]
+            kc, vc = view_slot(msg, shapes, k.dtype)
+        if s < world - 1:
+            kv_ch.send(msg, (s + 1) % 2)
+        grads = []
+        for b in step_blocks(me, world, s, p.layout, p.causal, p.split):
+            dq_b, dk_b, dv_b = p.kernel.backward(
+                *(part(t, b.q, sd) for t in (dout, q)),
+                part(kc, b.kv, sd),
+                part(vc, b.kv, sd),
+                *(part(t, b.q, sd) for t in (out, lse)),
+                b.causal,
+                p.scale,
+            )
+            part(dq, b.q, sd).add_(dq_b)
+            grads.append((b.kv, dk_b, dv_b))
+        if s > 0:  # only now: the blocks above never wait for the left neighbour's dK/dV
+            dkv_ch.wait(s % 2)
+            acc = dkv_ch.slot(s % 2)[:dkv_size]
+            dk_acc, dv_acc = view_slot(acc, shapes, _wire())
+        for name, dk_b, dv_b in grads:
+            part(dk_acc, name, sd).add_(dk_b)
+            part(dv_acc, name, sd).add_(dv_b)
+        if world > 1:
+            dkv_ch.send(acc, (s + 1) % 2)
+        if s > 0:
+            kv_ch.release(s % 2)
+            dkv_ch.release(s % 2)
+    if world > 1:  # this rank's own shard's gradients, back from the whole ring
+        dkv_ch.wait(world % 2)
+        dk_acc, dv_acc = view_slot(dkv_ch.slot(world % 2), shapes, _wire())
+    dk, dv = dk_acc.to(k.dtype, copy=True), dv_acc.to(v.dtype, copy=True)
+    if world > 1:
+        dkv_ch.release(world % 2)
+        kv_ch.join()
+        dkv_ch.join()
+    return dq.to(q.dtype), dk, dv
+
+
+__all__ = ["DKV_WIRE_DTYPE", "Problem", "Rows", "backward", "forward", "part"]
