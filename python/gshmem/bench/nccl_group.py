@@ -8,9 +8,10 @@ import os
 
 
 def join_nccl(rank: int, nranks: int, device: int) -> str:
-    """Collective: joins torch.distributed with backend NCCL on 127.0.0.1; returns '' or why not.
+    """Collective: joins torch.distributed with backend NCCL; returns '' or why not.
 
-    The store's port is GSHMEM_BENCH_PORT, else the port after gshmem.run's rendezvous."""
+    Under torchrun (MASTER_ADDR set) through its rendezvous; otherwise a store on 127.0.0.1 whose
+    port is GSHMEM_BENCH_PORT, else the port after gshmem.run's rendezvous."""
     import torch
     import torch.distributed as dist
 
@@ -19,13 +20,21 @@ def join_nccl(rank: int, nranks: int, device: int) -> str:
     if dist.is_initialized():
         return "" if dist.get_backend() == "nccl" else "torch.distributed uses another backend"
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    timeout = datetime.timedelta(seconds=120)
+    if "MASTER_ADDR" in os.environ:
+        dist.init_process_group(
+            "nccl", rank=rank, world_size=nranks, timeout=timeout,
+            device_id=torch.device("cuda", device),
+        )  # fmt: skip
+        return ""
     port = int(os.environ.get("GSHMEM_BENCH_PORT", "0") or 0)
     if not port:
         from gshmem import _C
 
         uid = os.environ.get("GSHMEM_UNIQUE_ID", "")
+        if not uid:
+            return "no rendezvous for torch.distributed under this launcher (use gshmem.run)"
         port = int(_C.unique_id_describe(bytes.fromhex(uid)).rsplit(":", 1)[1]) + 1
-    timeout = datetime.timedelta(seconds=120)
     store = dist.TCPStore("127.0.0.1", port, nranks, rank == 0, timeout=timeout)
     dist.init_process_group(
         "nccl",

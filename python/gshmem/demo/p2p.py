@@ -1,23 +1,14 @@
-"""The main job: one PE per local GPU; every PE puts random data into its right neighbour's
-symmetric tensor, gets its left neighbour's, checks both, and says what it did.
-
-    python -m gshmem.demo                       # starts one process per visible GPU
-    torchrun --nproc_per_node 4 -m gshmem.demo  # or under any launcher gshmem.init() knows
+"""The point-to-point demo (``python -m gshmem.demo p2p``): every PE puts random data into its
+right neighbour's symmetric tensor, gets its left neighbour's, checks both, and says what it did.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 import gshmem
 
 ELEMENTS = 16 << 20  # 64 MiB of float32 per tensor
-
-
-def launched() -> bool:
-    return any(v in os.environ for v in ("GSHMEM_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"))
 
 
 def worker() -> int:
@@ -70,24 +61,3 @@ def worker() -> int:
     comm.barrier()
     comm.finalize()
     return 0 if put_ok and get_ok else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    gpus = gshmem.device_count()
-    if gpus == 0:
-        print(
-            "gshmem demo: no CUDA GPU is visible on this machine, and the demo needs at least one "
-            "(it starts one process per GPU). Nothing was run. Run it on a GPU host; the tests "
-            "(README) run here.",
-            file=sys.stderr,
-        )
-        return 1
-    if launched():
-        return worker()
-    from gshmem import run
-
-    return run.main(["-n", str(gpus), "--timeout", "300", "-m", "gshmem.demo", *(argv or [])])
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
