@@ -134,7 +134,7 @@ def test_merge_matches_fp64_softmax():
     a, la = math_forward(q, k[:, :, :9], v[:, :, :9], False, 0.25)
     b, lb = math_forward(q, k[:, :, 9:], v[:, :, 9:], False, 0.25)
     acc, acc_lse = a.float().clone(), la.clone()
-    merge.merge_(acc, acc_lse, b.float(), lb)
+    merge.merge(acc, acc_lse, b, lb, acc, acc_lse)  # in place, fp32 destination
     assert torch.allclose(acc.double(), whole, atol=1e-6)
     assert torch.allclose(acc_lse.double(), whole_lse.double(), atol=1e-6)
 
@@ -144,7 +144,7 @@ def test_merge_of_empty_rows_is_not_nan():
     acc_lse = torch.full((1, 1, 2, 1), -torch.inf)
     out = torch.randn(1, 1, 2, 4)
     lse = torch.tensor([-torch.inf, 0.5]).view(1, 1, 2, 1)
-    merge.merge_(acc, acc_lse, out, lse)
+    merge.merge(acc, acc_lse, out, lse, acc, acc_lse)
     assert not acc.isnan().any()
     assert torch.equal(acc[0, 0, 0], torch.zeros(4)) and torch.allclose(acc[0, 0, 1], out[0, 0, 1])
     assert acc_lse[0, 0, 0, 0] == -torch.inf and acc_lse[0, 0, 1, 0] == 0.5

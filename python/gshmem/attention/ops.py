@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import weakref
 
 import torch
 from torch import Tensor
@@ -22,7 +23,9 @@ from gshmem.attention.transport import Ring, resolve_backend
 from gshmem.torch import comm_args, lookup_comm
 
 DTYPES = (torch.bfloat16, torch.float16)
-_rings: dict[tuple, Ring] = {}
+# A comm's rings live as long as the comm: they hold it only weakly, so dropping the comm
+# releases them (the comm frees its symmetric memory itself at finalize).
+_rings: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -100,11 +103,12 @@ def _ring(handle: int, members: list[int], backend: str) -> Ring:
     if comm.rank not in world:
         raise UsageError(f"ring_attention: PE {comm.rank} is not a member of the team {world}")
     with _lock:
-        key = (handle, tuple(members), backend)
-        if key not in _rings:
+        rings = _rings.setdefault(comm, {})
+        key = (tuple(members), backend)
+        if key not in rings:
             team = Team(start, stride, size, world.index(comm.rank))
-            _rings[key] = Ring(comm, team, resolve_backend(comm, world, backend))
-        return _rings[key]
+            rings[key] = Ring(weakref.proxy(comm), team, resolve_backend(comm, world, backend))
+        return rings[key]
 
 
 def _agree(ring: Ring, signature: tuple) -> None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gshmem.attention.merge import merge_
-from gshmem.attention.schedule import ALL, BACK, FRONT, part_range, step_blocks
+from gshmem.attention.merge import merge
+from gshmem.attention.schedule import ALL, blocks_per_half, halves, part_range, step_blocks
 from gshmem.attention.transport import view_slot
 
 if TYPE_CHECKING:
@@ -73,28 +73,67 @@ def part(x: torch.Tensor, name: str, seq_dim: int) -> torch.Tensor:
 
 
 class Rows:
-    """fp32 output and lse accumulators of one rank's query rows, filled block by block."""
+    """One rank's query rows, filled block by block with either log-sum-exp merges (the forward's
+    outputs) or sums (the backward's dq). Each half keeps its newest partial: the first block's
+    result as it came (no copy when it covers every row), then one fused combine per later
+    block, written in fp32 while more blocks will reach those rows and in the final dtype by the
+    last one, so each element is rounded to 16 bits once more than the kernel rounds it."""
 
-    def __init__(self, q: torch.Tensor, seq_dim: int) -> None:
+    def __init__(self, q: torch.Tensor, seq_dim: int, blocks: dict[str, int], merge: bool):
+        self.like, self.seq_dim, self.left, self.merging = q, seq_dim, dict(blocks), merge
+        self.out = self.lse = self.acc = None
+        self.where: dict[str, str] = {}  # half -> "out" or "acc": where its partial is
+
+    def _rows(self, which: str, name: str):
+        t = self.out if which == "out" else self.acc
+        return part(t, name, self.seq_dim), part(
+            self.lse, name, self.seq_dim
+        ) if self.merging else None
+
+    def add(self, name: str, out: torch.Tensor, lse: torch.Tensor | None = None) -> None:
         import torch
 
-        self.seq_dim = seq_dim
-        self.out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-        self.lse = torch.empty((*q.shape[:-1], 1), dtype=torch.float32, device=q.device)
-        self.seen: set[str] = set()
+        hs = halves(name)
+        for h in hs:
+            self.left[h] -= 1
+        if not any(h in self.where for h in hs):  # first block of these rows
+            if self.out is None and name == ALL:
+                self.out, self.lse = out, lse
+            else:
+                if self.out is None:
+                    self.out = torch.empty_like(self.like)
+                    if self.merging:
+                        self.lse = torch.empty((*self.like.shape[:-1], 1), dtype=torch.float32,
+                                               device=self.like.device)  # fmt: skip
+                rows, lse_rows = self._rows("out", name)
+                rows.copy_(out)
+                if self.merging:
+                    lse_rows.copy_(lse)
+            self.where.update({h: "out" for h in hs})
+            return
+        # one combine per half when the halves' partials or destinations differ
+        groups = [hs] if len({(self.where[h], self.left[h] == 0) for h in hs}) == 1 else [
+            (h,) for h in hs]  # fmt: skip
+        for g in groups:
+            sub = ALL if len(g) == 2 else g[0]
+            src = self.where[g[0]]
+            dst = "out" if self.left[g[0]] == 0 else "acc"
+            if dst == "acc" and self.acc is None:
+                self.acc = torch.empty(self.like.shape, dtype=torch.float32,
+                                       device=self.like.device)  # fmt: skip
+            a, lse_a = self._rows(src, sub)
+            o, lse_o = self._rows(dst, sub)
+            b = out if sub == name else part(out, sub, self.seq_dim)  # a half of an ALL block
+            if self.merging:
+                lse_b = lse if sub == name else part(lse, sub, self.seq_dim)
+                merge(a, lse_a, b, lse_b, o, lse_o)
+            else:
+                torch.add(a, b, out=o)
+            self.where.update({h: dst for h in g})
 
-    def add(self, name: str, out: torch.Tensor, lse: torch.Tensor) -> None:
-        halves = {FRONT, BACK} if name == ALL else {name}
-        acc_out, acc_lse = part(self.out, name, self.seq_dim), part(self.lse, name, self.seq_dim)
-        if not halves & self.seen:  # first block of these rows: nothing to merge with
-            acc_out.copy_(out)
-            acc_lse.copy_(lse)
-        else:
-            for h in halves - self.seen:  # rows not reached yet start empty
-                part(self.out, h, self.seq_dim).zero_()
-                part(self.lse, h, self.seq_dim).fill_(-float("inf"))
-            merge_(acc_out, acc_lse, out, lse)
-        self.seen |= halves
+    def result(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        assert set(self.where.values()) == {"out"} and not any(self.left.values())
+        return self.out, self.lse
 
 
 def _packed(k: torch.Tensor, v: torch.Tensor, dtype: Any = None) -> tuple[torch.Tensor, ...]:
@@ -113,7 +152,7 @@ def _nbytes(t: torch.Tensor) -> int:
 def forward(ring: RingLike, p: Problem, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     """(output in q's dtype, fp32 lse) of this rank's queries against the whole sequence."""
     world, me, sd = ring.world, ring.index, p.kernel.seq_dim
-    rows = Rows(q, sd)
+    rows = Rows(q, sd, blocks_per_half(me, world, p.layout, p.causal, p.split), merge=True)
     msg, kc, vc = _packed(k, v)
     kc.copy_(k)
     vc.copy_(v)
@@ -135,15 +174,14 @@ def forward(ring: RingLike, p: Problem, q, k, v) -> tuple[torch.Tensor, torch.Te
             ch.release(s % 2)
     if ch is not None:
         ch.join()
-    return rows.out.to(q.dtype), rows.lse
+    return rows.result()
 
 
 def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse) -> tuple[torch.Tensor, ...]:
     """(dq, dk, dv) of this rank's shards, given the forward's output and lse."""
-    import torch
 
     world, me, sd = ring.world, ring.index, p.kernel.seq_dim
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dq = Rows(q, sd, blocks_per_half(me, world, p.layout, p.causal, p.split), merge=False)
     msg, kc, vc = _packed(k, v)
     kc.copy_(k)
     vc.copy_(v)
@@ -170,7 +208,7 @@ def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse) -> tuple[torch
                 b.causal,
                 p.scale,
             )
-            part(dq, b.q, sd).add_(dq_b)
+            dq.add(b.q, dq_b)
             grads.append((b.kv, dk_b, dv_b))
         if s > 0:  # only now: the blocks above never wait for the left neighbour's dK/dV
             dkv_ch.wait(s % 2)
@@ -192,7 +230,7 @@ def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse) -> tuple[torch
         dkv_ch.release(world % 2)
         kv_ch.join()
         dkv_ch.join()
-    return dq.to(q.dtype), dk, dv
+    return dq.result()[0], dk, dv
 
 
 __all__ = ["DKV_WIRE_DTYPE", "Problem", "Rows", "backward", "forward", "part"]

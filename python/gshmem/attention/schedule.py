@@ -72,10 +72,37 @@ def _halves(b: Block) -> tuple[Block, ...]:
     return tuple(Block(q, kv, False) for q in qs for kv in kvs)
 
 
+def halves(part: str) -> tuple[str, ...]:
+    """The halves a part is made of."""
+    return (FRONT, BACK) if part == ALL else (part,)
+
+
+def blocks_per_half(
+    rank: int, world: int, layout: str, causal: bool, split: bool = False
+) -> dict[str, int]:
+    """How many blocks of the whole ring reach each half of rank ``rank``'s query rows."""
+    count = {FRONT: 0, BACK: 0}
+    for s in range(world):
+        for b in step_blocks(rank, world, s, layout, causal, split):
+            for h in halves(b.q):
+                count[h] += 1
+    return count
+
+
 def part_range(part: str, length: int) -> tuple[int, int]:
     """[start, stop) of ``part`` in a local shard of ``length`` tokens."""
     half = length // 2
     return {ALL: (0, length), FRONT: (0, half), BACK: (half, length)}[part]
 
 
-__all__ = ["ALL", "BACK", "FRONT", "Block", "part_range", "source", "step_blocks"]
+__all__ = [
+    "ALL",
+    "BACK",
+    "FRONT",
+    "Block",
+    "blocks_per_half",
+    "halves",
+    "part_range",
+    "source",
+    "step_blocks",
+]
