@@ -65,6 +65,8 @@ wanted bench && step bench-p2p bench.log 200 $PY -m gshmem.bench p2p --quick --c
   --timeout 180 --json "$RESULTS/bench_p2p.json"
 wanted bench && [ "$NGPU" -ge 2 ] && step bench-coll bench.log 200 $PY -m gshmem.bench coll --np "$NGPU" --quick \
   --compare nccl,torch_symm --timeout 180 --json "$RESULTS/bench_coll.json"
+wanted bench && [ "$NGPU" -ge 2 ] && step bench-attention bench.log 300 $PY -m gshmem.bench attention \
+  --np "$NGPU" --quick --timeout 280 --json "$RESULTS/bench_attention.json"
 # Small cases of the device API under compute-sanitizer (memcheck, then racecheck), 2 PEs.
 wanted sanitizer && [ "${SANITIZER:-1}" = 1 ] && for tool in memcheck racecheck; do
   step "sanitizer-$tool" sanitizer.log 280 env GSHMEM_TEST_SMALL=1 $PY -m gshmem.run -n 2 \
@@ -85,6 +87,7 @@ grep -sh "init took" "$RESULTS/demo.log" | head -3
 grep -sh 'TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //'
 grep -sh -A80 '^op ' "$RESULTS/bench.log" | head -60  # p2p
 grep -sh -A40 ' algbw ' "$RESULTS/bench.log" | head -32  # collectives
+grep -sh -A30 '^gshmem ring attention' "$RESULTS/bench.log" | head -40  # attention
 printf '%-22s %-12s %6s  %s\n' step status time log
 printf '%s\n' "${SUMMARY[@]}"
 for v in "${STATUS[@]}"; do [ "$v" = PASS ] || exit 1; done

@@ -272,13 +272,13 @@ def test_ring_varlen_matches_document_masked_attention(world, causal):
     cu = torch.tensor([0, 2 * world, 8 * world, 12 * world], dtype=torch.int32)
     n = int(cu[-1])
     docs = torch.bucketize(torch.arange(n), cu[1:], right=True)
-    q, k, v = (torch.randn(1, h, n, 8) for h in (4, 2, 2))
-    dout = torch.randn(1, 4, n, 8)
+    q, k, v = (torch.randn(1, h, n, 16) for h in (4, 2, 2))
+    dout = torch.randn(1, 4, n, 16)
     want, leaves = reference(q, k, v, causal, docs)
     want.backward(dout.double())
     part = cu // (2 * world)
     kernel = Varlen("cpu", part, int((part[1:] - part[:-1]).max()))
-    p = ring.Problem(causal, 8**-0.5, "zigzag", kernel, split=True)
+    p = ring.Problem(causal, 16**-0.5, "zigzag", kernel, split=True)
 
     def thd(t):
         return t[0].transpose(0, 1).contiguous()

@@ -9,6 +9,10 @@ Suites:
   coll  collectives (all_reduce, all_gather, reduce_scatter, all_to_all) in nccl-tests' format
         (size, count, type, redop, time, algbw, busbw), small sizes inside a CUDA graph, with
         ``--compare nccl,torch_symm`` measured in the same run (bench/coll.py).
+  attention  context-parallel ring attention at Llama-3-8B heads, 1K-128K tokens per GPU and
+        1M in all, causal zigzag and non-causal, forward and forward+backward: time, TFLOP/s
+        per GPU and efficiency against single-GPU attention on the whole sequence, with the
+        NCCL transport and torch's context_parallel in the same run (bench/attention.py).
 
 Run outside a launched job, the command re-launches itself as ``python -m gshmem.run -n 2
 --timeout ...``; inside one (``python -m gshmem.run``, torchrun, MPI) every rank runs the suite.
@@ -17,6 +21,6 @@ It prints a table (last) and writes JSON (``--json``; default ``$OUT/bench_p2p.j
 
 from __future__ import annotations
 
-SUITES = ("p2p", "coll")
+SUITES = ("p2p", "coll", "attention")
 
 __all__ = ["SUITES"]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 # (Kept here, not only in gshmem.bench, so the command works even where an editable install
 # predates the package and loads it as a namespace package.)
-SUITES = ("p2p", "coll")
+SUITES = ("p2p", "coll", "attention")
 USAGE = (
     "usage: python -m gshmem.bench SUITE [options]\n"
     f"suites: {', '.join(SUITES)}   (python -m gshmem.bench SUITE --help for its options)"
@@ -71,12 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if suite not in SUITES:
         _say(f"unknown suite {suite!r}\n{USAGE}")
         return 2
-    from gshmem.bench import coll, options, p2p
+    from gshmem.bench import attention, coll, options, p2p
 
+    parse = {"coll": coll.parse_args, "attention": attention.parse_args}
+    run = {"coll": coll.run, "attention": attention.run}
     # exits 2 with a message on bad options, 0 on --help
-    opts = coll.parse_args(rest) if suite == "coll" else options.parse_args(rest)
+    opts = parse.get(suite, options.parse_args)(rest)
     if inside_job():
-        return coll.run(opts) if suite == "coll" else p2p.run(opts)
+        return run.get(suite, p2p.run)(opts)
     have = gpu_count()
     if have < opts.nprocs:
         _say(
