@@ -1,5 +1,5 @@
 """The examples in examples/ run on GPUs (2 PEs): CUDA C++ built by plain CMake, CuPy/NVRTC,
-and Triton through the peer table."""
+Triton through the peer table, and a Hugging Face Llama switched to context-parallel attention."""
 
 from __future__ import annotations
 
@@ -56,3 +56,10 @@ def test_cupy_rawkernel_example():
 def test_triton_example():
     pytest.importorskip("triton")
     assert run2(str(EXAMPLES / "triton_put_signal.py")).count("PASS triton") == 2
+
+
+@pytest.mark.gpus(2)
+def test_hf_llama_context_parallel_example():
+    pytest.importorskip("transformers")
+    out = run2(str(EXAMPLES / "cp_llama_hf.py"))
+    assert "PASS" in out and "FAIL" not in out, out
