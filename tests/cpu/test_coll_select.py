@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import subprocess
 
@@ -263,11 +264,20 @@ def test_nccl_probe_missing_library_is_clear():
     assert "/nonexistent/libnccl.so.2" in why and "GSHMEM_NCCL_LIBRARY" in why
 
 
-def test_nccl_probe_honours_the_variables(monkeypatch, tmp_path):
+def test_nccl_probe_honours_the_library_variable(monkeypatch):
     monkeypatch.setenv("GSHMEM_NCCL_LIBRARY", "/nonexistent")
     ok, why, _ = _C.nccl_probe()
     assert not ok and "/nonexistent" in why and "libnccl.so.2:" not in why
-    monkeypatch.delenv("GSHMEM_NCCL_LIBRARY")
+
+
+def test_nccl_probe_tries_the_search_path(monkeypatch, tmp_path):
+    try:
+        ctypes.CDLL("libnccl.so.2")
+    except OSError:
+        pass
+    else:  # a system NCCL (or torch's, already loaded) answers first: the path is never read
+        pytest.skip("the dynamic loader finds libnccl.so.2 on this machine")
+    monkeypatch.delenv("GSHMEM_NCCL_LIBRARY", raising=False)
     monkeypatch.setenv("GSHMEM_NCCL_SEARCH_PATH", f"{tmp_path}:/also/not/here")
     ok, why, _ = _C.nccl_probe()
     assert not ok and f"{tmp_path}/libnccl.so.2" in why and "/also/not/here/libnccl.so.2" in why

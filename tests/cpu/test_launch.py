@@ -490,9 +490,12 @@ def test_mpi_real(tmp_path: Path) -> None:
     mpirun = shutil.which("mpirun")
     if importlib.util.find_spec("mpi4py") is None or mpirun is None:
         pytest.skip("needs mpi4py and mpirun")
+    # Open MPI refuses to start as root unless told (GPU hosts run tests as root); other MPIs
+    # ignore these variables.
+    root = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     proc = subprocess.run(
         [mpirun, "--oversubscribe", "-n", "2", sys.executable, str(HELPER), "plain"],
-        env=_env(LAUNCH_TEST_RESULT_DIR=str(tmp_path)),
+        env=_env(LAUNCH_TEST_RESULT_DIR=str(tmp_path), **root),
         capture_output=True,
         text=True,
         timeout=120,
