@@ -77,7 +77,6 @@ class _RingAttention(torch.autograd.Function):
         out, lse = _forward(q, k, v, *args)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = args
-        ctx.mark_non_differentiable(lse)
         return out
 
     @staticmethod
@@ -87,6 +86,8 @@ class _RingAttention(torch.autograd.Function):
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor, device: int, cu: Tensor | None, world: int) -> None:
+    """Local checks of one call (shapes, dtypes, documents, then the device), each a UsageError
+    that says what to change."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise UsageError(
@@ -94,10 +95,6 @@ def _check(q: Tensor, k: Tensor, v: Tensor, device: int, cu: Tensor | None, worl
             )
         if t.dtype not in DTYPES:
             raise UsageError(f"ring_attention: {name} is {t.dtype}; use bfloat16 or float16")
-        if t.device != torch.device("cuda", device):
-            raise UsageError(
-                f"ring_attention: {name} is on {t.device}; the comm's GPU is cuda:{device}"
-            )
     if k.shape != v.shape or k.dtype != q.dtype or v.dtype != q.dtype:
         raise UsageError("ring_attention: k and v must have one shape, and q's dtype")
     (b, hq, s, d), (bk, hk, sk, dk) = q.shape, k.shape
@@ -112,6 +109,11 @@ def _check(q: Tensor, k: Tensor, v: Tensor, device: int, cu: Tensor | None, worl
         if cu.dtype != torch.int32 or cu.dim() != 1:
             raise UsageError("ring_attention: cu_seqlens must be a 1-D int32 tensor")
         layouts.token_index(s * world, world, 0, "zigzag", cu)  # boundaries and divisibility
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.device != torch.device("cuda", device):
+            raise UsageError(
+                f"ring_attention: {name} is on {t.device}; the comm's GPU is cuda:{device}"
+            )
 
 
 def _ring(handle: int, members: list[int], backend: str) -> Ring:
