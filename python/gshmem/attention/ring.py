@@ -75,9 +75,9 @@ def part(x: torch.Tensor, name: str, seq_dim: int) -> torch.Tensor:
 class Rows:
     """One rank's query rows, filled block by block with either log-sum-exp merges (the forward's
     outputs) or sums (the backward's dq). Each half keeps its newest partial: the first block's
-    result as it came (no copy when it covers every row), then one fused combine per later
-    block, written in fp32 while more blocks will reach those rows and in the final dtype by the
-    last one, so each element is rounded to 16 bits once more than the kernel rounds it."""
+    result as it came (no copy when it covers every row), then one combine per later block,
+    written in fp32 while more blocks will reach those rows and in the final dtype by the last
+    one, so each element is rounded to 16 bits once more than the kernel rounds it."""
 
     def __init__(self, q: torch.Tensor, seq_dim: int, blocks: dict[str, int], merge: bool):
         self.like, self.seq_dim, self.left, self.merging = q, seq_dim, dict(blocks), merge
@@ -85,10 +85,10 @@ class Rows:
         self.where: dict[str, str] = {}  # half -> "out" or "acc": where its partial is
 
     def _rows(self, which: str, name: str):
-        t = self.out if which == "out" else self.acc
-        return part(t, name, self.seq_dim), part(
-            self.lse, name, self.seq_dim
-        ) if self.merging else None
+        """(rows of part ``name`` in the output or the fp32 accumulator, their lse or None)."""
+        rows = part(self.out if which == "out" else self.acc, name, self.seq_dim)
+        lse = part(self.lse, name, self.seq_dim) if self.merging else None
+        return rows, lse
 
     def add(self, name: str, out: torch.Tensor, lse: torch.Tensor | None = None) -> None:
         import torch
