@@ -28,16 +28,11 @@ from gshmem._errors import UsageError
 if TYPE_CHECKING:
     import torch
 
-_aten = None
-
 
 def _ops():
-    global _aten
-    if _aten is None:
-        import torch
+    import torch
 
-        _aten = torch.ops.aten
-    return _aten
+    return torch.ops.aten
 
 
 def _empty_rng(device: torch.device, shape: tuple[int, ...], dtype: torch.dtype):

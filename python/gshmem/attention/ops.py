@@ -116,8 +116,7 @@ def _check(q: Tensor, k: Tensor, v: Tensor, device: int, cu: Tensor | None, worl
             )
 
 
-def _ring(handle: int, members: list[int], backend: str) -> Ring:
-    comm = lookup_comm(handle)
+def _ring(comm, members: list[int], backend: str) -> Ring:
     start, stride, size = members
     world = [start + i * stride for i in range(size)]
     if comm.rank not in world:
@@ -149,7 +148,7 @@ def _agree(ring: Ring, signature: tuple) -> None:
 def _problem(q, k, v, handle, members, causal, scale, layout, backend, cu):
     comm = lookup_comm(handle)
     layouts.check_layout(layout)
-    ring = _ring(handle, members, backend)
+    ring = _ring(comm, members, backend)
     _check(q, k, v, comm.device, cu, ring.world)
     seq = q.shape[2]
     if layout == "zigzag" and seq % 2:

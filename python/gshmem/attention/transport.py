@@ -39,18 +39,12 @@ ARRIVED, CREDIT = 0, 2  # offsets of the two per-slot flag pairs in a channel's 
 def view_slot(slot: torch.Tensor, shapes, dtype: torch.dtype) -> list[torch.Tensor]:
     """Tensors of ``shapes`` (one after another, ``dtype``) viewing the start of a byte slot."""
     out, offset = [], 0
-    size = _itemsize(dtype)
+    size = dtype.itemsize
     for shape in shapes:
         n = math.prod(shape) * size
         out.append(slot[offset : offset + n].view(dtype).view(shape))
         offset += n
     return out
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    import torch
-
-    return torch.empty((), dtype=dtype).element_size()
 
 
 def _bytes(src: torch.Tensor) -> torch.Tensor:
