@@ -82,6 +82,17 @@ class Buffer:
         addr = self.comm.ptr(self.ptr, pe)
         return None if addr is None else Buffer(self.comm, addr, self.nbytes, pe)
 
+    def view(self, offset: int, nbytes: int) -> Buffer:
+        """Bytes ``[offset, offset + nbytes)`` of this buffer, as a Buffer (not an allocation:
+        never ``free`` it). Operations take Buffers with less host work than tensors, so hot
+        loops keep their signals and destinations as views made once."""
+        offset, nbytes = _as_count(offset, "offset"), _as_count(nbytes, "nbytes")
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+            raise UsageError(
+                f"view [{offset}, {offset + nbytes}) is outside the buffer's {self.nbytes} bytes"
+            )
+        return Buffer(self.comm, self.ptr + offset, nbytes, self.pe)
+
 
 class Comm:
     """One PE of a group of ``nranks`` PEs sharing a symmetric heap (collective constructor).

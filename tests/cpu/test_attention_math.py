@@ -5,6 +5,7 @@ GQA, packed documents) run by W threads over in-process channels against exact a
 from __future__ import annotations
 
 import itertools
+import math
 import queue
 import threading
 
@@ -15,6 +16,7 @@ torch = pytest.importorskip("torch")
 from gshmem import UsageError  # noqa: E402
 from gshmem.attention import layout, merge, ring, schedule  # noqa: E402
 from gshmem.attention.local import Dense, Varlen, math_forward  # noqa: E402
+from gshmem.attention.transport import view_slot  # noqa: E402
 
 
 # -- layouts ---------------------------------------------------------------------------------
@@ -158,8 +160,9 @@ class QueueChannel:
         self.inboxes, self.right, self.me = inboxes, right, me
         self.current = [None, None]
 
-    def slot(self, i):
-        return self.current[i]
+    def message(self, i, shapes, dtype):
+        n = sum(math.prod(s) for s in shapes) * dtype.itemsize
+        return self.current[i][:n], view_slot(self.current[i], shapes, dtype)
 
     def wait(self, i):
         self.current[i] = self.inboxes[self.me][i].get(timeout=30)

@@ -98,6 +98,19 @@ def test_span_of_buffers_and_tensors():
         _span(torch.zeros(4), "put: src", 0)
 
 
+def test_buffer_views_are_sub_ranges_of_one_pe():
+    comm = types.SimpleNamespace(device=1)
+    buf = gshmem.Buffer(comm, 0x1000, 64, 3)
+    sub = buf.view(16, 8)
+    assert (sub.ptr, sub.nbytes, sub.pe, sub.device) == (0x1010, 8, 3, 1)
+    assert _span(buf.view(64, 0), "dst", 1) == (0x1040, 0)
+    for offset, nbytes in ((60, 8), (-1, 4), (0, -1), (65, 0)):
+        with pytest.raises(gshmem.UsageError, match="outside the buffer's 64 bytes"):
+            buf.view(offset, nbytes)
+    with pytest.raises(gshmem.UsageError, match="must be an int"):
+        buf.view(1.0, 4)
+
+
 def test_sizes_must_match():
     _same_size("put", 8, 8)
     with pytest.raises(gshmem.UsageError, match="dst has 8 bytes but src has 9"):

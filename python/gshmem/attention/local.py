@@ -35,10 +35,21 @@ def _ops():
     return torch.ops.aten
 
 
+_rng_states: dict[tuple, torch.Tensor] = {}
+
+
 def _empty_rng(device: torch.device, shape: tuple[int, ...], dtype: torch.dtype):
+    """The dropout RNG state the backward kernels take (unused: no dropout), made once per
+    device: a fresh one would cost a fill kernel per block."""
     import torch
 
-    return torch.zeros(shape, dtype=dtype, device=device)
+    key = (device, shape, dtype)
+    state = _rng_states.get(key)
+    if state is None:
+        state = torch.zeros(shape, dtype=dtype, device=device)
+        if not torch.cuda.is_current_stream_capturing():  # a captured fill never ran
+            _rng_states[key] = state
+    return state
 
 
 class Dense:

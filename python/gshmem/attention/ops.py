@@ -131,9 +131,7 @@ def _ring(comm, members: list[int], backend: str) -> Ring:
 
 
 def _agree(ring: Ring, signature: tuple) -> None:
-    """Collective, once per new signature: every member called with the same problem."""
-    if signature in ring.checked:
-        return
+    """Collective: every member called with the same problem (a UsageError where not)."""
     digest = hashlib.blake2b(repr(signature).encode(), digest_size=7).digest()
     mine = torch.tensor([int.from_bytes(digest, "little")], device=f"cuda:{ring.comm.device}")
     seen = ring.comm.all_gather(mine, team=ring.team).cpu().tolist()
@@ -142,25 +140,32 @@ def _agree(ring: Ring, signature: tuple) -> None:
             "ring_attention: the team's ranks called with different problems (shapes, dtype, "
             f"mask, layout or documents); this rank's is {signature}"
         )
-    ring.checked.add(signature)
 
 
 def _problem(q, k, v, handle, members, causal, scale, layout, backend, cu):
+    """(ring, problem) of one call; the checks run once per new local signature (and the
+    collective agreement with them), later calls with it only look it up."""
     comm = lookup_comm(handle)
-    layouts.check_layout(layout)
     ring = _ring(comm, members, backend)
+    docs = None if cu is None else tuple(int(x) for x in cu.tolist())
+    shared = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, causal, scale, layout, docs)
+    known = ring.problems.get((*shared, q.device, k.device, v.device))
+    if known is not None:
+        return ring, known
+    layouts.check_layout(layout)
     _check(q, k, v, comm.device, cu, ring.world)
     seq = q.shape[2]
     if layout == "zigzag" and seq % 2:
         raise UsageError(f"ring_attention: the zigzag layout needs an even local length, got {seq}")
-    docs = None if cu is None else tuple(int(x) for x in cu.tolist())
     _agree(ring, (tuple(q.shape), tuple(k.shape), str(q.dtype), causal, scale, layout, docs))
     if cu is None:
-        return ring, Problem(causal, scale, layout, Dense("cuda"))
-    part = torch.tensor(docs, dtype=torch.int32) // (2 * ring.world)
-    longest = int((part[1:] - part[:-1]).max())
-    kernel = Varlen("cuda", part.to(q.device), longest)
-    return ring, Problem(causal, scale, layout, kernel, split=True)
+        p = Problem(causal, scale, layout, Dense("cuda"))
+    else:
+        part = torch.tensor(docs, dtype=torch.int32) // (2 * ring.world)
+        longest = int((part[1:] - part[:-1]).max())
+        p = Problem(causal, scale, layout, Varlen("cuda", part.to(q.device), longest), split=True)
+    ring.problems[(*shared, q.device, k.device, v.device)] = p
+    return ring, p
 
 
 def _to_kernel(t: Tensor, varlen: bool) -> Tensor:

@@ -11,7 +11,9 @@ Backward: K/V travel as in the forward; the key/value gradients of each shard tr
 one step behind, in fp32 (``DKV_WIRE_DTYPE``; docs/attention.md gives the error and traffic that
 chose it): at step s a rank computes its blocks' gradients first and only then waits for the
 shard's running dK/dV from the left, adds its share and passes them on. After W steps every
-shard's dK/dV has visited every rank and arrives back at its owner.
+shard's dK/dV has visited every rank and arrives back at its owner; that last hop carries
+finished sums, rounded to the inputs' dtype by the sender (the rounding the owner would make,
+half the bytes on the one hop nothing overlaps).
 
 Tensors here are in the kernel's layout (``kernel.seq_dim`` is the sequence dimension); ``lse``
 is aligned with the output (head dimension of size 1), fp32.
@@ -24,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gshmem.attention.merge import merge
 from gshmem.attention.schedule import ALL, blocks_per_half, halves, part_range, step_blocks
-from gshmem.attention.transport import view_slot
 
 if TYPE_CHECKING:
     import torch
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
 
 
 class Channel(Protocol):
-    def slot(self, i: int) -> torch.Tensor: ...
     def wait(self, i: int) -> None: ...
+    def message(self, i: int, shapes, dtype) -> tuple[torch.Tensor, list[torch.Tensor]]: ...
     def send(self, src: torch.Tensor, i: int) -> None: ...
     def release(self, i: int) -> None: ...
     def join(self) -> None: ...
@@ -156,13 +157,11 @@ def forward(ring: RingLike, p: Problem, q, k, v) -> tuple[torch.Tensor, torch.Te
     msg, kc, vc = _packed(k, v)
     kc.copy_(k)
     vc.copy_(v)
-    size = _nbytes(msg)
-    ch = ring.channel("kv", size) if world > 1 else None
+    ch = ring.channel("kv", _nbytes(msg)) if world > 1 else None
     for s in range(world):
         if s > 0:
             ch.wait(s % 2)
-            msg = ch.slot(s % 2)[:size]
-            kc, vc = view_slot(msg, (k.shape, v.shape), k.dtype)
+            msg, (kc, vc) = ch.message(s % 2, (k.shape, v.shape), k.dtype)
         if s < world - 1:
             ch.send(msg, (s + 1) % 2)
         for b in step_blocks(me, world, s, p.layout, p.causal, p.split):
@@ -187,15 +186,13 @@ def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse) -> tuple[torch
     vc.copy_(v)
     acc, dk_acc, dv_acc = _packed(k, v, _wire())
     acc.zero_()
-    size, dkv_size = _nbytes(msg), _nbytes(acc)
-    kv_ch = ring.channel("kv", size) if world > 1 else None
-    dkv_ch = ring.channel("dkv", dkv_size) if world > 1 else None
+    kv_ch = ring.channel("kv", _nbytes(msg)) if world > 1 else None
+    dkv_ch = ring.channel("dkv", _nbytes(acc)) if world > 1 else None
     shapes = (k.shape, v.shape)
     for s in range(world):
         if s > 0:
             kv_ch.wait(s % 2)
-            msg = kv_ch.slot(s % 2)[:size]
-            kc, vc = view_slot(msg, shapes, k.dtype)
+            msg, (kc, vc) = kv_ch.message(s % 2, shapes, k.dtype)
         if s < world - 1:
             kv_ch.send(msg, (s + 1) % 2)
         grads = []
@@ -212,11 +209,14 @@ def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse) -> tuple[torch
             grads.append((b.kv, dk_b, dv_b))
         if s > 0:  # only now: the blocks above never wait for the left neighbour's dK/dV
             dkv_ch.wait(s % 2)
-            acc = dkv_ch.slot(s % 2)[:dkv_size]
-            dk_acc, dv_acc = view_slot(acc, shapes, _wire())
+            acc, (dk_acc, dv_acc) = dkv_ch.message(s % 2, shapes, _wire())
         for name, dk_b, dv_b in grads:
             part(dk_acc, name, sd).add_(dk_b)
             part(dv_acc, name, sd).add_(dv_b)
+        if world > 1 and s == world - 1:  # finished sums, on their way to their owner
+            acc, dk_fin, dv_fin = _packed(k, v)
+            dk_fin.copy_(dk_acc)
+            dv_fin.copy_(dv_acc)
         if world > 1:
             dkv_ch.send(acc, (s + 1) % 2)
         if s > 0:
@@ -224,7 +224,7 @@ def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse) -> tuple[torch
             dkv_ch.release(s % 2)
     if world > 1:  # this rank's own shard's gradients, back from the whole ring
         dkv_ch.wait(world % 2)
-        dk_acc, dv_acc = view_slot(dkv_ch.slot(world % 2), shapes, _wire())
+        _, (dk_acc, dv_acc) = dkv_ch.message(world % 2, shapes, k.dtype)
     dk, dv = dk_acc.to(k.dtype, copy=True), dv_acc.to(v.dtype, copy=True)
     if world > 1:
         dkv_ch.release(world % 2)

@@ -1,39 +1,40 @@
-"""Moving shards around the ring: the same four calls over gshmem or over NCCL.
+"""Moving shards around the ring: the same calls over gshmem or over NCCL.
 
 A *channel* passes one message per step to the right neighbour and receives one from the left
 into two alternating slots (double buffering). The ring loop (ring.py) calls, per step s:
 
-    wait(s % 2)          # the compute stream may read slot s % 2 (what the left neighbour sent)
-    send(src, (s+1) % 2) # src goes to the right neighbour's slot (s+1) % 2
+    wait(s % 2)              # the compute stream may read slot s % 2 (the left neighbour's message)
+    message(s % 2, shapes, dtype)  # (its bytes, tensors of ``shapes`` viewing them)
+    send(src, (s+1) % 2)     # src goes to the right neighbour's slot (s+1) % 2
     ...compute...
-    release(s % 2)       # this rank is done with slot s % 2: the left neighbour may refill it
-    join()               # at the end: the compute stream waits for everything the channel did
+    release(s % 2)           # this rank is done with slot s % 2: the left neighbour may refill it
+    join()                   # at the end: the compute stream waits for everything the channel did
 
 ``GshmemChannel`` (zero SMs): the slots are symmetric memory; a send is a copy-engine put plus a
 stream memory-operation signal, issued on the channel's own stream so it overlaps the compute
 stream's attention. Flow control is a credit per slot: the sender waits until the receiver has
 released the slot, resets the credit, puts, and sets the receiver's arrival flag; the receiver
-waits for the flag, resets it, reads, and gives the credit back. Every flag goes 0 -> 1 -> 0
-within a call, so a call leaves the flags as it found them: CUDA-graph replays and later calls
-reuse them without any host involvement. ``NcclChannel``: the same schedule over
-``torch.distributed.batch_isend_irecv`` (NCCL kernels on NCCL's stream), the baseline that
-differs only in transport.
+waits for the flag, resets it, reads, and gives the credit back from its compute stream. Every
+flag goes 0 -> 1 -> 0 within a call, so a call leaves the flags as it found them: CUDA-graph
+replays and later calls reuse them without any host involvement. A sent tensor is kept alive
+until ``join``: the side stream may still be reading it after the caller has dropped it, and
+torch's allocator would otherwise hand its memory to the compute stream. ``NcclChannel``: the
+same schedule over ``torch.distributed.batch_isend_irecv`` (NCCL kernels on NCCL's stream), the
+baseline that differs only in transport.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gshmem._errors import UsageError
 
 if TYPE_CHECKING:
     import torch
 
-    from gshmem.comm import Comm
+    from gshmem.comm import Buffer, Comm
     from gshmem.team import Team
-
-ARRIVED, CREDIT = 0, 2  # offsets of the two per-slot flag pairs in a channel's signal tensor
 
 
 def view_slot(slot: torch.Tensor, shapes, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -54,74 +55,106 @@ def _bytes(src: torch.Tensor) -> torch.Tensor:
     return src.reshape(-1).view(torch.uint8)
 
 
-class GshmemChannel:
+def _held_by(comm: Comm, buf: Buffer) -> Buffer:
+    """``buf`` referring to its comm through ``comm``, the ring's weak proxy: what a channel owns
+    (and the tensors viewing it) must not keep the comm alive, or a dropped comm and its rings
+    would never be collected."""
+    from gshmem.comm import Buffer
+
+    return Buffer(comm, buf.ptr, buf.nbytes, buf.pe)
+
+
+class SlotPair:
+    """Two receive slots of ``nbytes`` (a ``[2, nbytes]`` uint8 tensor) and the views of the
+    messages in them, made once per (slot, shapes, dtype): the ring asks for them every step."""
+
+    def __init__(self, slots: torch.Tensor) -> None:
+        self.slots, self.nbytes = slots, slots.shape[1]
+        self._messages: dict[tuple, tuple[torch.Tensor, list[torch.Tensor]]] = {}
+
+    def message(self, i: int, shapes, dtype: torch.dtype):
+        key = (i, tuple(shapes), dtype)
+        found = self._messages.get(key)
+        if found is None:
+            n = sum(math.prod(s) for s in shapes) * dtype.itemsize
+            flat = self.slots[i][:n]
+            found = self._messages[key] = (flat, view_slot(flat, shapes, dtype))
+        return found
+
+    def _check(self, data: torch.Tensor) -> None:
+        if data.numel() > self.nbytes:
+            raise UsageError(f"ring message of {data.numel()} B exceeds its {self.nbytes} B slot")
+
+
+class GshmemChannel(SlotPair):
     """Two symmetric slots of ``nbytes`` and four flags per PE (collective to create)."""
 
     def __init__(self, comm: Comm, right: int, left: int, nbytes: int) -> None:
         import torch
 
-        self.comm, self.right, self.left, self.nbytes = comm, right, left, nbytes
-        self.slots = comm.empty((2, nbytes), torch.uint8)
-        self.flags = comm.zeros((4,), torch.int64)  # arrived[2], credit[2]
-        self.flags[CREDIT:].fill_(1)  # both of the right neighbour's slots start free
+        self.memory = _held_by(comm, comm.malloc(2 * nbytes))
+        super().__init__(torch.from_dlpack(self.memory).view(2, nbytes))
+        self.comm, self.right, self.left = comm, right, left
+        # Buffers, not tensors, for what every step names: each call then costs less host time.
+        self.flags = _held_by(comm, comm.calloc(4 * 8))  # arrived[2], credit[2]
+        self.arrived = [self.flags.view(8 * i, 8) for i in range(2)]
+        self.credit = [self.flags.view(8 * (2 + i), 8) for i in range(2)]
+        self.dst = [self.memory.view(i * nbytes, nbytes) for i in range(2)]
+        torch.from_dlpack(self.flags).view(torch.int64)[2:].fill_(1)  # both right slots free
         self.stream = torch.cuda.Stream(device=comm.device)
+        self.side = self.stream.cuda_stream
+        self.pending: list[torch.Tensor] = []  # sent tensors the side stream may still read
         torch.cuda.synchronize(comm.device)
         comm.barrier()
 
-    def flag(self, which: int, slot: int) -> torch.Tensor:
-        return self.flags[which + slot : which + slot + 1]
+    def _current(self) -> int:
+        import torch
 
-    def slot(self, i: int) -> torch.Tensor:
-        return self.slots[i]
+        return torch.cuda.current_stream(self.comm.device).cuda_stream
 
     def wait(self, i: int) -> None:
-        c = self.comm
-        c.signal_wait_until(self.flag(ARRIVED, i), "eq", 1)
-        c.signal_op(self.flag(ARRIVED, i), 0, c.rank)
+        c, cur = self.comm, self._current()
+        c.signal_wait_until(self.arrived[i], "eq", 1, stream=cur)
+        c.signal_op(self.arrived[i], 0, c.rank, stream=cur)
 
     def send(self, src: torch.Tensor, i: int) -> None:
         import torch
 
-        c, m = self.comm, self.stream
-        data = _bytes(src)
-        if data.numel() > self.nbytes:
-            raise UsageError(f"ring message of {data.numel()} B exceeds its {self.nbytes} B slot")
-        m.wait_stream(torch.cuda.current_stream(c.device))
-        c.signal_wait_until(self.flag(CREDIT, i), "eq", 1, stream=m)
-        c.signal_op(self.flag(CREDIT, i), 0, c.rank, stream=m)
-        c.put_signal(self.slots[i][: data.numel()], data, self.flag(ARRIVED, i), 1, self.right,
-                     stream=m)  # fmt: skip
+        c, data = self.comm, _bytes(src)
+        self._check(data)
+        self.stream.wait_stream(torch.cuda.current_stream(c.device))
+        c.signal_wait_until(self.credit[i], "eq", 1, stream=self.side)
+        c.signal_op(self.credit[i], 0, c.rank, stream=self.side)
+        dst = self.dst[i].view(0, data.numel())
+        c.put_signal(dst, data, self.arrived[i], 1, self.right, stream=self.side)
+        self.pending.append(src)
 
     def release(self, i: int) -> None:
-        import torch
-
-        c, m = self.comm, self.stream
-        m.wait_stream(torch.cuda.current_stream(c.device))
-        c.signal_op(self.flag(CREDIT, i), 1, self.left, stream=m)
+        self.comm.signal_op(self.credit[i], 1, self.left, stream=self._current())
 
     def join(self) -> None:
         import torch
 
         torch.cuda.current_stream(self.comm.device).wait_stream(self.stream)
+        self.pending.clear()  # freed after the join: reuse is ordered after the side stream
 
     def close(self) -> None:
         """Collective: frees the symmetric memory."""
-        self.comm.free(self.slots)
+        self._messages.clear()
+        self.slots = None
+        self.comm.free(self.memory)
         self.comm.free(self.flags)
 
 
-class NcclChannel:
+class NcclChannel(SlotPair):
     """The same calls over torch.distributed (NCCL); ranks are world ranks of the gshmem comm."""
 
     def __init__(self, device: int, right: int, left: int, nbytes: int) -> None:
         import torch
 
-        self.right, self.left, self.nbytes = right, left, nbytes
-        self.slots = torch.empty((2, nbytes), dtype=torch.uint8, device=f"cuda:{device}")
+        super().__init__(torch.empty((2, nbytes), dtype=torch.uint8, device=f"cuda:{device}"))
+        self.right, self.left = right, left
         self.works: list[list] = [[], []]
-
-    def slot(self, i: int) -> torch.Tensor:
-        return self.slots[i]
 
     def wait(self, i: int) -> None:
         for w in self.works[i]:
@@ -132,6 +165,7 @@ class NcclChannel:
         import torch.distributed as dist
 
         data = _bytes(src)
+        self._check(data)
         ops = [
             dist.P2POp(dist.isend, data, self.right),
             dist.P2POp(dist.irecv, self.slots[i][: data.numel()], self.left),
@@ -143,9 +177,11 @@ class NcclChannel:
         the compute stream made of it (the receive is issued after them)."""
 
     def join(self) -> None:
-        """Nothing to do: every receive was waited for by ``wait``."""
+        """Nothing to do: every receive was waited for by ``wait``, and NCCL keeps a sent
+        tensor alive until its work is waited for."""
 
     def close(self) -> None:
+        self._messages.clear()
         self.slots = None
 
 
@@ -163,7 +199,7 @@ class Ring:
         self.right = members[(me + 1) % len(members)]
         self.left = members[(me - 1) % len(members)]
         self.channels: dict[str, GshmemChannel | NcclChannel] = {}
-        self.checked: set[tuple] = set()
+        self.problems: dict[tuple, Any] = {}  # local call signature -> its checked Problem
 
     def channel(self, name: str, nbytes: int) -> GshmemChannel | NcclChannel:
         ch = self.channels.get(name)
@@ -205,4 +241,12 @@ def resolve_backend(comm: Comm, members: list[int], backend: str) -> str:
     return "gshmem"
 
 
-__all__ = ["BACKENDS", "GshmemChannel", "NcclChannel", "Ring", "resolve_backend", "view_slot"]
+__all__ = [
+    "BACKENDS",
+    "GshmemChannel",
+    "NcclChannel",
+    "Ring",
+    "SlotPair",
+    "resolve_backend",
+    "view_slot",
+]
