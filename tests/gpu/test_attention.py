@@ -13,6 +13,6 @@ PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
 
 
 @pytest.mark.parametrize("n", PES)
-@pytest.mark.parametrize("scenario", ["dense", "varlen", "graph", "compile", "badargs"])
+@pytest.mark.parametrize("scenario", ["dense", "varlen", "graph", "compile", "badargs", "replay"])
 def test_ring_attention(n, scenario):
     launch_pes(n, SCRIPT, scenario, timeout=400)

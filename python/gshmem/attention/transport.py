@@ -200,12 +200,14 @@ class Ring:
         self.left = members[(me - 1) % len(members)]
         self.channels: dict[str, GshmemChannel | NcclChannel] = {}
         self.problems: dict[tuple, Any] = {}  # local call signature -> its checked Problem
+        self.replays: dict[tuple, Any] = {}  # (direction, signature) -> replay.run's state
 
     def channel(self, name: str, nbytes: int) -> GshmemChannel | NcclChannel:
         ch = self.channels.get(name)
         if ch is not None and ch.nbytes >= nbytes:
             return ch
         if ch is not None:
+            self.replays.clear()  # captured calls name the old channel's memory
             ch.close()
         if self.backend == "gshmem":
             ch = GshmemChannel(self.comm, self.right, self.left, nbytes)

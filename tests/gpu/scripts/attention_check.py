@@ -9,6 +9,7 @@ Usage: attention_check.py SCENARIO
   varlen    packed documents (cu_seqlens) with document masking, both backends
   graph     forward+backward captured in a CUDA graph, replayed on new data, against eager
   compile   torch.compile(fullgraph=True) of a function calling ring_attention, fwd+bwd
+  replay    short shards replayed as a CUDA graph of the call, on new data, checked every call
   badargs   clear UsageErrors: dtype, device, odd zigzag length, mismatched shapes across ranks
 Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
 """
@@ -207,8 +208,32 @@ def badargs(comm) -> None:
     print(f"badargs: every bad call raised a clear UsageError (rank {me})", flush=True)
 
 
+def replayed(comm) -> None:
+    """Short shards replay a CUDA graph of the call (gshmem.attention.replay): the first call of
+    a problem runs eagerly, the second captures, later ones replay, each on new data and each
+    checked; a larger problem grows the ring's buffers, which drops the captured calls, and the
+    first problem then runs eagerly and is captured again."""
+    from gshmem.attention import replay
+
+    assert replay.wanted("gshmem", 512 * 8 * 128, False), "the test shapes must be short"
+    lengths = [2 * comm.nranks * c for c in (40, 8, 100, 20)]
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
+    varlen_shape = (1, 8, 2, int(cu[-1]) // comm.nranks, 128, torch.bfloat16)
+    for shape, docs in ((SHAPES[0], None), (varlen_shape, cu), (SHAPES[2], None)):
+        for causal in (True, False):
+            for rep in range(4):
+                errs = check_case(comm, shape, causal, "zigzag", "gshmem", seed=200 + rep, cu=docs)
+                if comm.rank == 0 and rep == 3:
+                    print(f"replay {shape[:5]} causal={causal} docs={docs is not None}: {errs}",
+                          flush=True)  # fmt: skip
+    big = (1, 8, 2, 4096, 128, torch.bfloat16)  # larger buffers: the captured calls are dropped
+    check_case(comm, big, True, "zigzag", "gshmem", seed=300)
+    for rep in range(3):
+        check_case(comm, SHAPES[0], True, "zigzag", "gshmem", seed=400 + rep)
+
+
 SCENARIOS = {"dense": dense, "varlen": varlen, "graph": graph, "compile": compile_,
-             "badargs": badargs}  # fmt: skip
+             "badargs": badargs, "replay": replayed}  # fmt: skip
 
 
 def main() -> None:
