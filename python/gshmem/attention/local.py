@@ -38,7 +38,7 @@ def _ops():
 _rng_states: dict[tuple, torch.Tensor] = {}
 
 
-def _empty_rng(device: torch.device, shape: tuple[int, ...], dtype: torch.dtype):
+def _rng_state(device: torch.device, shape: tuple[int, ...], dtype: torch.dtype):
     """The dropout RNG state the backward kernels take (unused: no dropout), made once per
     device: a fresh one would cost a fill kernel per block."""
     import torch
@@ -79,13 +79,13 @@ class Dense:
 
         sq, sk = q.shape[2], k.shape[2]
         if self.kind == "cudnn":
-            seed = _empty_rng(q.device, (), torch.int64)
+            seed = _rng_state(q.device, (), torch.int64)
             return _ops()._scaled_dot_product_cudnn_attention_backward(
                 dout, q, k, v, out, lse.contiguous(), seed, seed, None, None, None, sq, sk,
                 0.0, causal, scale=scale,
             )  # fmt: skip
         if self.kind == "flash":
-            rng = _empty_rng(q.device, (2,), torch.uint64)
+            rng = _rng_state(q.device, (2,), torch.uint64)
             return _ops()._scaled_dot_product_flash_attention_backward(
                 dout, q, k, v, out, lse.squeeze(-1).contiguous(), None, None, sq, sk, 0.0,
                 causal, rng, rng[0], scale=scale,
@@ -118,7 +118,7 @@ class Varlen:
 
         if self.kind == "flash":
             n = self.max_len
-            rng = _empty_rng(q.device, (2,), torch.uint64)
+            rng = _rng_state(q.device, (2,), torch.uint64)
             return _ops()._flash_attention_backward(
                 dout, q, k, v, out, lse.squeeze(-1).t().contiguous(), self.cu, self.cu, n, n,
                 0.0, causal, rng, rng[0], scale=scale,

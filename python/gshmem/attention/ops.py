@@ -202,13 +202,14 @@ def _forward(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens):
         out, lse = forward(ring, p, *(_to_kernel(t, vl) for t in (q, k, v)))
         return _from_kernel(out, vl).contiguous(), lse
 
-    if _replayed(ring, q):
-        return replay.run(ring.replays, ("forward", key), call, (q, k, v))
-    return call(q, k, v)
+    return _run(ring, ("forward", key), q, call, (q, k, v))
 
 
-def _replayed(ring: Ring, q: Tensor) -> bool:
-    return replay.wanted(ring.backend, q.numel(), torch.cuda.is_current_stream_capturing())
+def _run(ring: Ring, key: tuple, q: Tensor, call, inputs: tuple):
+    """``call(*inputs)``, replayed as a CUDA graph where replay.py's policy says so for ``q``."""
+    if replay.wanted(ring.backend, q.numel(), torch.cuda.is_current_stream_capturing()):
+        return replay.run(ring.replays, key, call, inputs)
+    return call(*inputs)
 
 
 @ring_attention_op.register_fake
@@ -248,9 +249,7 @@ def _backward_impl(dout, q, k, v, out, lse, comm, team, causal, scale, layout, b
         grads = backward(ring, p, *args, lse)
         return tuple(_from_kernel(g, vl).contiguous() for g in grads)
 
-    if _replayed(ring, q):
-        return replay.run(ring.replays, ("backward", key), call, (dout, q, k, v, out, lse))
-    return call(dout, q, k, v, out, lse)
+    return _run(ring, ("backward", key), q, call, (dout, q, k, v, out, lse))
 
 
 @ring_attention_backward_op.register_fake
