@@ -28,6 +28,8 @@ from gshmem.attention.merge import merge
 from gshmem.attention.schedule import ALL, blocks_per_half, halves, part_range, step_blocks
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import torch
 
     from gshmem.attention.local import Dense, Varlen
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 class Channel(Protocol):
     def wait(self, i: int) -> None: ...
     def message(self, i: int, shapes, dtype) -> tuple[torch.Tensor, list[torch.Tensor]]: ...
-    def send(self, src: torch.Tensor, i: int) -> None: ...
+    def send(self, parts: Sequence[torch.Tensor], i: int) -> None: ...
     def release(self, i: int) -> None: ...
     def join(self) -> None: ...
 
@@ -154,14 +156,13 @@ def forward(ring: RingLike, p: Problem, q, k, v) -> tuple[torch.Tensor, torch.Te
     """(output in q's dtype, fp32 lse) of this rank's queries against the whole sequence."""
     world, me, sd = ring.world, ring.index, p.kernel.seq_dim
     rows = Rows(q, sd, blocks_per_half(me, world, p.layout, p.causal, p.split), merge=True)
-    msg, kc, vc = _packed(k, v)
-    kc.copy_(k)
-    vc.copy_(v)
-    ch = ring.channel("kv", _nbytes(msg)) if world > 1 else None
+    msg = kc, vc = k.contiguous(), v.contiguous()  # the first message: put part by part
+    ch = ring.channel("kv", _nbytes(kc) + _nbytes(vc)) if world > 1 else None
     for s in range(world):
         if s > 0:
             ch.wait(s % 2)
-            msg, (kc, vc) = ch.message(s % 2, (k.shape, v.shape), k.dtype)
+            flat, (kc, vc) = ch.message(s % 2, (k.shape, v.shape), k.dtype)
+            msg = (flat,)
         if s < world - 1:
             ch.send(msg, (s + 1) % 2)
         for b in step_blocks(me, world, s, p.layout, p.causal, p.split):
@@ -176,27 +177,59 @@ def forward(ring: RingLike, p: Problem, q, k, v) -> tuple[torch.Tensor, torch.Te
     return rows.result()
 
 
+def _fold(grads, acc, out, sd: int) -> None:
+    """``out`` (dK, dV) = ``acc`` (the running sums, or None: zeros) + the step's block gradients
+    ``grads`` ((kv part, dk, dv), ...), in one pass per part where it can: a part's first block
+    adds ``acc`` into ``out`` (or is copied when there is no ``acc``), later blocks add in place;
+    parts no block touches are copied across (or zeroed). ``out`` may be ``acc`` (in place)."""
+    import torch
+
+    done: set[str] = set()  # halves of ``out`` written
+    for name, *gs in grads:
+        hs = halves(name)
+        subs = [name] if len({h in done for h in hs}) == 1 else list(hs)
+        for sub in subs:
+            fresh = sub not in done and not (set(halves(sub)) & done)
+            for i, g in enumerate(gs):
+                o = part(out[i], sub, sd)
+                g = g if sub == name else part(g, sub, sd)
+                if not fresh:
+                    o.add_(g)
+                elif acc is None:
+                    o.copy_(g)
+                else:
+                    torch.add(part(acc[i], sub, sd), g, out=o)
+            done.update(halves(sub))
+    for h in halves(ALL):
+        if h in done:
+            continue
+        for i, o in enumerate(out):
+            if acc is None:
+                part(o, h, sd).zero_()
+            elif acc[i] is not o:
+                part(o, h, sd).copy_(part(acc[i], h, sd))
+
+
 def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse) -> tuple[torch.Tensor, ...]:
     """(dq, dk, dv) of this rank's shards, given the forward's output and lse."""
 
     world, me, sd = ring.world, ring.index, p.kernel.seq_dim
     dq = Rows(q, sd, blocks_per_half(me, world, p.layout, p.causal, p.split), merge=False)
-    msg, kc, vc = _packed(k, v)
-    kc.copy_(k)
-    vc.copy_(v)
-    acc, dk_acc, dv_acc = _packed(k, v, _wire())
-    acc.zero_()
-    kv_ch = ring.channel("kv", _nbytes(msg)) if world > 1 else None
-    dkv_ch = ring.channel("dkv", _nbytes(acc)) if world > 1 else None
+    msg = kc, vc = k.contiguous(), v.contiguous()  # the first message: put part by part
+    acc = None  # the running dK/dV of the shard held: none before this rank's own blocks
+    kv_ch = ring.channel("kv", _nbytes(kc) + _nbytes(vc)) if world > 1 else None
+    dkv_bytes = (k.numel() + v.numel()) * _wire().itemsize
+    dkv_ch = ring.channel("dkv", dkv_bytes) if world > 1 else None
     shapes = (k.shape, v.shape)
     for s in range(world):
         if s > 0:
             kv_ch.wait(s % 2)
-            msg, (kc, vc) = kv_ch.message(s % 2, shapes, k.dtype)
+            flat, (kc, vc) = kv_ch.message(s % 2, shapes, k.dtype)
+            msg = (flat,)
         if s < world - 1:
             kv_ch.send(msg, (s + 1) % 2)
-        grads = []
-        for b in step_blocks(me, world, s, p.layout, p.causal, p.split):
+        blocks, grads = step_blocks(me, world, s, p.layout, p.causal, p.split), []
+        for b in blocks:
             dq_b, dk_b, dv_b = p.kernel.backward(
                 *(part(t, b.q, sd) for t in (dout, q)),
                 part(kc, b.kv, sd),
@@ -205,32 +238,31 @@ def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse) -> tuple[torch
                 b.causal,
                 p.scale,
             )
-            dq.add(b.q, dq_b)
-            grads.append((b.kv, dk_b, dv_b))
+            grads.append((b.kv, dq_b, dk_b, dv_b))
         if s > 0:  # only now: the blocks above never wait for the left neighbour's dK/dV
             dkv_ch.wait(s % 2)
-            acc, (dk_acc, dv_acc) = dkv_ch.message(s % 2, shapes, _wire())
-        for name, dk_b, dv_b in grads:
-            part(dk_acc, name, sd).add_(dk_b)
-            part(dv_acc, name, sd).add_(dv_b)
-        if world > 1 and s == world - 1:  # finished sums, on their way to their owner
-            acc, dk_fin, dv_fin = _packed(k, v)
-            dk_fin.copy_(dk_acc)
-            dv_fin.copy_(dv_acc)
+            flat, acc = dkv_ch.message(s % 2, shapes, _wire())
+        if acc is not None and s < world - 1:
+            dst, dkv = flat, acc  # in place, in the slot the sums arrived in
+        else:  # the last step's sums are finished: in the inputs' dtype, on their way to their
+            # owner (or this rank's own result when it is alone)
+            dst, *dkv = _packed(k, v, k.dtype if s == world - 1 else _wire())
+        _fold([(name, dk_b, dv_b) for name, _, dk_b, dv_b in grads], acc, dkv, sd)
         if world > 1:
-            dkv_ch.send(acc, (s + 1) % 2)
+            dkv_ch.send((dst,), (s + 1) % 2)
+        for b, (_, dq_b, _, _) in zip(blocks, grads, strict=True):  # behind the send: overlaps it
+            dq.add(b.q, dq_b)
         if s > 0:
             kv_ch.release(s % 2)
             dkv_ch.release(s % 2)
     if world > 1:  # this rank's own shard's gradients, back from the whole ring
         dkv_ch.wait(world % 2)
-        _, (dk_acc, dv_acc) = dkv_ch.message(world % 2, shapes, k.dtype)
-    dk, dv = dk_acc.to(k.dtype, copy=True), dv_acc.to(v.dtype, copy=True)
-    if world > 1:
+        _, dkv = dkv_ch.message(world % 2, shapes, k.dtype)
+        dkv = [t.clone() for t in dkv]  # the slot is reused by the next call
         dkv_ch.release(world % 2)
         kv_ch.join()
         dkv_ch.join()
-    return dq.result()[0], dk, dv
+    return dq.result()[0], *dkv
 
 
 __all__ = ["DKV_WIRE_DTYPE", "Problem", "Rows", "backward", "forward", "part"]

@@ -5,7 +5,7 @@ into two alternating slots (double buffering). The ring loop (ring.py) calls, pe
 
     wait(s % 2)              # the compute stream may read slot s % 2 (the left neighbour's message)
     message(s % 2, shapes, dtype)  # (its bytes, tensors of ``shapes`` viewing them)
-    send(src, (s+1) % 2)     # src goes to the right neighbour's slot (s+1) % 2
+    send(parts, (s+1) % 2)   # the parts, one after another, to the right neighbour's slot (s+1) % 2
     ...compute...
     release(s % 2)           # this rank is done with slot s % 2: the left neighbour may refill it
     join()                   # at the end: the compute stream waits for everything the channel did
@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 from gshmem._errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import torch
 
     from gshmem.comm import Buffer, Comm
@@ -81,9 +83,9 @@ class SlotPair:
             found = self._messages[key] = (flat, view_slot(flat, shapes, dtype))
         return found
 
-    def _check(self, data: torch.Tensor) -> None:
-        if data.numel() > self.nbytes:
-            raise UsageError(f"ring message of {data.numel()} B exceeds its {self.nbytes} B slot")
+    def _check(self, nbytes: int) -> None:
+        if nbytes > self.nbytes:
+            raise UsageError(f"ring message of {nbytes} B exceeds its {self.nbytes} B slot")
 
 
 class GshmemChannel(SlotPair):
@@ -117,17 +119,26 @@ class GshmemChannel(SlotPair):
         c.signal_wait_until(self.arrived[i], "eq", 1, stream=cur)
         c.signal_op(self.arrived[i], 0, c.rank, stream=cur)
 
-    def send(self, src: torch.Tensor, i: int) -> None:
+    def send(self, parts: Sequence[torch.Tensor], i: int) -> None:
+        """Puts ``parts`` one after another into the right neighbour's slot ``i``: one
+        copy-engine put each (no packing copy on the compute stream), the arrival flag with the
+        last."""
         import torch
 
-        c, data = self.comm, _bytes(src)
-        self._check(data)
+        c, data = self.comm, [_bytes(p) for p in parts]
+        self._check(sum(d.numel() for d in data))
         self.stream.wait_stream(torch.cuda.current_stream(c.device))
         c.signal_wait_until(self.credit[i], "eq", 1, stream=self.side)
         c.signal_op(self.credit[i], 0, c.rank, stream=self.side)
-        dst = self.dst[i].view(0, data.numel())
-        c.put_signal(dst, data, self.arrived[i], 1, self.right, stream=self.side)
-        self.pending.append(src)
+        offset = 0
+        for j, d in enumerate(data):
+            dst = self.dst[i].view(offset, d.numel())
+            if j < len(data) - 1:
+                c.put(dst, d, self.right, stream=self.side)
+            else:
+                c.put_signal(dst, d, self.arrived[i], 1, self.right, stream=self.side)
+            offset += d.numel()
+        self.pending.extend(data)
 
     def release(self, i: int) -> None:
         self.comm.signal_op(self.credit[i], 1, self.left, stream=self._current())
@@ -161,15 +172,17 @@ class NcclChannel(SlotPair):
             w.wait()
         self.works[i] = []
 
-    def send(self, src: torch.Tensor, i: int) -> None:
+    def send(self, parts: Sequence[torch.Tensor], i: int) -> None:
         import torch.distributed as dist
 
-        data = _bytes(src)
-        self._check(data)
-        ops = [
-            dist.P2POp(dist.isend, data, self.right),
-            dist.P2POp(dist.irecv, self.slots[i][: data.numel()], self.left),
-        ]
+        data = [_bytes(p) for p in parts]
+        self._check(sum(d.numel() for d in data))
+        ops, offset = [], 0
+        for d in data:  # every rank sends the same parts in the same order at a step
+            ops.append(dist.P2POp(dist.isend, d, self.right))
+            into = self.slots[i][offset : offset + d.numel()]
+            ops.append(dist.P2POp(dist.irecv, into, self.left))
+            offset += d.numel()
         self.works[i] = dist.batch_isend_irecv(ops)
 
     def release(self, i: int) -> None:
