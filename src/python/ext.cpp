@@ -228,7 +228,9 @@ NB_MODULE(_C, m) {
       .def("barrier", &CommHandle::barrier)
       .def("malloc", &CommHandle::malloc, "size"_a, "alignment"_a, "zero"_a)
       .def("free", &CommHandle::free, "ptr"_a)
-      .def("ptr", &CommHandle::ptr, "ptr"_a, "pe"_a);
+      .def("ptr", &CommHandle::ptr, "ptr"_a, "pe"_a)
+      // the gshmem_comm_t, for adapters that call the C API themselves (gshmem.jax's handlers)
+      .def_prop_ro("address", [](const CommHandle& h) { return reinterpret_cast<uintptr_t>(h.raw()); });
 
   // The heap's allocator on its own (no GPU), for unit and property tests.
   nb::class_<gshmem::Allocator>(m, "Allocator")

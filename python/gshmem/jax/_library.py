@@ -1,0 +1,63 @@
+"""The FFI handlers' shared library (libgshmem_jax.so, built against jaxlib's headers): loading
+it, registering its handlers with XLA once, and attaching a comm to an XLA device."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+
+from gshmem._errors import UsageError
+
+# XLA custom-call target -> the handler's symbol in the library
+TARGETS = {
+    "gshmem_ppermute": "gshmem_jax_ppermute",
+    "gshmem_all_reduce": "gshmem_jax_all_reduce",
+    "gshmem_all_gather": "gshmem_jax_all_gather",
+    "gshmem_reduce_scatter": "gshmem_jax_reduce_scatter",
+    "gshmem_all_to_all": "gshmem_jax_all_to_all",
+}
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    import gshmem
+
+    path = Path(gshmem.library_dir()) / "libgshmem_jax.so"
+    if not path.is_file():
+        raise UsageError(
+            f"{path} is missing: gshmem was built without jax; install jax, then reinstall "
+            "gshmem (pip install --no-build-isolation -e .)"
+        )
+    lib = ctypes.CDLL(str(path))
+    lib.gshmem_jax_attach.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                      ctypes.c_size_t, ctypes.c_void_p]  # fmt: skip
+    lib.gshmem_jax_attach.restype = ctypes.c_int
+    lib.gshmem_jax_detach.argtypes = [ctypes.c_int]
+    lib.gshmem_jax_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+@functools.cache
+def register() -> None:
+    """Registers every handler with XLA for CUDA (once per process)."""
+    import jax
+
+    lib = library()
+    for target, symbol in TARGETS.items():
+        jax.ffi.register_ffi_target(
+            target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="CUDA"
+        )
+
+
+def attach(ordinal: int, comm: int, slot: int, slot_bytes: int, flags: int) -> None:
+    lib = library()
+    if lib.gshmem_jax_attach(ordinal, comm, slot, slot_bytes, flags) != 0:
+        raise UsageError(lib.gshmem_jax_last_error().decode())
+
+
+def detach(ordinal: int) -> None:
+    library().gshmem_jax_detach(ordinal)
+
+
+__all__ = ["TARGETS", "attach", "detach", "library", "register"]
