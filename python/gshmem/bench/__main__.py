@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 # (Kept here, not only in gshmem.bench, so the command works even where an editable install
 # predates the package and loads it as a namespace package.)
-SUITES = ("p2p", "coll", "attention")
+SUITES = ("p2p", "coll", "attention", "jax")
 USAGE = (
     "usage: python -m gshmem.bench SUITE [options]\n"
     f"suites: {', '.join(SUITES)}   (python -m gshmem.bench SUITE --help for its options)"
@@ -71,6 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if suite not in SUITES:
         _say(f"unknown suite {suite!r}\n{USAGE}")
         return 2
+    if suite == "jax":  # one process drives every GPU (JAX's one-host layout): no relaunch
+        from gshmem.bench import jax_suite
+
+        return jax_suite.run(jax_suite.parse_args(rest))
     from gshmem.bench import attention, coll, options, p2p
 
     parse = {"coll": coll.parse_args, "attention": attention.parse_args}

@@ -1,0 +1,116 @@
+"""``python -m gshmem.bench jax``: gshmem.jax's ppermute and psum against jax.lax's (XLA's
+collectives over NCCL), in one process driving every visible GPU (JAX's one-host layout), inside
+``jax.jit`` + ``shard_map``, in the same run.
+
+Time per call: a jitted loop (``lax.fori_loop``) chains ``--calls`` calls, each one's output the
+next one's input (psum's scaled by 1/N to stay finite, for both columns alike), timed from
+dispatch to ``block_until_ready`` after ``--warmup`` runs; the median of ``--repeats`` divided
+by the calls. ppermute sends every device's block to the next device of a ring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from statistics import median
+
+from gshmem.bench.options import choices, parse_size, size_range
+from gshmem.bench.report import fmt_size
+
+OPS = ("ppermute", "psum")
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m gshmem.bench jax", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--ops", default="ppermute,psum", help="subset of ppermute,psum")
+    p.add_argument("-b", "--minbytes", type=parse_size, default=8, help="smallest size per device")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"), help="largest")
+    p.add_argument("-f", "--factor", type=int, default=8, help="size step factor (default 8)")
+    p.add_argument("--calls", type=int, default=50, help="calls chained in one jitted loop")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", default=None, help="default $OUT/bench_jax.json, else results/...")
+    ns = p.parse_args(argv)
+    ns.ops = choices(ns.ops, OPS, "--ops")
+    if ns.calls < 1 or ns.repeats < 1 or ns.warmup < 0:
+        p.error("--calls and --repeats must be positive, --warmup at least 0")
+    return ns
+
+
+def _timed(fn: Callable, x, warmup: int, repeats: int, calls: int) -> float:
+    """Median seconds per chained call."""
+    for _ in range(warmup):
+        fn(x).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(x).block_until_ready()
+        times.append((time.perf_counter() - t0) / calls)
+    return median(times)
+
+
+def run(o: argparse.Namespace) -> int:
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import gshmem.jax as gj
+
+    gj.init()
+    devices = jax.devices()
+    n = len(devices)
+    mesh = Mesh(np.array(devices), ("x",))
+    ring = [(i, (i + 1) % n) for i in range(n)]
+    impls = {
+        ("ppermute", "gshmem"): lambda a: gj.ppermute(a, "x", ring),
+        ("ppermute", "xla"): lambda a: jax.lax.ppermute(a, "x", ring),
+        ("psum", "gshmem"): lambda a: gj.psum(a, "x") * (1.0 / n),
+        ("psum", "xla"): lambda a: jax.lax.psum(a, "x") * (1.0 / n),
+    }
+    rows = []
+    print(f"gshmem.bench jax: {n} x {devices[0].device_kind}, one process, jit + shard_map, "
+          f"{o.calls} chained calls per timing")  # fmt: skip
+    print(f"{'op':9s} {'size':>8s} {'gshmem us':>10s} {'jax.lax us':>11s} {'ratio':>6s} "
+          f"{'gshmem GB/s':>12s} {'jax.lax GB/s':>13s}  gshmem path")  # fmt: skip
+    for op in o.ops:
+        for size in size_range(o.minbytes, o.maxbytes, o.factor):
+            count = max(1, size // 4)
+            x = jax.device_put(jnp.ones((n * count,), jnp.float32), NamedSharding(mesh, P("x")))
+            seconds = {}
+            for impl in ("gshmem", "xla"):
+                body = impls[(op, impl)]
+
+                def loop(a, body=body):
+                    return jax.lax.fori_loop(0, o.calls, lambda _, v: body(v), a)
+
+                with jax.set_mesh(mesh):
+                    fn = jax.jit(
+                        jax.shard_map(loop, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+                    )
+                    seconds[impl] = _timed(fn, x, o.warmup, o.repeats, o.calls)
+            g, xl = seconds["gshmem"], seconds["xla"]
+            path = gj.explain(op, count * 4)
+            rows.append({"op": op, "bytes": count * 4, "gshmem_us": g * 1e6, "xla_us": xl * 1e6,
+                         "ratio": xl / g, "path": path})  # fmt: skip
+            nbytes = count * 4
+            print(f"{op:9s} {fmt_size(nbytes):>8s} {g * 1e6:10.2f} {xl * 1e6:11.2f} {xl / g:6.2f} "
+                  f"{nbytes / g / 1e9:12.2f} {nbytes / xl / 1e9:13.2f}  {path}")  # fmt: skip
+    out = o.json or os.path.join(os.environ.get("OUT", "results"), "bench_jax.json")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps({"devices": n, "kind": devices[0].device_kind,
+                                     "layout": "one process", "rows": rows}, indent=1))  # fmt: skip
+    print(f"gshmem.bench jax: results written to {out}")
+    gj.finalize()
+    return 0
+
+
+__all__ = ["parse_args", "run"]

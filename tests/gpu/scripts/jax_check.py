@@ -1,0 +1,161 @@
+"""GPU checks of gshmem.jax in either JAX layout.
+
+Usage: jax_check.py SCENARIO
+  One process driving every visible GPU when started directly; one process per GPU under
+  ``python -m gshmem.run -n N`` (jax.distributed through JAX_COORDINATOR_PORT).
+  values   every op on random data against its jax.lax twin under jit + shard_map: ppermute
+           (ring both ways, a partial permutation's zeros, an operand larger than the staging
+           slot), psum, all_gather, psum_scatter, all_to_all; float32, bfloat16, int32
+  grad     jax.grad through ppermute and psum against jax.lax's
+  loop     a ring rotation repeated in lax.scan, and a jitted training-style loop (gradients
+           summed over the axis each step) against the same with jax.lax
+  badargs  an axis name not in the mesh, a non-permutation, a bad scatter dimension
+Prints "PASS <scenario>" per process on success; any failure raises (non-zero exit).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # the gshmem heap needs room
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from expect import expect_usage  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+if "GSHMEM_RANK" in os.environ:  # one process per GPU
+    rank, world = int(os.environ["GSHMEM_RANK"]), int(os.environ["GSHMEM_WORLD_SIZE"])
+    jax.distributed.initialize(f"127.0.0.1:{os.environ['JAX_COORDINATOR_PORT']}", world, rank,
+                               local_device_ids=[rank])  # fmt: skip
+
+import gshmem.jax as gj  # noqa: E402
+
+gj.init()
+DEVICES = jax.devices()
+N = len(DEVICES)
+MESH = Mesh(np.array(DEVICES), ("x",))
+SPEC = P("x")
+
+
+def sharded(fn):
+    return jax.shard_map(fn, in_specs=SPEC, out_specs=SPEC, check_vma=False)
+
+
+def run(fn, *xs):
+    with jax.set_mesh(MESH):
+        return jax.jit(sharded(fn))(*xs)
+
+
+def rand(key, shape, dtype):
+    """A global array sharded over the mesh: each device's block differs."""
+    if jnp.issubdtype(dtype, jnp.integer):
+        x = jax.random.randint(jax.random.key(key), shape, -1000, 1000, dtype)
+    else:
+        x = jax.random.normal(jax.random.key(key), shape, jnp.float32).astype(dtype)
+    return jax.device_put(x, NamedSharding(MESH, SPEC))
+
+
+def local(x):
+    """This process's blocks of a sharded array (all of it with one process)."""
+    return np.concatenate([np.asarray(s.data, np.float64) for s in x.addressable_shards])
+
+
+def same(a, b, exact=True, tol=0.0):
+    a, b = local(a), local(b)
+    if exact:
+        assert np.array_equal(a, b), f"differ at {np.argwhere(a != b)[:5].tolist()}"
+    else:
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+def values():
+    ring = [(i, (i + 1) % N) for i in range(N)]
+    back = [(d, s) for s, d in ring]
+    partial = ring[:-1]  # device 0 receives nothing: zeros
+    for k, dtype in enumerate((jnp.float32, jnp.bfloat16, jnp.int32)):
+        tol = 0 if dtype == jnp.int32 else (2e-2 if dtype == jnp.bfloat16 else 1e-5)
+        for rows in (1, 3 * N, 4096 * N):
+            x = rand(10 * k + rows, (rows * N, 37), dtype)
+            for perm in (ring, back, partial):
+                same(run(lambda a, p=perm: gj.ppermute(a, "x", p), x),
+                     run(lambda a, p=perm: jax.lax.ppermute(a, "x", p), x))  # fmt: skip
+            same(run(lambda a: gj.all_gather(a, "x", tiled=True)[None], x),
+                 run(lambda a: jax.lax.all_gather(a, "x", tiled=True)[None], x))  # fmt: skip
+            same(run(lambda a: gj.all_to_all(a, "x", 0, 0, tiled=True), x),
+                 run(lambda a: jax.lax.all_to_all(a, "x", 0, 0, tiled=True), x))  # fmt: skip
+            same(run(lambda a: gj.psum(a, "x"), x), run(lambda a: jax.lax.psum(a, "x"), x),
+                 exact=tol == 0, tol=tol * N)  # fmt: skip
+            same(run(lambda a: jnp.tile(gj.psum_scatter(a, "x", tiled=True), (N, 1)), x),
+                 run(lambda a: jnp.tile(jax.lax.psum_scatter(a, "x", tiled=True), (N, 1)), x),
+                 exact=tol == 0, tol=tol * N)  # fmt: skip
+    big = rand(99, (N * (80 << 20) // 4 // 256, 256), jnp.float32)  # 80 MiB per device > slot
+    same(
+        run(lambda a: gj.ppermute(a, "x", ring), big),
+        run(lambda a: jax.lax.ppermute(a, "x", ring), big),
+    )
+
+
+def grad():
+    ring = [(i, (i + 1) % N) for i in range(N)]
+    x, w = rand(1, (8 * N, 64), jnp.float32), rand(2, (8 * N, 64), jnp.float32)
+
+    def grad_of(f):
+        with jax.set_mesh(MESH):
+            return jax.jit(jax.grad(lambda a: (sharded(lambda b: jnp.sin(f(b)))(a) * w).sum()))(x)
+
+    same(grad_of(lambda b: gj.ppermute(b, "x", ring)),
+         grad_of(lambda b: jax.lax.ppermute(b, "x", ring)), exact=False, tol=1e-6)  # fmt: skip
+    same(grad_of(lambda b: gj.psum(b, "x")), grad_of(lambda b: jax.lax.psum(b, "x")),
+         exact=False, tol=1e-5)  # fmt: skip
+
+
+def loop():
+    ring = [(i, (i + 1) % N) for i in range(N)]
+
+    def rotate(permute):
+        def body(carry, _):
+            return permute(carry, "x", ring) * 1.0001 + 1.0, None
+
+        return lambda a: jax.lax.scan(body, a, None, length=50)[0]
+
+    x = rand(3, (4 * N, 1000), jnp.float32)
+    same(run(rotate(gj.ppermute), x), run(rotate(jax.lax.ppermute), x), exact=False, tol=1e-5)
+
+    def train(psum):
+        def step(w, data):
+            g = jax.grad(lambda v: ((data @ v) ** 2).mean())(w)
+            return w - 0.1 * psum(g, "x") / N
+
+        def fn(w, data):
+            return jax.lax.fori_loop(0, 20, lambda _, v: step(v, data), w)
+
+        return fn
+
+    w0 = jnp.tile(jax.random.normal(jax.random.key(4), (16, 16)), (N, 1)) * 0.1
+    w0 = jax.device_put(w0, NamedSharding(MESH, SPEC))
+    data = rand(5, (32 * N, 16), jnp.float32)
+    same(run(train(gj.psum), w0, data), run(train(jax.lax.psum), w0, data), exact=False, tol=1e-5)
+
+
+def badargs():
+    x = rand(6, (4 * N, 8), jnp.float32)
+    expect_usage(lambda: run(lambda a: gj.ppermute(a, "y", [(0, 0)]), x), "'y' is not in the mesh")
+    expect_usage(
+        lambda: run(lambda a: gj.ppermute(a, "x", [(0, 1), (1, 1)]), x), "not a permutation"
+    )
+    expect_usage(
+        lambda: run(lambda a: gj.psum_scatter(a, "x", scatter_dimension=1), x), f"needs {N}"
+    )
+
+
+SCENARIOS = {"values": values, "grad": grad, "loop": loop, "badargs": badargs}
+
+if __name__ == "__main__":
+    name = sys.argv[1]
+    SCENARIOS[name]()
+    gj.finalize()
+    print(f"PASS {name}", flush=True)

@@ -1,0 +1,45 @@
+"""gshmem.jax on GPUs in both JAX layouts (tests/gpu/scripts/jax_check.py): one process driving
+every GPU, and one process per GPU under jax.distributed."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gpu_launch import launch_pes
+
+if importlib.util.find_spec("jax") is None:
+    pytest.skip("jax is not installed", allow_module_level=True)
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "jax_check.py")
+SCENARIOS = ["values", "grad", "loop", "badargs"]
+ENV = {"GSHMEM_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
+@pytest.mark.gpus(2)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_one_process_every_gpu(scenario):
+    proc = subprocess.run([sys.executable, SCRIPT, scenario], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **ENV})  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert out.count(f"PASS {scenario}") == 1, out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "n", [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
+)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_one_process_per_gpu(n, scenario):
+    launch_pes(n, SCRIPT, scenario, timeout=300, JAX_COORDINATOR_PORT=str(_free_port()), **ENV)
