@@ -2,10 +2,11 @@
 collectives over NCCL), in one process driving every visible GPU (JAX's one-host layout), inside
 ``jax.jit`` + ``shard_map``, in the same run.
 
-Time per call: a jitted loop (``lax.fori_loop``) chains ``--calls`` calls, each one's output the
-next one's input (psum's scaled by 1/N to stay finite, for both columns alike), timed from
-dispatch to ``block_until_ready`` after ``--warmup`` runs; the median of ``--repeats`` divided
-by the calls. ppermute sends every device's block to the next device of a ring.
+Time per call: one jitted function chains ``--calls`` calls (unrolled: an XLA while loop costs
+a host round trip per iteration), each one's output the next one's input (psum's scaled by 1/N
+to stay finite, for both columns alike), timed from dispatch to ``block_until_ready`` after
+``--warmup`` runs; the median of ``--repeats`` divided by the calls. ppermute sends every
+device's block to the next device of a ring.
 """
 
 from __future__ import annotations
@@ -90,7 +91,9 @@ def run(o: argparse.Namespace) -> int:
                 body = impls[(op, impl)]
 
                 def loop(a, body=body):
-                    return jax.lax.fori_loop(0, o.calls, lambda _, v: body(v), a)
+                    for _ in range(o.calls):
+                        a = body(a)
+                    return a
 
                 with jax.set_mesh(mesh):
                     fn = jax.jit(
