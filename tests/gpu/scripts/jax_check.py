@@ -108,7 +108,9 @@ def grad():
 
     def grad_of(f):
         with jax.set_mesh(MESH):
-            return jax.jit(jax.grad(lambda a: (sharded(lambda b: jnp.sin(f(b)))(a) * w).sum()))(x)
+            # w as an argument: a jitted function may not close over another process's blocks
+            loss = lambda a, ww: (sharded(lambda b: jnp.sin(f(b)))(a) * ww).sum()  # noqa: E731
+            return jax.jit(jax.grad(loss))(x, w)
 
     same(grad_of(lambda b: gj.ppermute(b, "x", ring)),
          grad_of(lambda b: jax.lax.ppermute(b, "x", ring)), exact=False, tol=1e-6)  # fmt: skip
