@@ -8,10 +8,14 @@
 //   receiver: wait for "arrived", reset it, copy the slot out.
 // Every flag goes 0 -> 1 -> 0 within a call, so a CUDA graph of the call (XLA command buffers)
 // replays it without host help. Everything runs on XLA's stream; the host only enqueues.
+// Small operands (``kernel`` = 1, chosen by gshmem/jax/rules.py) take one kernel instead: the
+// C API's all_to_allv over the group's team with one nonzero count each way, which replaces the
+// seven stream operations of a chunk by one launch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "handler_common.h"
 
@@ -22,8 +26,23 @@ ffi::Error copy_error(cudaError_t err) {
   return ffi::Error::Internal(std::string("gshmem.jax ppermute: ") + cudaGetErrorString(err));
 }
 
+// The exchange as one all_to_allv kernel over the group's team (4-byte elements).
+ffi::Error permute_kernel(const DeviceState& s, void* stream, const void* in, void* out, size_t bytes,
+                          int dst, int src, ffi::Span<const int32_t> groups) {
+  gshmem_team_t team{};
+  if (auto err = team_of(s, groups, "ppermute", &team)) return *err;
+  std::vector<size_t> send(team.size, 0), recv(team.size, 0), zeros(team.size, 0);
+  if (dst >= 0) send[(dst - team.start) / team.stride] = bytes / 4;
+  if (src >= 0) recv[(src - team.start) / team.stride] = bytes / 4;
+  if (gshmem_all_to_allv_on_stream(s.comm, &team, in, send.data(), zeros.data(), out, recv.data(),
+                                   zeros.data(), GSHMEM_INT32, stream)) {
+    return gshmem_error("ppermute");
+  }
+  return ffi::Error::Success();
+}
+
 ffi::Error permute(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
-                   ffi::Span<const int32_t> peers) {
+                   ffi::Span<const int32_t> peers, ffi::Span<const int32_t> groups, int32_t kernel) {
   const char* op = "ppermute";
   const DeviceState* s = nullptr;
   if (auto err = lookup(ordinal, op, &s)) return *err;
@@ -37,7 +56,12 @@ ffi::Error permute(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<
   auto cs = static_cast<cudaStream_t>(stream);
   if (src < 0) {  // nobody sends here: zeros, as jax.lax.ppermute
     if (cudaError_t e = cudaMemsetAsync(res, 0, bytes, cs)) return copy_error(e);
-  } else if (src == s->rank) {
+  }
+  if (kernel) {
+    if (bytes % 4) return ffi::Error::InvalidArgument("gshmem.jax ppermute: the kernel path moves 4-byte words");
+    return permute_kernel(*s, stream, in, res, bytes, dst, src, groups);
+  }
+  if (src == s->rank) {
     if (cudaError_t e = cudaMemcpyAsync(res, in, bytes, cudaMemcpyDeviceToDevice, cs)) return copy_error(e);
   }
   const bool sends = dst >= 0 && dst != s->rank, receives = src >= 0 && src != s->rank;
@@ -70,5 +94,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(gshmem_jax_ppermute, gshmem::jax::permute,
                                   .Ctx<xla::ffi::DeviceOrdinal>()
                                   .Arg<xla::ffi::AnyBuffer>()
                                   .Ret<xla::ffi::AnyBuffer>()
-                                  .Attr<xla::ffi::Span<const int32_t>>("peers"),
+                                  .Attr<xla::ffi::Span<const int32_t>>("peers")
+                                  .Attr<xla::ffi::Span<const int32_t>>("groups")
+                                  .Attr<int32_t>("kernel"),
                               {xla::ffi::Traits::kCmdBufferCompatible});

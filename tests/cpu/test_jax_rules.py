@@ -83,3 +83,15 @@ def test_perm_checks_and_inverse() -> None:
     ring = [(i, (i + 1) % 5) for i in range(5)]
     back = dict(inverse(ring))
     assert all(back[d] == s for s, d in ring)
+
+
+def test_permute_path() -> None:
+    from gshmem.jax.rules import permute_path
+
+    assert permute_path(8, True, {}) == "kernel"
+    assert permute_path(64 << 10, True, {}) == "kernel"
+    assert permute_path((64 << 10) + 4, True, {}) == "copy engine"
+    assert permute_path(6, True, {}) == "copy engine"  # not 4-byte words
+    assert permute_path(8, False, {}) == "copy engine"  # the group is not a strided team
+    assert permute_path(0, True, {}) == "copy engine"
+    assert permute_path(4096, True, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1K"}) == "copy engine"

@@ -40,6 +40,21 @@ def choose(op: str, nbytes: int, env: dict[str, str] | None = None) -> tuple[str
     return "xla", f"{nbytes} B > GSHMEM_JAX_MAX_BYTES ({limit} B): XLA's collective"
 
 
+DEFAULT_PERMUTE_KERNEL_MAX = 64 << 10
+
+
+def permute_path(nbytes: int, strided: bool, env: dict[str, str] | None = None) -> str:
+    """How a gshmem ppermute of ``nbytes`` per device moves: "kernel" (one all_to_allv launch;
+    small operands of 4-byte words whose group is a strided team, up to
+    GSHMEM_JAX_PPERMUTE_KERNEL_MAX, default 64K) or "copy engine" (puts through the staging
+    slot, zero SMs)."""
+    env = os.environ if env is None else env
+    limit = int(
+        _C.parse_size(env.get("GSHMEM_JAX_PPERMUTE_KERNEL_MAX", str(DEFAULT_PERMUTE_KERNEL_MAX)))
+    )
+    return "kernel" if strided and nbytes % 4 == 0 and 0 < nbytes <= limit else "copy engine"
+
+
 def check_perm(perm: Sequence[tuple[int, int]], size: int) -> tuple[tuple[int, int], ...]:
     """``perm`` as a tuple of (source, destination) pairs, or a UsageError saying what is wrong
     (as jax.lax.ppermute: indices in range, no source or destination twice)."""
@@ -64,4 +79,12 @@ def inverse(perm: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     return tuple((d, s) for s, d in perm)
 
 
-__all__ = ["BACKENDS", "DEFAULT_MAX_BYTES", "OPS", "check_perm", "choose", "inverse"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_MAX_BYTES",
+    "OPS",
+    "check_perm",
+    "choose",
+    "inverse",
+    "permute_path",
+]
