@@ -150,7 +150,7 @@ def badargs():
     x = rand(6, (4 * N, 8), jnp.float32)
     expect_usage(lambda: run(lambda a: gj.ppermute(a, "y", [(0, 0)]), x), "'y' is not in the mesh")
     expect_usage(
-        lambda: run(lambda a: gj.ppermute(a, "x", [(0, 1), (1, 1)]), x), "not a permutation"
+        lambda: run(lambda a: gj.ppermute(a, "x", [(0, 0), (0, 0)]), x), "not a permutation"
     )
     expect_usage(
         lambda: run(lambda a: gj.psum_scatter(a, "x", scatter_dimension=1), x), f"needs {N}"
