@@ -71,17 +71,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if suite not in SUITES:
         _say(f"unknown suite {suite!r}\n{USAGE}")
         return 2
-    if suite == "jax":  # one process drives every GPU (JAX's one-host layout): no relaunch
-        from gshmem.bench import jax_suite
+    from gshmem.bench import attention, coll, jax_suite, options, p2p
 
-        return jax_suite.run(jax_suite.parse_args(rest))
-    from gshmem.bench import attention, coll, options, p2p
-
-    parse = {"coll": coll.parse_args, "attention": attention.parse_args}
-    run = {"coll": coll.run, "attention": attention.run}
+    parse = {
+        "coll": coll.parse_args,
+        "attention": attention.parse_args,
+        "jax": jax_suite.parse_args,
+    }
+    run = {"coll": coll.run, "attention": attention.run, "jax": jax_suite.run}
     # exits 2 with a message on bad options, 0 on --help
     opts = parse.get(suite, options.parse_args)(rest)
-    if inside_job():
+    # jax's one-process layout drives every GPU from here: no relaunch
+    if inside_job() or getattr(opts, "layout", None) == "one":
         return run.get(suite, p2p.run)(opts)
     have = gpu_count()
     if have < opts.nprocs:

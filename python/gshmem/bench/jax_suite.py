@@ -1,6 +1,8 @@
 """``python -m gshmem.bench jax``: gshmem.jax's ppermute and psum against jax.lax's (XLA's
-collectives over NCCL), in one process driving every visible GPU (JAX's one-host layout), inside
-``jax.jit`` + ``shard_map``, in the same run.
+collectives over NCCL), inside ``jax.jit`` + ``shard_map``, in the same run; in one process
+driving every visible GPU (``--layout one``, JAX's one-host layout) or one process per GPU under
+``jax.distributed`` (``--layout per-gpu``: relaunched through ``python -m gshmem.run``; the
+slowest process's time counts).
 
 Time per call: one jitted function chains ``--calls`` calls (unrolled: an XLA while loop costs
 a host round trip per iteration), each one's output the next one's input (psum's scaled by 1/N
@@ -36,12 +38,44 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--calls", type=int, default=50, help="calls chained in one jitted loop")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--layout", choices=("one", "per-gpu"), default="one",
+                   help="one process for every GPU (default) or one process per GPU")  # fmt: skip
+    p.add_argument("--np", dest="nprocs", type=int, default=None, help="GPUs (default: every one)")
+    p.add_argument("--timeout", type=float, default=900, help="per-gpu launcher timeout, s")
     p.add_argument("--json", default=None, help="default $OUT/bench_jax.json, else results/...")
     ns = p.parse_args(argv)
-    ns.ops = choices(ns.ops, OPS, "--ops")
+    try:
+        ns.ops = choices(ns.ops, OPS, "--ops")
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
     if ns.calls < 1 or ns.repeats < 1 or ns.warmup < 0:
         p.error("--calls and --repeats must be positive, --warmup at least 0")
+    if ns.nprocs is None:
+        from gshmem.bench.__main__ import gpu_count
+
+        ns.nprocs = gpu_count()
     return ns
+
+
+def _per_gpu_init() -> None:
+    """This process's part of a --layout per-gpu run (started by gshmem.run)."""
+    import jax
+
+    rank, world = int(os.environ["GSHMEM_RANK"]), int(os.environ["GSHMEM_WORLD_SIZE"])
+    jax.distributed.initialize(f"127.0.0.1:{os.environ['GSHMEM_BENCH_PORT']}", world, rank,
+                               local_device_ids=[rank])  # fmt: skip
+
+
+def _slowest(seconds: float) -> float:
+    """The largest of every process's ``seconds`` (the call is done when the last one is)."""
+    import jax
+    import numpy as np
+
+    if jax.process_count() == 1:
+        return seconds
+    from jax.experimental import multihost_utils
+
+    return float(np.max(multihost_utils.process_allgather(np.array([seconds]))))
 
 
 def _timed(fn: Callable, x, warmup: int, repeats: int, calls: int) -> float:
@@ -66,7 +100,10 @@ def run(o: argparse.Namespace) -> int:
 
     import gshmem.jax as gj
 
+    if o.layout == "per-gpu":
+        _per_gpu_init()
     gj.init()
+    say = print if jax.process_index() == 0 else (lambda *a, **k: None)
     devices = jax.devices()
     n = len(devices)
     mesh = Mesh(np.array(devices), ("x",))
@@ -78,9 +115,10 @@ def run(o: argparse.Namespace) -> int:
         ("psum", "xla"): lambda a: jax.lax.psum(a, "x") * (1.0 / n),
     }
     rows = []
-    print(f"gshmem.bench jax: {n} x {devices[0].device_kind}, one process, jit + shard_map, "
+    layout = "one process" if o.layout == "one" else "one process per GPU"
+    say(f"gshmem.bench jax: {n} x {devices[0].device_kind}, {layout}, jit + shard_map, "
           f"{o.calls} chained calls per timing")  # fmt: skip
-    print(f"{'op':9s} {'size':>8s} {'gshmem us':>10s} {'jax.lax us':>11s} {'ratio':>6s} "
+    say(f"{'op':9s} {'size':>8s} {'gshmem us':>10s} {'jax.lax us':>11s} {'ratio':>6s} "
           f"{'gshmem GB/s':>12s} {'jax.lax GB/s':>13s}  gshmem path")  # fmt: skip
     for op in o.ops:
         for size in size_range(o.minbytes, o.maxbytes, o.factor):
@@ -99,19 +137,20 @@ def run(o: argparse.Namespace) -> int:
                     fn = jax.jit(
                         jax.shard_map(loop, in_specs=P("x"), out_specs=P("x"), check_vma=False)
                     )
-                    seconds[impl] = _timed(fn, x, o.warmup, o.repeats, o.calls)
+                    seconds[impl] = _slowest(_timed(fn, x, o.warmup, o.repeats, o.calls))
             g, xl = seconds["gshmem"], seconds["xla"]
             path = gj.explain(op, count * 4)
             rows.append({"op": op, "bytes": count * 4, "gshmem_us": g * 1e6, "xla_us": xl * 1e6,
                          "ratio": xl / g, "path": path})  # fmt: skip
             nbytes = count * 4
-            print(f"{op:9s} {fmt_size(nbytes):>8s} {g * 1e6:10.2f} {xl * 1e6:11.2f} {xl / g:6.2f} "
+            say(f"{op:9s} {fmt_size(nbytes):>8s} {g * 1e6:10.2f} {xl * 1e6:11.2f} {xl / g:6.2f} "
                   f"{nbytes / g / 1e9:12.2f} {nbytes / xl / 1e9:13.2f}  {path}")  # fmt: skip
-    out = o.json or os.path.join(os.environ.get("OUT", "results"), "bench_jax.json")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps({"devices": n, "kind": devices[0].device_kind,
-                                     "layout": "one process", "rows": rows}, indent=1))  # fmt: skip
-    print(f"gshmem.bench jax: results written to {out}")
+    if jax.process_index() == 0:
+        out = o.json or os.path.join(os.environ.get("OUT", "results"), "bench_jax.json")
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps({"devices": n, "kind": devices[0].device_kind,
+                                         "layout": layout, "rows": rows}, indent=1))  # fmt: skip
+        say(f"gshmem.bench jax: results written to {out}")
     gj.finalize()
     return 0
 
