@@ -1,77 +1,48 @@
 // gshmem_ppermute: XLA FFI handler of gshmem.jax.ppermute. Each PE sends its operand to at most
-// one PE and receives from at most one (a permutation within the mesh axis' groups; PEs nobody
-// sends to get zeros, as jax.lax.ppermute). Two paths, chosen by gshmem/jax/rules.py:
-//
-// kernel (small operands of 4-byte words): one kernel, LL lines (permute_ll.cu).
-//
-// copy engine: chunks of the slot size go straight from XLA's buffer into the receiver's two
-// symmetric slots by copy-engine puts (zero SMs) on a side stream, while XLA's stream copies the
-// previous chunk out of the other slot into XLA's output. Per chunk k, slot j = k % 2:
-//   receiver (XLA's stream): "ready[j]" set on its sender once slot j is free (at the start for
-//                            the first two chunks, then after copying chunk k - 2 out);
-//   sender (side stream):    wait for its "ready[j]", reset it, put chunk k with "arrived[j]";
-//   receiver:                wait for "arrived[j]", reset it, copy slot j out.
-// Every flag is set and reset the same number of times within a call, so a CUDA graph of the call
-// (XLA command buffers) replays it without host help; the side stream forks from and joins
-// XLA's stream by events, which graph capture records as edges.
+// one PE and receives from at most one (a permutation of the mesh axis; PEs nobody sends to get
+// zeros, as jax.lax.ppermute). The operand goes out by copy-engine puts straight from XLA's
+// buffer into the receiver's symmetric slot, in chunks of the slot's size; the receiver copies
+// each chunk into XLA's output. Per chunk:
+//   receiver: signal "ready" on its sender (its slot is free: earlier copies out are done);
+//   sender:   wait for "ready", reset it, put the chunk with the "arrived" signal;
+//   receiver: wait for "arrived", reset it, copy the slot out.
+// Every flag goes 0 -> 1 -> 0 within a call, so a CUDA graph of the call (XLA command buffers)
+// replays it without host help. Everything runs on XLA's stream; the host only enqueues.
+// Small operands (``kernel`` = 1, chosen by gshmem/jax/rules.py) take one kernel instead: the
+// C API's all_to_allv over the group's team with one nonzero count each way, which replaces the
+// seven stream operations of a chunk by one launch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "handler_common.h"
 
 namespace gshmem::jax {
 namespace {
 
-ffi::Error cuda_error(cudaError_t err) {
+ffi::Error copy_error(cudaError_t err) {
   return ffi::Error::Internal(std::string("gshmem.jax ppermute: ") + cudaGetErrorString(err));
 }
 
-// Enqueues the copy-engine path; false with gshmem's error set when a call fails.
-bool permute_copy_engine(const DeviceState& s, cudaStream_t stream, const char* in, char* out, size_t bytes,
-                         int dst, int src) {
-  const bool sends = dst >= 0 && dst != s.rank, receives = src >= 0 && src != s.rank;
-  const size_t chunks = (bytes + s.slot_bytes - 1) / s.slot_bytes;
-  auto chunk = [&](size_t k) { return std::min(s.slot_bytes, bytes - k * s.slot_bytes); };
-  auto ready = [&](size_t k) {  // tell the sender slot k % 2 is free for chunk k
-    return gshmem_signal_op_on_stream(s.comm, s.ready + k % 2, 1, GSHMEM_SIGNAL_SET, src, stream) == 0;
-  };
-  if (receives) {
-    for (size_t k = 0; k < std::min<size_t>(2, chunks); ++k) {
-      if (!ready(k)) return false;
-    }
+// The exchange as one all_to_allv kernel over the group's team (4-byte elements).
+ffi::Error permute_kernel(const DeviceState& s, void* stream, const void* in, void* out, size_t bytes,
+                          int dst, int src, ffi::Span<const int32_t> groups) {
+  gshmem_team_t team{};
+  if (auto err = team_of(s, groups, "ppermute", &team)) return *err;
+  std::vector<size_t> send(team.size, 0), recv(team.size, 0), zeros(team.size, 0);
+  if (dst >= 0) send[(dst - team.start) / team.stride] = bytes / 4;
+  if (src >= 0) recv[(src - team.start) / team.stride] = bytes / 4;
+  if (gshmem_all_to_allv_on_stream(s.comm, &team, in, send.data(), zeros.data(), out, recv.data(),
+                                   zeros.data(), GSHMEM_INT32, stream)) {
+    return gshmem_error("ppermute");
   }
-  if (sends) {
-    if (cudaEventRecord(s.fork, stream) || cudaStreamWaitEvent(s.side, s.fork, 0)) return false;
-    for (size_t k = 0; k < chunks; ++k) {
-      uint64_t* r = s.ready + k % 2;
-      if (gshmem_signal_wait_until_on_stream(s.comm, r, GSHMEM_CMP_EQ, 1, s.side) ||
-          gshmem_signal_op_on_stream(s.comm, r, 0, GSHMEM_SIGNAL_SET, s.rank, s.side) ||
-          gshmem_put_signal_on_stream(s.comm, s.slots + (k % 2) * s.slot_bytes, in + k * s.slot_bytes, chunk(k),
-                                      s.arrived + k % 2, 1, GSHMEM_SIGNAL_SET, dst, s.side)) {
-        return false;
-      }
-    }
-    if (cudaEventRecord(s.join, s.side)) return false;
-  }
-  if (receives) {
-    for (size_t k = 0; k < chunks; ++k) {
-      uint64_t* a = s.arrived + k % 2;
-      if (gshmem_signal_wait_until_on_stream(s.comm, a, GSHMEM_CMP_EQ, 1, stream) ||
-          gshmem_signal_op_on_stream(s.comm, a, 0, GSHMEM_SIGNAL_SET, s.rank, stream) ||
-          gshmem_get_on_stream(s.comm, out + k * s.slot_bytes, s.slots + (k % 2) * s.slot_bytes, chunk(k),
-                               s.rank, stream)) {
-        return false;
-      }
-      if (k + 2 < chunks && !ready(k + 2)) return false;
-    }
-  }
-  return !sends || cudaStreamWaitEvent(stream, s.join, 0) == cudaSuccess;
+  return ffi::Error::Success();
 }
 
 ffi::Error permute(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
-                   ffi::Span<const int32_t> peers, int32_t kernel) {
+                   ffi::Span<const int32_t> peers, ffi::Span<const int32_t> groups, int32_t kernel) {
   const char* op = "ppermute";
   const DeviceState* s = nullptr;
   if (auto err = lookup(ordinal, op, &s)) return *err;
@@ -84,23 +55,32 @@ ffi::Error permute(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<
   auto* res = static_cast<char*>(out->untyped_data());
   auto cs = static_cast<cudaStream_t>(stream);
   if (src < 0) {  // nobody sends here: zeros, as jax.lax.ppermute
-    if (cudaError_t e = cudaMemsetAsync(res, 0, bytes, cs)) return cuda_error(e);
+    if (cudaError_t e = cudaMemsetAsync(res, 0, bytes, cs)) return copy_error(e);
   }
   if (kernel) {
-    if (bytes % 4 || bytes / 4 > s->ll.words) {
-      return ffi::Error::InvalidArgument("gshmem.jax ppermute: the kernel path takes whole 4-byte words up to "
-                                         "GSHMEM_JAX_PPERMUTE_KERNEL_MAX, as at init");
-    }
-    cudaError_t e = permute_ll(s->device, s->ll, reinterpret_cast<const uint32_t*>(in),
-                               reinterpret_cast<uint32_t*>(res), bytes / 4, dst, src, cs);
-    return e ? cuda_error(e) : ffi::Error::Success();
+    if (bytes % 4) return ffi::Error::InvalidArgument("gshmem.jax ppermute: the kernel path moves 4-byte words");
+    return permute_kernel(*s, stream, in, res, bytes, dst, src, groups);
   }
   if (src == s->rank) {
-    if (cudaError_t e = cudaMemcpyAsync(res, in, bytes, cudaMemcpyDeviceToDevice, cs)) return cuda_error(e);
+    if (cudaError_t e = cudaMemcpyAsync(res, in, bytes, cudaMemcpyDeviceToDevice, cs)) return copy_error(e);
   }
-  if (bytes > 0 && !permute_copy_engine(*s, cs, in, res, bytes, dst, src)) {
-    cudaError_t e = cudaGetLastError();
-    return e ? cuda_error(e) : gshmem_error(op);
+  const bool sends = dst >= 0 && dst != s->rank, receives = src >= 0 && src != s->rank;
+  for (size_t offset = 0; offset < bytes && (sends || receives); offset += s->slot_bytes) {
+    const size_t n = std::min(s->slot_bytes, bytes - offset);
+    if (receives && gshmem_signal_op_on_stream(s->comm, s->ready, 1, GSHMEM_SIGNAL_SET, src, stream)) {
+      return gshmem_error(op);
+    }
+    if (sends && (gshmem_signal_wait_until_on_stream(s->comm, s->ready, GSHMEM_CMP_EQ, 1, stream) ||
+                  gshmem_signal_op_on_stream(s->comm, s->ready, 0, GSHMEM_SIGNAL_SET, s->rank, stream) ||
+                  gshmem_put_signal_on_stream(s->comm, s->slot, in + offset, n, s->arrived, 1,
+                                              GSHMEM_SIGNAL_SET, dst, stream))) {
+      return gshmem_error(op);
+    }
+    if (receives && (gshmem_signal_wait_until_on_stream(s->comm, s->arrived, GSHMEM_CMP_EQ, 1, stream) ||
+                     gshmem_signal_op_on_stream(s->comm, s->arrived, 0, GSHMEM_SIGNAL_SET, s->rank, stream) ||
+                     gshmem_get_on_stream(s->comm, res + offset, s->slot, n, s->rank, stream))) {
+      return gshmem_error(op);
+    }
   }
   return ffi::Error::Success();
 }
@@ -115,5 +95,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(gshmem_jax_ppermute, gshmem::jax::permute,
                                   .Arg<xla::ffi::AnyBuffer>()
                                   .Ret<xla::ffi::AnyBuffer>()
                                   .Attr<xla::ffi::Span<const int32_t>>("peers")
+                                  .Attr<xla::ffi::Span<const int32_t>>("groups")
                                   .Attr<int32_t>("kernel"),
                               {xla::ffi::Traits::kCmdBufferCompatible});

@@ -86,14 +86,12 @@ def test_perm_checks_and_inverse() -> None:
 
 
 def test_permute_path() -> None:
-    from gshmem.jax.rules import permute_kernel_max, permute_path
+    from gshmem.jax.rules import permute_path
 
-    limit = permute_kernel_max({})
-    assert limit == 64 << 10
-    assert permute_kernel_max({"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1001"}) == 1000
-    assert permute_path(8, limit) == "kernel"
-    assert permute_path(64 << 10, limit) == "kernel"
-    assert permute_path((64 << 10) + 4, limit) == "copy engine"
-    assert permute_path(6, limit) == "copy engine"  # not whole 4-byte words
-    assert permute_path(0, limit) == "copy engine"
-    assert permute_path(4096, 1024) == "copy engine"
+    assert permute_path(8, True, {}) == "kernel"
+    assert permute_path(64 << 10, True, {}) == "kernel"
+    assert permute_path((64 << 10) + 4, True, {}) == "copy engine"
+    assert permute_path(6, True, {}) == "copy engine"  # not 4-byte words
+    assert permute_path(8, False, {}) == "copy engine"  # the group is not a strided team
+    assert permute_path(0, True, {}) == "copy engine"
+    assert permute_path(4096, True, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1K"}) == "copy engine"

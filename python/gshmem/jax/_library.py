@@ -31,10 +31,7 @@ def library() -> ctypes.CDLL:
         )
     lib = ctypes.CDLL(str(path))
     lib.gshmem_jax_attach.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                      ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
-                                      ctypes.c_size_t]  # fmt: skip
-    lib.gshmem_jax_ll_bytes.argtypes = [ctypes.c_int, ctypes.c_size_t]
-    lib.gshmem_jax_ll_bytes.restype = ctypes.c_size_t
+                                      ctypes.c_size_t, ctypes.c_void_p]  # fmt: skip
     lib.gshmem_jax_attach.restype = ctypes.c_int
     lib.gshmem_jax_detach.argtypes = [ctypes.c_int]
     lib.gshmem_jax_last_error.restype = ctypes.c_char_p
@@ -53,11 +50,9 @@ def register() -> None:
         )
 
 
-def attach(ordinal: int, comm: int, slots: int, slot_bytes: int, flags: int, ll: int,
-           ll_words: int) -> None:  # fmt: skip
-    """Attaches ``comm`` (its gshmem_comm_t) to XLA device ``ordinal`` (registry.h)."""
+def attach(ordinal: int, comm: int, slot: int, slot_bytes: int, flags: int) -> None:
     lib = library()
-    if lib.gshmem_jax_attach(ordinal, comm, slots, slot_bytes, flags, ll, ll_words) != 0:
+    if lib.gshmem_jax_attach(ordinal, comm, slot, slot_bytes, flags) != 0:
         raise UsageError(lib.gshmem_jax_last_error().decode())
 
 

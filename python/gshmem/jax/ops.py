@@ -21,7 +21,7 @@ import numpy as np
 from gshmem._errors import UsageError
 from gshmem.jax import runtime
 from gshmem.jax.mesh import axis_groups, permute_table, team_table
-from gshmem.jax.rules import check_perm, choose, inverse, permute_kernel_max, permute_path
+from gshmem.jax.rules import check_perm, choose, inverse, permute_path
 
 GSHMEM_DTYPES = ("float32", "bfloat16", "float16", "int32", "int64")
 
@@ -80,8 +80,11 @@ class FfiWire:
     """The contiguous transfers as gshmem custom calls (on x's leading dimension)."""
 
     def permute(self, x, ax: Axis, pairs):
-        kernel = permute_path(_nbytes(x), runtime.state().kernel_max) == "kernel"
-        return _ffi("gshmem_ppermute", x.shape, x, peers=ax.peers(pairs), kernel=np.int32(kernel))
+        team = ax.team()
+        kernel = permute_path(_nbytes(x), team is not None) == "kernel"
+        groups = np.full(3 * runtime.state().npes, -1, np.int32) if team is None else team
+        return _ffi("gshmem_ppermute", x.shape, x, peers=ax.peers(pairs), groups=groups,
+                    kernel=np.int32(kernel))  # fmt: skip
 
     def all_reduce(self, x, ax: Axis, team):
         return _ffi("gshmem_all_reduce", x.shape, x, groups=team)
@@ -239,7 +242,8 @@ def explain(op: str, x: Any, axis_name: Any = None, *, mesh: Any = None) -> str:
     nbytes = x if isinstance(x, int) else _nbytes(x)
     backend, why = choose(op, nbytes)
     if backend == "gshmem" and op == "ppermute":
-        return f"{op}: gshmem, {permute_path(nbytes, permute_kernel_max())} ({why})"
+        strided = axis_name is None or _axis(axis_name, mesh).team() is not None
+        return f"{op}: gshmem, {permute_path(nbytes, strided)} ({why})"
     if backend == "gshmem" and not isinstance(x, int) and op != "ppermute":
         if str(x.dtype) not in GSHMEM_DTYPES:
             return f"{op}: xla ({x.dtype} is not one of {GSHMEM_DTYPES})"

@@ -43,19 +43,16 @@ def choose(op: str, nbytes: int, env: dict[str, str] | None = None) -> tuple[str
 DEFAULT_PERMUTE_KERNEL_MAX = 64 << 10
 
 
-def permute_kernel_max(env: dict[str, str] | None = None) -> int:
-    """Largest ppermute operand (bytes per device) on the kernel path:
-    GSHMEM_JAX_PPERMUTE_KERNEL_MAX (default 64K); init sizes the kernel's buffers by it."""
+def permute_path(nbytes: int, strided: bool, env: dict[str, str] | None = None) -> str:
+    """How a gshmem ppermute of ``nbytes`` per device moves: "kernel" (one all_to_allv launch;
+    small operands of 4-byte words whose group is a strided team, up to
+    GSHMEM_JAX_PPERMUTE_KERNEL_MAX, default 64K) or "copy engine" (puts through the staging
+    slot, zero SMs)."""
     env = os.environ if env is None else env
-    text = env.get("GSHMEM_JAX_PPERMUTE_KERNEL_MAX", str(DEFAULT_PERMUTE_KERNEL_MAX))
-    return int(_C.parse_size(text)) // 4 * 4
-
-
-def permute_path(nbytes: int, kernel_max: int) -> str:
-    """How a gshmem ppermute of ``nbytes`` per device moves: "kernel" (one launch, LL lines:
-    operands of whole 4-byte words up to ``kernel_max``) or "copy engine" (puts through the
-    staging slots, zero SMs)."""
-    return "kernel" if nbytes % 4 == 0 and 0 < nbytes <= kernel_max else "copy engine"
+    limit = int(
+        _C.parse_size(env.get("GSHMEM_JAX_PPERMUTE_KERNEL_MAX", str(DEFAULT_PERMUTE_KERNEL_MAX)))
+    )
+    return "kernel" if strided and nbytes % 4 == 0 and 0 < nbytes <= limit else "copy engine"
 
 
 def check_perm(perm: Sequence[tuple[int, int]], size: int) -> tuple[tuple[int, int], ...]:

@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from gshmem._errors import UsageError
 from gshmem.jax import _library
-from gshmem.jax.rules import permute_kernel_max
 
 if TYPE_CHECKING:
     from gshmem.comm import Buffer, Comm
 
-DEFAULT_SLOT_BYTES = 32 << 20
-FLAG_BYTES = 32  # ready[2], arrived[2] (registry.h)
+DEFAULT_SLOT_BYTES = 64 << 20
+FLAG_BYTES = 16  # ready, arrived (registry.h)
 
 
 @dataclass
@@ -31,8 +30,7 @@ class State:
     pe_of: dict[int, int]  # jax device id -> gshmem PE, every device of the job
     npes: int
     slot_bytes: int
-    kernel_max: int = 0  # largest ppermute on the kernel path (rules.permute_kernel_max)
-    memory: list[tuple[Buffer, ...]] = field(default_factory=list)  # (slots, flags, ll) per comm
+    memory: list[tuple[Buffer, Buffer]] = field(default_factory=list)  # (slot, flags) per comm
 
 
 _state: State | None = None
@@ -68,8 +66,7 @@ def _comms(devices: list[Any]) -> tuple[list[Comm], dict[int, int]]:
 
 def init() -> list[Comm]:
     """Collective over the job: creates this process's comms (once; later calls return them),
-    allocates each one's staging (two slots of GSHMEM_JAX_SLOT_BYTES, default 32M, and the
-    kernel path's lines: GSHMEM_JAX_PPERMUTE_KERNEL_MAX per peer) and attaches them to XLA's
+    allocates each one's staging (GSHMEM_JAX_SLOT_BYTES, default 64M) and attaches them to XLA's
     devices. Call it before tracing any gshmem.jax op."""
     global _state
     if _state is not None:
@@ -83,16 +80,12 @@ def init() -> list[Comm]:
     if not devices:
         raise UsageError("gshmem.jax.init: JAX sees no GPU in this process")
     comms, pe_of = _comms(devices)
-    slot_bytes, kernel_max = _slot_bytes(), permute_kernel_max()
-    lib, npes = _library.library(), comms[0].nranks
-    ll_bytes = lib.gshmem_jax_ll_bytes(npes, kernel_max // 4)
-    memory = gshmem.for_each(comms, lambda c: (c.malloc(2 * slot_bytes), c.calloc(FLAG_BYTES),
-                                               c.calloc(ll_bytes)))  # fmt: skip
-    state = State(comms, [d.local_hardware_id for d in devices], pe_of, npes, slot_bytes,
-                  kernel_max, memory)  # fmt: skip
-    for comm, ordinal, (slots, flags, ll) in zip(comms, state.ordinals, memory, strict=True):
-        _library.attach(ordinal, comm._handle.address, slots.ptr, slot_bytes, flags.ptr, ll.ptr,
-                        kernel_max // 4)  # fmt: skip
+    slot_bytes = _slot_bytes()
+    memory = gshmem.for_each(comms, lambda c: (c.malloc(slot_bytes), c.calloc(FLAG_BYTES)))
+    state = State(comms, [d.local_hardware_id for d in devices], pe_of, comms[0].nranks, slot_bytes,
+                  memory)  # fmt: skip
+    for comm, ordinal, (slot, flags) in zip(comms, state.ordinals, memory, strict=True):
+        _library.attach(ordinal, comm._handle.address, slot.ptr, slot_bytes, flags.ptr)
     _state = state
     return comms
 
