@@ -7,6 +7,7 @@
         y = jax.jit(jax.shard_map(lambda x: gj.ppermute(x, "cp", perm), ...))(x)
 """
 
+from gshmem.jax.attention import ring_attention
 from gshmem.jax.ops import all_gather, all_to_all, explain, ppermute, psum, psum_scatter
 from gshmem.jax.runtime import finalize, init
 
@@ -19,4 +20,5 @@ __all__ = [
     "ppermute",
     "psum",
     "psum_scatter",
+    "ring_attention",
 ]

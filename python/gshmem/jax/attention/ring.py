@@ -1,0 +1,169 @@
+"""Ring attention under ``shard_map`` (Liu et al., "Ring Attention"; zigzag balance of Brandon
+et al.): the K/V shards travel around the ring by gshmem permutes while every device attends to
+the shard it holds (schedule.py), folding each block into fp32 accumulators by log-sum-exp
+(merge.py). The backward sends K/V around again, with each shard's dK/dV travelling with it in
+fp32; after the last step one more hop returns every shard's finished dK/dV to its owner. The
+local blocks' gradients use the merged output and log-sum-exp (local.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gshmem._errors import UsageError
+from gshmem.attention.layout import check_layout
+from gshmem.jax.attention.local import block, block_grads
+from gshmem.jax.attention.merge import merge
+from gshmem.jax.attention.schedule import SELECT, part_range, source_before, step_blocks
+
+SEQ = 1  # q, k, v: [batch, seq, heads, dim], JAX's attention layout
+
+
+@dataclass(frozen=True)
+class Problem:
+    axis_name: Any
+    world: int
+    causal: bool
+    layout: str
+    scale: float
+    implementation: str | None
+    mesh: Any
+
+
+def _part(x, part: str, front):
+    """Tokens of ``part`` of a local shard (SELECT: front half where ``front``, else back)."""
+    import jax
+    import jax.numpy as jnp
+
+    length = x.shape[SEQ]
+    if part != SELECT:
+        a, b = part_range(part, length)
+        return jax.lax.slice_in_dim(x, a, b, axis=SEQ)
+    half = length // 2
+    return jax.lax.dynamic_slice_in_dim(x, jnp.where(front, 0, half), half, axis=SEQ)
+
+
+def _set_part(x, part: str, front, value):
+    import jax
+    import jax.numpy as jnp
+
+    length = x.shape[SEQ]
+    if part == SELECT:
+        return jax.lax.dynamic_update_slice_in_dim(x, value, jnp.where(front, 0, length // 2), SEQ)
+    a, _ = part_range(part, length)
+    return jax.lax.dynamic_update_slice_in_dim(x, value, a, SEQ)
+
+
+def _rotate(p: Problem, tree):
+    from gshmem.jax.ops import ppermute
+
+    ring = [(i, (i + 1) % p.world) for i in range(p.world)]
+    return ppermute(tree, p.axis_name, ring, mesh=p.mesh)
+
+
+def forward(p: Problem, q, k, v):
+    """(output in q's dtype, fp32 lse [B, T, N]) of this device's queries against the sequence."""
+    import jax
+    import jax.numpy as jnp
+
+    me = jax.lax.axis_index(p.axis_name)
+    out = jnp.zeros(q.shape, jnp.float32)
+    lse = jnp.full(q.shape[:-1], -jnp.inf, jnp.float32)
+    kv = (k, v)
+    for s in range(p.world):
+        if s > 0:
+            kv = _rotate(p, kv)
+        front = source_before(s, me)
+        for b in step_blocks(s, p.world, p.layout, p.causal):
+            kb, vb = (_part(t, b.kv, front) for t in kv)
+            o_b, lse_b = block(_part(q, b.q, front), kb, vb, b.causal, p.scale, p.implementation)
+            if b.if_source_before:
+                lse_b = jnp.where(front, lse_b, -jnp.inf)
+            o_r, lse_r = merge(_part(out, b.q, front), _part(lse, b.q, front), o_b, lse_b)
+            out, lse = _set_part(out, b.q, front, o_r), _set_part(lse, b.q, front, lse_r)
+    return out.astype(q.dtype), lse
+
+
+def backward(p: Problem, q, k, v, out, lse, do):
+    """(dq, dk, dv) of this device's shards."""
+    import jax
+    import jax.numpy as jnp
+
+    me = jax.lax.axis_index(p.axis_name)
+    dq = jnp.zeros(q.shape, jnp.float32)
+    kv = (k, v)
+    dkv = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32))
+    for s in range(p.world):
+        if s > 0:
+            kv, dkv = _rotate(p, (kv, dkv))
+        front = source_before(s, me)
+        for b in step_blocks(s, p.world, p.layout, p.causal):
+            rows = [_part(t, b.q, front) for t in (q, do, out, lse)]
+            kb, vb = (_part(t, b.kv, front) for t in kv)
+            dq_b, dk_b, dv_b = block_grads(rows[0], kb, vb, b.causal, p.scale, p.implementation,
+                                           *rows[1:])  # fmt: skip
+            if b.if_source_before:
+                dq_b, dk_b, dv_b = (jnp.where(front, g, 0) for g in (dq_b, dk_b, dv_b))
+            dq = _set_part(dq, b.q, front, _part(dq, b.q, front) + dq_b)
+            dkv = tuple(_set_part(a, b.kv, front, _part(a, b.kv, front) + g)
+                        for a, g in zip(dkv, (dk_b, dv_b), strict=True))  # fmt: skip
+    if p.world > 1:  # the sums held belong to the next rank: one more hop home
+        dkv = _rotate(p, dkv)
+    return dq.astype(q.dtype), dkv[0].astype(k.dtype), dkv[1].astype(v.dtype)
+
+
+def _check(q, k, v, layout: str) -> None:
+    if q.ndim != 4 or k.shape != v.shape or k.ndim != 4:
+        raise UsageError(f"ring_attention: q [B, T, N, D] and k, v [B, T, Nkv, D] alike; got "
+                         f"{q.shape}, {k.shape}, {v.shape}")  # fmt: skip
+    if (q.shape[0], q.shape[1], q.shape[3]) != (k.shape[0], k.shape[1], k.shape[3]):
+        raise UsageError(f"ring_attention: q {q.shape} and k {k.shape} differ in batch, "
+                         "length or head dimension")  # fmt: skip
+    if q.shape[2] % k.shape[2]:
+        raise UsageError(f"ring_attention: {k.shape[2]} K/V heads do not divide {q.shape[2]} "
+                         "query heads")  # fmt: skip
+    if q.dtype != k.dtype or k.dtype != v.dtype:
+        raise UsageError(f"ring_attention: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+    if layout == "zigzag" and q.shape[SEQ] % 2:
+        raise UsageError(f"ring_attention: zigzag shards hold two halves; {q.shape[SEQ]} tokens "
+                         "per device is odd")  # fmt: skip
+
+
+def ring_attention(q, k, v, axis_name, *, causal: bool = True, layout: str = "zigzag",
+                   scale: float | None = None, implementation: str | None = None,
+                   mesh: Any = None):  # fmt: skip
+    """Attention of this device's queries against the whole sequence sharded over
+    ``axis_name``, inside ``shard_map``; differentiable (``jax.custom_vjp``).
+
+    q: [batch, T, heads, dim], k/v: [batch, T, kv_heads, dim] (GQA/MQA: kv_heads divides heads;
+    K/V are not expanded), this device's shard in ``layout`` ("zigzag": halves i and 2W-1-i of
+    the sequence cut in 2W, balanced under a causal mask; "contiguous": block i), as
+    ``shard`` makes it. ``implementation`` goes to ``jax.nn.dot_product_attention``. Collective
+    over the axis: every device calls it with the same shapes."""
+    import jax
+
+    from gshmem.jax.ops import _axis
+
+    check_layout(layout)
+    world = _axis(axis_name, mesh).size
+    _check(q, k, v, layout)
+    p = Problem(axis_name, world, causal, layout, q.shape[-1] ** -0.5 if scale is None else scale,
+                implementation, mesh)  # fmt: skip
+
+    @jax.custom_vjp
+    def attend(q, k, v):
+        return forward(p, q, k, v)[0]
+
+    def fwd(q, k, v):
+        out, lse = forward(p, q, k, v)
+        return out, (q, k, v, out, lse)
+
+    def bwd(res, do):
+        return backward(p, *res, do)
+
+    attend.defvjp(fwd, bwd)
+    return attend(q, k, v)
+
+
+__all__ = ["Problem", "backward", "forward", "ring_attention"]

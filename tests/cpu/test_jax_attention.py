@@ -1,0 +1,150 @@
+"""gshmem.jax's ring attention on the CPU: the SPMD schedule against a brute-force mask, the
+merge and the block gradients against whole-sequence attention, and the ring itself on a
+4-device CPU mesh (jax.lax's ppermute standing in for the GPU transfer) against attention on the
+whole sequence, outputs and gradients, in float32."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from gshmem.attention.layout import token_index
+
+if importlib.util.find_spec("jax") is None:
+    pytest.skip("jax is not installed", allow_module_level=True)
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from gshmem._errors import UsageError
+from gshmem.jax import ops, runtime
+from gshmem.jax.attention import ring_attention, shard, unshard
+from gshmem.jax.attention.local import block, block_grads
+from gshmem.jax.attention.merge import merge
+from gshmem.jax.attention.schedule import part_range, source_before, step_blocks
+
+try:
+    jax.config.update("jax_num_cpu_devices", 4)
+except RuntimeError:
+    pass
+if len(jax.devices("cpu")) < 4:
+    pytest.skip("needs 4 CPU devices for the mesh", allow_module_level=True)
+
+
+@pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("world", range(1, 9))
+def test_schedule_covers_the_mask_once(world, causal, layout) -> None:
+    seq = 4 * world
+    for me in range(world):
+        mine = token_index(seq, world, me, layout)
+        seen = np.zeros((seq, seq), int)
+        for s in range(world):
+            theirs = token_index(seq, world, (me - s) % world, layout)
+            front = source_before(s, me)
+            for b in step_blocks(s, world, layout, causal):
+                if b.if_source_before and not front:
+                    continue
+                qa, qb = part_range(b.q, len(mine), front)
+                ka, kb = part_range(b.kv, len(theirs), front)
+                for i, qi in enumerate(mine[qa:qb]):
+                    for j, kj in enumerate(theirs[ka:kb]):
+                        if not b.causal or j <= i:
+                            seen[qi, kj] += 1
+        want = np.tril(np.ones((seq, seq), int)) if causal else np.ones((seq, seq), int)
+        assert np.array_equal(seen[mine], want[mine]), (world, me)
+
+
+def _qkv(key, t, hq=4, hkv=2, d=16):
+    ks = jax.random.split(jax.random.key(key), 4)
+    return [
+        jax.random.normal(k, (2, t, h, d), jnp.float32)
+        for k, h in zip(ks, (hq, hkv, hkv, hq), strict=True)
+    ]
+
+
+def _full(q, k, v, causal=True):
+    return jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation="xla")
+
+
+def test_merge_and_block_grads_give_whole_attention() -> None:
+    """Two key blocks merged by lse, and their block gradients summed, equal attention over
+    all the keys and its gradients (non-causal blocks of a longer key set)."""
+    q, k, v, do = _qkv(0, 8)
+    k2, v2 = (jnp.concatenate([t, t[:, ::-1] * 0.5], 1) for t in (k, v))  # 16 keys
+    scale = q.shape[-1] ** -0.5
+    parts = [(k2[:, :8], v2[:, :8]), (k2[:, 8:], v2[:, 8:])]
+    out = jnp.zeros(q.shape, jnp.float32)
+    lse = jnp.full(q.shape[:-1], -jnp.inf)
+    for kb, vb in parts:
+        out, lse = merge(out, lse, *block(q, kb, vb, False, scale, "xla"))
+    ref, grads = jax.vjp(lambda a, b, c: _full(a, b, c, False), q, k2, v2)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    want = grads(do)
+    got = [block_grads(q, kb, vb, False, scale, "xla", do, out, lse) for kb, vb in parts]
+    np.testing.assert_allclose(got[0][0] + got[1][0], want[0], rtol=1e-4, atol=1e-5)
+    for i in (1, 2):
+        np.testing.assert_allclose(jnp.concatenate([got[0][i], got[1][i]], 1), want[i],
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+
+
+def test_merge_of_nothing_is_nothing() -> None:
+    o = jnp.ones((1, 2, 1, 4))
+    lse = jnp.full((1, 2, 1), -jnp.inf)
+    out, new = merge(jnp.zeros_like(o), lse, o, lse)
+    assert np.all(np.asarray(out) == 0) and np.all(np.isneginf(np.asarray(new)))
+
+
+class LaxWire:
+    def permute(self, x, ax, pairs):
+        return jax.lax.ppermute(x, ax.name, pairs)
+
+
+MESH = Mesh(np.array(jax.devices("cpu")[:4]), ("cp",))
+
+
+@pytest.fixture
+def lax_wire(monkeypatch):
+    pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
+    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
+    monkeypatch.setattr(ops, "wire", LaxWire())
+    monkeypatch.delenv("GSHMEM_JAX_BACKEND", raising=False)
+
+
+@pytest.mark.parametrize(("layout", "causal"), [("zigzag", True), ("contiguous", True),
+                                                ("zigzag", False)])  # fmt: skip
+def test_ring_matches_whole_sequence(lax_wire, layout, causal) -> None:
+    q, k, v, do = _qkv(1, 32)
+    spec = P(None, "cp")
+
+    def ring(a, b, c):
+        f = jax.shard_map(lambda x, y, z: ring_attention(x, y, z, "cp", causal=causal,
+                                                         layout=layout, implementation="xla"),
+                          in_specs=spec, out_specs=spec, check_vma=False)  # fmt: skip
+        return unshard(f(*(shard(t, 4, layout) for t in (a, b, c))), 4, layout)
+
+    with jax.set_mesh(MESH):
+        out, grads = jax.vjp(jax.jit(ring), q, k, v)
+        got = grads(do)
+    ref, ref_grads = jax.vjp(lambda a, b, c: _full(a, b, c, causal), q, k, v)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got, ref_grads(do), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_ring_bad_input(lax_wire) -> None:
+    q, k, v, _ = _qkv(2, 12)
+    spec = P(None, "cp")
+    for args, match in [
+        ((q, k[:, :, :1].repeat(3, 2), v[:, :, :1].repeat(3, 2)), "do not divide"),
+        ((q, k, v.astype(jnp.bfloat16)), "dtypes differ"),
+        ((q[:, :4], k[:, :4], v[:, :4]), "is odd"),  # 1 token per device
+    ]:
+        f = jax.shard_map(lambda x, y, z: ring_attention(x, y, z, "cp"), in_specs=spec,
+                          out_specs=spec, check_vma=False)  # fmt: skip
+        with jax.set_mesh(MESH), pytest.raises(UsageError, match=match):
+            jax.jit(f)(*args)
