@@ -17,7 +17,7 @@ if importlib.util.find_spec("jax") is None:
     pytest.skip("jax is not installed", allow_module_level=True)
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "jax_check.py")
-SCENARIOS = ["values", "grad", "loop", "badargs"]
+SCENARIOS = ["values", "grad", "loop", "badargs", "attention"]
 ENV = {"GSHMEM_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 
@@ -40,6 +40,8 @@ def _free_port() -> int:
 @pytest.mark.parametrize(
     "n", [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
 )
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "attention"])
 def test_one_process_per_gpu(n, scenario):
+    # attention compares with whole-sequence attention on one process's arrays: one-process
+    # layout only
     launch_pes(n, SCRIPT, scenario, timeout=300, JAX_COORDINATOR_PORT=str(_free_port()), **ENV)
