@@ -15,10 +15,13 @@ def test_options() -> None:
     assert o.ops == ["psum"] and o.minbytes == 1024 and o.maxbytes == 1 << 20
     assert o.layout == "per-gpu" and o.nprocs == 2
     d = jax_suite.parse_args([])
-    assert d.layout == "one" and d.ops == ["ppermute", "psum"] and d.maxbytes == 256 << 20
+    assert d.layout == "one" and d.ops == ["ppermute", "psum", "attention"]
+    assert d.maxbytes == 256 << 20 and d.tokens == [2048, 8192, 32768]
 
 
-@pytest.mark.parametrize("bad", [["--ops", "pmax"], ["--calls", "0"], ["--layout", "two"]])
+@pytest.mark.parametrize(
+    "bad", [["--ops", "pmax"], ["--calls", "0"], ["--layout", "two"], ["--tokens", "lots"]]
+)
 def test_bad_options_exit_2(bad) -> None:
     with pytest.raises(SystemExit) as e:
         jax_suite.parse_args(bad)

@@ -24,14 +24,16 @@ from statistics import median
 from gshmem.bench.options import choices, parse_size, size_range
 from gshmem.bench.report import fmt_size
 
-OPS = ("ppermute", "psum")
+OPS = ("ppermute", "psum", "attention")
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m gshmem.bench jax", description=__doc__.split("\n\n")[0]
     )
-    p.add_argument("--ops", default="ppermute,psum", help="subset of ppermute,psum")
+    p.add_argument("--ops", default="ppermute,psum,attention",
+                   help="subset of ppermute,psum,attention")  # fmt: skip
+    p.add_argument("--tokens", default="2K,8K,32K", help="attention: tokens per GPU, a list")
     p.add_argument("-b", "--minbytes", type=parse_size, default=8, help="smallest size per device")
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"), help="largest")
     p.add_argument("-f", "--factor", type=int, default=8, help="size step factor (default 8)")
@@ -46,6 +48,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ns = p.parse_args(argv)
     try:
         ns.ops = choices(ns.ops, OPS, "--ops")
+        ns.tokens = [parse_size(t.strip()) for t in ns.tokens.split(",") if t.strip()]
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
     if ns.calls < 1 or ns.repeats < 1 or ns.warmup < 0:
@@ -118,9 +121,11 @@ def run(o: argparse.Namespace) -> int:
     layout = "one process" if o.layout == "one" else "one process per GPU"
     say(f"gshmem.bench jax: {n} x {devices[0].device_kind}, {layout}, jit + shard_map, "
           f"{o.calls} chained calls per timing")  # fmt: skip
-    say(f"{'op':9s} {'size':>8s} {'gshmem us':>10s} {'jax.lax us':>11s} {'ratio':>6s} "
-          f"{'gshmem GB/s':>12s} {'jax.lax GB/s':>13s}  gshmem path")  # fmt: skip
-    for op in o.ops:
+    comm_ops = [op for op in o.ops if op != "attention"]
+    if comm_ops:
+        say(f"{'op':9s} {'size':>8s} {'gshmem us':>10s} {'jax.lax us':>11s} {'ratio':>6s} "
+              f"{'gshmem GB/s':>12s} {'jax.lax GB/s':>13s}  gshmem path")  # fmt: skip
+    for op in comm_ops:
         for size in size_range(o.minbytes, o.maxbytes, o.factor):
             count = max(1, size // 4)
             x = jax.device_put(jnp.ones((n * count,), jnp.float32), NamedSharding(mesh, P("x")))
@@ -145,6 +150,18 @@ def run(o: argparse.Namespace) -> int:
             nbytes = count * 4
             say(f"{op:9s} {fmt_size(nbytes):>8s} {g * 1e6:10.2f} {xl * 1e6:11.2f} {xl / g:6.2f} "
                   f"{nbytes / g / 1e9:12.2f} {nbytes / xl / 1e9:13.2f}  {path}")  # fmt: skip
+    if "attention" in o.ops:
+        from gshmem.bench import jax_attention
+
+        say("attention: ring, causal zigzag, fwd+bwd, 32/8 heads x 128, bf16; efficiency = one "
+            "device on the whole sequence / devices / time")  # fmt: skip
+        say(f"{'tokens/GPU':>10s} {'gshmem ms':>10s} {'jax.lax ring ms':>16s} {'ideal ms':>9s} "
+            f"{'gshmem eff':>11s} {'jax.lax eff':>12s} {'TFLOP/s':>8s}")  # fmt: skip
+        for r in jax_attention.measure(o.tokens, mesh, o.warmup, o.repeats, _slowest):
+            rows.append(r)
+            say(f"{fmt_size(r['tokens_per_gpu']):>10s} {r['gshmem_ms']:10.3f} {r['xla_ms']:16.3f} "
+                f"{r['ideal_ms']:9.3f} {r['gshmem_efficiency']:11.1%} {r['xla_efficiency']:12.1%} "
+                f"{r['gshmem_tflops']:8.1f}")  # fmt: skip
     if jax.process_index() == 0:
         out = o.json or os.path.join(os.environ.get("OUT", "results"), "bench_jax.json")
         Path(out).parent.mkdir(parents=True, exist_ok=True)

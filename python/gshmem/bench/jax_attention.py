@@ -1,0 +1,99 @@
+"""The attention rows of ``python -m gshmem.bench jax``: gshmem.jax.ring_attention, causal
+zigzag, forward+backward, Llama-3-8B heads (32 query / 8 KV heads, dim 128), bfloat16, against
+the same ring with its permutes on XLA's collective (GSHMEM_JAX_PPERMUTE_BACKEND=xla: the
+comparison swaps only the transport) and against one device's attention on the whole sequence
+divided by the devices (the ideal)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from statistics import median
+from typing import Any
+
+HQ, HKV, DIM = 32, 8, 128
+
+
+def flops_fwd_bwd(tokens: int) -> float:
+    """Causal attention, forward + backward (3.5 x the forward's 4 B H S^2 D / 2)."""
+    return 3.5 * 4 * HQ * tokens * tokens * DIM / 2
+
+
+def _seconds(fn: Callable, args: tuple, warmup: int, repeats: int) -> float:
+    import jax
+
+    for _ in range(max(1, warmup)):
+        jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return median(times)
+
+
+def _ring_fwd_bwd(q, k, v, do):
+    import jax
+
+    from gshmem.jax.attention import ring_attention
+
+    return jax.vjp(lambda *qkv: ring_attention(*qkv, "x"), q, k, v)[1](do)
+
+
+def _whole_fwd_bwd(q, k, v, do):
+    import jax
+
+    return jax.vjp(lambda *qkv: jax.nn.dot_product_attention(*qkv, is_causal=True), q, k, v)[1](do)
+
+
+def measure(tokens_per_gpu: list[int], mesh: Any, warmup: int, repeats: int,
+            slowest: Callable[[float], float]) -> list[dict]:  # fmt: skip
+    """One row per size: seconds per forward+backward of each column, efficiencies."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from gshmem.jax.attention import shard
+
+    n = mesh.size
+    spec = P(None, "x")
+    rows = []
+    for tpg in tokens_per_gpu:
+        seq = tpg * n
+        ks = jax.random.split(jax.random.key(0), 4)
+        full = [jax.random.normal(k, (1, seq, h, DIM), jnp.bfloat16)
+                for k, h in zip(ks, (HQ, HKV, HKV, HQ), strict=True)]  # fmt: skip
+        mine = [jax.device_put(shard(t, n), NamedSharding(mesh, spec)) for t in full]
+
+        seconds = {}
+        for column, backend in (("gshmem", "gshmem"), ("xla", "xla")):
+            old = os.environ.get("GSHMEM_JAX_PPERMUTE_BACKEND")
+            os.environ["GSHMEM_JAX_PPERMUTE_BACKEND"] = backend  # read when the ring is traced
+            try:
+                with jax.set_mesh(mesh):
+                    fn = jax.jit(jax.shard_map(_ring_fwd_bwd, in_specs=spec, out_specs=spec,
+                                               check_vma=False))  # fmt: skip
+                    seconds[column] = slowest(_seconds(fn, tuple(mine), warmup, repeats))
+            finally:
+                if old is None:
+                    os.environ.pop("GSHMEM_JAX_PPERMUTE_BACKEND")
+                else:
+                    os.environ["GSHMEM_JAX_PPERMUTE_BACKEND"] = old
+
+        local = jax.local_devices()[0]
+        on_one = [jax.device_put(t, local) for t in full]
+        seconds["ideal"] = _seconds(jax.jit(_whole_fwd_bwd), tuple(on_one), warmup, repeats) / n
+        per_gpu = flops_fwd_bwd(seq) / n
+        row = {"op": "attention", "tokens_per_gpu": tpg}
+        row.update({f"{col}_ms": sec * 1e3 for col, sec in seconds.items()})
+        row.update(
+            {f"{col}_efficiency": seconds["ideal"] / seconds[col] for col in ("gshmem", "xla")}
+        )
+        row["gshmem_tflops"] = per_gpu / seconds["gshmem"] / 1e12
+        rows.append(row)
+    return rows
+
+
+__all__ = ["flops_fwd_bwd", "measure"]
