@@ -1,0 +1,111 @@
+"""The Llama 3 architecture in plain PyTorch: RMSNorm, rotary position embedding at given token
+positions (so a context-parallel shard embeds its own tokens' places), grouped-query attention
+through an injected ``attend`` (SDPA on one GPU, ``gshmem.attention.ring_attention`` under CP),
+SwiGLU, an untied output layer. ``forward`` returns the final hidden states; the loss
+(loss.py) applies the output layer chunk by chunk."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gshmem.train.config import LlamaConfig
+
+# attend(q, k, v): [B, heads, S, D], [B, kv_heads, S, D] x2 -> [B, heads, S, D], causal
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention on one device (no context parallelism)."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding of x [B, S, H, D] at ``positions`` [S] (pairs (i, i + D/2) rotate)."""
+    d, wide = x.shape[-1], torch.promote_types(x.dtype, torch.float32)  # 16-bit: in fp32
+    inv = theta ** (-torch.arange(0, d, 2, device=x.device, dtype=wide) / d)
+    angle = positions.to(wide)[:, None] * inv[None, :]  # [S, D/2]
+    cos, sin = (t[None, :, None, :] for t in (angle.cos(), angle.sin()))
+    a, b = x.to(wide).chunk(2, dim=-1)
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1).to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(
+            x.dtype
+        ) * self.weight
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.q = nn.Linear(cfg.hidden, cfg.heads * cfg.head_dim, bias=False)
+        self.kv = nn.Linear(cfg.hidden, 2 * cfg.kv_heads * cfg.head_dim, bias=False)
+        self.out = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
+        c, (b, s, _) = self.cfg, x.shape
+        q = self.q(x).view(b, s, c.heads, c.head_dim)
+        k, v = self.kv(x).view(b, s, 2, c.kv_heads, c.head_dim).unbind(2)
+        q, k = rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta)
+        o = attend(*(t.transpose(1, 2) for t in (q, k, v)))  # SDPA layout, K/V not expanded
+        return self.out(o.transpose(1, 2).reshape(b, s, c.heads * c.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.gate_up = nn.Linear(cfg.hidden, 2 * cfg.ffn, bias=False)
+        self.down = nn.Linear(cfg.ffn, cfg.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.attn_norm, self.attn = RMSNorm(cfg.hidden, cfg.norm_eps), Attention(cfg)
+        self.mlp_norm, self.mlp = RMSNorm(cfg.hidden, cfg.norm_eps), MLP(cfg)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), positions, attend)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)  # untied
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, attend: Attend = sdpa,
+                checkpoint: bool = False) -> torch.Tensor:  # fmt: skip
+        """Final hidden states [B, S, hidden] of ``tokens`` [B, S] at ``positions`` [S];
+        ``checkpoint``: recompute each block in the backward (activation checkpointing)."""
+        x = self.embed(tokens)
+        for block in self.blocks:
+            if checkpoint:
+                x = torch.utils.checkpoint.checkpoint(
+                    block, x, positions, attend, use_reentrant=False
+                )
+            else:
+                x = block(x, positions, attend)
+        return self.norm(x)
+
+
+__all__ = ["Attend", "Llama", "rope", "sdpa"]

@@ -1,0 +1,137 @@
+"""gshmem.train on the CPU: the FLOP counter against a count from the parameters, the model's
+shapes, RoPE's relative positions, the chunked loss against the plain one, the synthetic data,
+and context parallelism's split and merge: a tiny model trained on a ring of threads (the real
+ring loops, exact local kernel) gives the loss and gradients of the same model on the whole
+sequence."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from _ring_threads import run_ring  # noqa: E402
+
+from gshmem.attention import ring  # noqa: E402
+from gshmem.attention.local import Dense  # noqa: E402
+from gshmem.train.config import LLAMA3_8B, tiny  # noqa: E402
+from gshmem.train.cp import shard_batch  # noqa: E402
+from gshmem.train.data import ideal_loss, next_token_labels, repeated_blocks  # noqa: E402
+from gshmem.train.flops import train_flops  # noqa: E402
+from gshmem.train.loss import IGNORE, chunked_cross_entropy  # noqa: E402
+from gshmem.train.model import Llama, rope  # noqa: E402
+
+
+def test_flops_against_parameter_count() -> None:
+    cfg, seq = LLAMA3_8B, 131072
+    # 6 FLOPs per matmul weight per token (2 forward, 4 backward), and attention's two
+    # products, 2 x 2 x S^2 x H x D forward, half of it under the causal mask, x 3 for training
+    by_params = 6 * seq * cfg.matmul_params()
+    attention = 3 * 2 * 2 * seq * seq * cfg.heads * cfg.head_dim * cfg.layers / 2
+    assert train_flops(cfg, 1, seq) == pytest.approx(by_params + attention, rel=1e-12)
+    assert 7.4e9 < cfg.matmul_params() < 7.6e9  # Llama-3-8B: 8.0B with the 0.5B embedding
+    assert train_flops(cfg, 2, seq, causal=False) > 2 * train_flops(cfg, 1, seq)
+
+
+def test_model_shapes_and_parameter_count() -> None:
+    cfg = tiny()
+    model = Llama(cfg)
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert linear == cfg.matmul_params()
+    tokens = torch.randint(0, cfg.vocab, (2, 16))
+    h = model(tokens, torch.arange(16))
+    assert h.shape == (2, 16, cfg.hidden)
+    with pytest.raises(ValueError, match="must divide"):
+        tiny().__class__(heads=6, kv_heads=4)
+
+
+def test_rope_depends_on_relative_position() -> None:
+    q, k = (
+        torch.randn(1, 5, 2, 8, dtype=torch.float64),
+        torch.randn(1, 5, 2, 8, dtype=torch.float64),
+    )
+    p = torch.arange(5)
+
+    def scores(shift):
+        a, b = rope(q, p + shift, 100.0), rope(k, p.flip(0) + shift, 100.0)
+        return torch.einsum("bshd,bthd->bhst", a, b)
+
+    assert torch.allclose(scores(0), scores(37), atol=1e-5)
+    assert not torch.allclose(rope(q, p, 100.0), q)
+
+
+def test_chunked_loss_matches_plain_cross_entropy() -> None:
+    torch.manual_seed(0)
+    h = torch.randn(3, 10, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    y = torch.randint(0, 50, (3, 10))
+    y[0, -1] = y[2, 3] = IGNORE
+    total, count = chunked_cross_entropy(h, w, y, chunk=7)
+    plain = torch.nn.functional.cross_entropy((h @ w.T).reshape(-1, 50), y.reshape(-1),
+                                              ignore_index=IGNORE, reduction="sum")  # fmt: skip
+    assert count == 28 and torch.allclose(total, plain)
+    g = torch.autograd.grad(total, (h, w))
+    assert all(
+        torch.allclose(a, b) for a, b in zip(g, torch.autograd.grad(plain, (h, w)), strict=True)
+    )
+
+
+def test_synthetic_data() -> None:
+    tokens, labels = next(repeated_blocks(100, 20, 3, period=6, seed=1))
+    assert tokens.shape == (3, 20) and torch.equal(tokens[:, 6:], tokens[:, :-6])
+    assert torch.equal(labels[:, :-1], tokens[:, 1:]) and (labels[:, -1] == IGNORE).all()
+    again, _ = next(repeated_blocks(100, 20, 3, period=6, seed=1))
+    assert torch.equal(tokens, again)
+    assert ideal_loss(100, 20, 6) == pytest.approx(5 * math.log(100) / 19)
+    assert torch.equal(next_token_labels(torch.tensor([4, 5, 6])), torch.tensor([5, 6, IGNORE]))
+
+
+class _RingAttend(torch.autograd.Function):
+    """The ring's forward and backward loops as autograd (what gshmem.attention's op does)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, rg, problem):
+        out, lse = ring.forward(rg, problem, q, k, v)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.rg, ctx.problem = rg, problem
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        return (*ring.backward(ctx.rg, ctx.problem, dout, *ctx.saved_tensors), None, None)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_context_parallel_step_equals_whole_sequence(world) -> None:
+    """Each rank runs the model on its zigzag shard (global positions for RoPE, labels made on
+    the whole sequence); the loss sums and the gradients summed over ranks equal one model on
+    the whole sequence."""
+    cfg = tiny()
+    torch.manual_seed(3)
+    model = Llama(cfg).double()
+    tokens, labels = next(repeated_blocks(cfg.vocab, 8 * world, 2, period=5, seed=4))
+    hidden = model(tokens, torch.arange(tokens.shape[1]))
+    total, count = chunked_cross_entropy(hidden, model.head.weight, labels, chunk=5)
+    (total / count).backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    problem = ring.Problem(True, cfg.head_dim**-0.5, "zigzag", Dense("cpu"))
+
+    def rank(rg):
+        replica = Llama(cfg).double()
+        replica.load_state_dict(model.state_dict())
+        t, y, pos = shard_batch(tokens, labels, world, rg.index)
+        h = replica(t, pos, lambda q, k, v: _RingAttend.apply(q, k, v, rg, problem))
+        loss_sum, n = chunked_cross_entropy(h, replica.head.weight, y, chunk=5)
+        (loss_sum / count).backward()  # the global token count: ranks' sums add up
+        return loss_sum.detach(), n, {name: p.grad for name, p in replica.named_parameters()}
+
+    results = run_ring(world, rank)
+    assert sum(r[1] for r in results) == count
+    loss = sum(r[0] for r in results)
+    # (the ring's exact kernel returns its log-sum-exp in fp32: agreement to ~1e-7)
+    assert torch.allclose(loss, total.detach(), rtol=1e-6), (loss - total).abs()
+    for name, g in want.items():
+        got = sum(r[2][name] for r in results)
+        assert torch.allclose(got, g, rtol=1e-5, atol=1e-8), (name, (got - g).abs().max())
