@@ -113,7 +113,7 @@ def test_context_parallel_step_equals_whole_sequence(world) -> None:
     model = Llama(cfg).double()
     tokens, labels = next(repeated_blocks(cfg.vocab, 8 * world, 2, period=5, seed=4))
     hidden = model(tokens, torch.arange(tokens.shape[1]))
-    total, count = chunked_cross_entropy(hidden, model.head.weight, labels, chunk=5)
+    total, count = model.output(hidden, labels, chunk=5)
     (total / count).backward()
     want = {n: p.grad.clone() for n, p in model.named_parameters()}
     problem = ring.Problem(True, cfg.head_dim**-0.5, "zigzag", Dense("cpu"))
@@ -123,7 +123,7 @@ def test_context_parallel_step_equals_whole_sequence(world) -> None:
         replica.load_state_dict(model.state_dict())
         t, y, pos = shard_batch(tokens, labels, world, rg.index)
         h = replica(t, pos, lambda q, k, v: _RingAttend.apply(q, k, v, rg, problem))
-        loss_sum, n = chunked_cross_entropy(h, replica.head.weight, y, chunk=5)
+        loss_sum, n = replica.output(h, y, chunk=5)
         (loss_sum / count).backward()  # the global token count: ranks' sums add up
         return loss_sum.detach(), n, {name: p.grad for name, p in replica.named_parameters()}
 
@@ -135,3 +135,37 @@ def test_context_parallel_step_equals_whole_sequence(world) -> None:
     for name, g in want.items():
         got = sum(r[2][name] for r in results)
         assert torch.allclose(got, g, rtol=1e-5, atol=1e-8), (name, (got - g).abs().max())
+
+
+def test_fsdp_step_equals_one_process(tmp_path) -> None:
+    """train_step under FSDP2 on 2 gloo processes, each with half of the batch, gives the loss
+    and the updated parameters of one process stepping on the whole batch."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import _train_worker as worker
+
+    from gshmem.train.step import train_step
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = Path(__file__).with_name("_train_worker.py")
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(port), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for r in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=180)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(outs)
+    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+
+    ref = worker.model()
+    tokens, labels = worker.batch()
+    opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    loss = train_step(ref, opt, tokens, labels, torch.arange(tokens.shape[1]), worker.sdpa,
+                      chunk=7, clip=worker.NO_CLIP)  # fmt: skip
+    for r in results:
+        assert r["loss"] == pytest.approx(loss, rel=1e-5)
+        for name, p in ref.named_parameters():
+            assert torch.allclose(r["params"][name], p.detach(), rtol=1e-4, atol=1e-6), name

@@ -1,8 +1,9 @@
 """The Llama 3 architecture in plain PyTorch: RMSNorm, rotary position embedding at given token
 positions (so a context-parallel shard embeds its own tokens' places), grouped-query attention
 through an injected ``attend`` (SDPA on one GPU, ``gshmem.attention.ring_attention`` under CP),
-SwiGLU, an untied output layer. ``forward`` returns the final hidden states; the loss
-(loss.py) applies the output layer chunk by chunk."""
+SwiGLU, an untied output layer. ``forward`` returns the final hidden states; ``output``, a
+module of its own (so that FSDP gathers its weight for it), turns them into the loss chunk by
+chunk (loss.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gshmem.train.config import LlamaConfig
+from gshmem.train.loss import chunked_cross_entropy
 
 # attend(q, k, v): [B, heads, S, D], [B, kv_heads, S, D] x2 -> [B, heads, S, D], causal
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -84,6 +86,18 @@ class Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
+class Output(nn.Module):
+    """The untied output layer and the loss: (loss sum, counted tokens) of hidden states
+    against next-token labels (loss.py)."""
+
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.proj = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+
+    def forward(self, hidden: torch.Tensor, labels: torch.Tensor, chunk: int = 4096):
+        return chunked_cross_entropy(hidden, self.proj.weight, labels, chunk)
+
+
 class Llama(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
@@ -91,7 +105,7 @@ class Llama(nn.Module):
         self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
         self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
-        self.head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)  # untied
+        self.output = Output(cfg)  # untied from the embedding
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, attend: Attend = sdpa,
                 checkpoint: bool = False) -> torch.Tensor:  # fmt: skip
@@ -108,4 +122,4 @@ class Llama(nn.Module):
         return self.norm(x)
 
 
-__all__ = ["Attend", "Llama", "rope", "sdpa"]
+__all__ = ["Attend", "Llama", "Output", "rope", "sdpa"]
