@@ -1,0 +1,112 @@
+"""``python -m gshmem.bench train``: the training step of the Llama 3 architecture
+(gshmem.train) with context parallelism over every GPU and FSDP2, the seeds' measurement: step
+time and model TFLOP/s per GPU (MaxText's count), averaged over steps 3 to ``--steps``; peak
+memory; JSON. ``--backend`` picks the ring's transport: gshmem (copy engines) or nccl (the same
+ring over ``batch_isend_irecv``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import mean
+
+from gshmem.bench.options import parse_size
+
+BACKENDS = ("gshmem", "nccl")
+FIRST_TIMED_STEP = 3  # the seeds average steps 3-20
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m gshmem.bench train", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--seq", type=parse_size, default=parse_size("64K"), help="tokens per sequence")
+    p.add_argument("--layers", type=int, default=32, help="decoder layers (Llama-3-8B: 32)")
+    p.add_argument("--batch", type=int, default=1, help="sequences per step")
+    p.add_argument("--steps", type=int, default=20, help="steps (timed: 3 to this)")
+    p.add_argument("--backend", choices=BACKENDS, default="gshmem")
+    p.add_argument("--no-checkpoint", action="store_true", help="keep every block's activations")
+    p.add_argument("--np", dest="nprocs", type=int, default=None, help="GPUs (default: every one)")
+    p.add_argument("--timeout", type=float, default=3600.0, help="launcher timeout, s")
+    p.add_argument("--json", default=None, help="default $OUT/bench_train.json, else results/...")
+    ns = p.parse_args(argv)
+    if ns.steps < FIRST_TIMED_STEP or ns.layers < 1 or ns.batch < 1:
+        p.error(f"--steps must be at least {FIRST_TIMED_STEP}; --layers and --batch positive")
+    if ns.nprocs is None:
+        from gshmem.bench.__main__ import gpu_count
+
+        ns.nprocs = max(1, gpu_count())
+    if ns.seq % (2 * ns.nprocs):
+        p.error(f"--seq ({ns.seq}) must divide into 2 x {ns.nprocs} zigzag chunks")
+    return ns
+
+
+def summarize(step_seconds: Sequence[float], flops_per_step: float, gpus: int) -> dict[str, float]:
+    """Mean step time over steps FIRST_TIMED_STEP.. (1-based) and model TFLOP/s per GPU."""
+    timed = list(step_seconds[FIRST_TIMED_STEP - 1 :])
+    if not timed:
+        raise ValueError(f"no step from step {FIRST_TIMED_STEP} on to average")
+    seconds = mean(timed)
+    return {"step_s": seconds, "tflops_per_gpu": flops_per_step / gpus / seconds / 1e12}
+
+
+def run(o: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import gshmem
+    from gshmem.attention import ring_attention
+    from gshmem.bench.nccl_group import join_nccl
+    from gshmem.train.config import LLAMA3_8B
+    from gshmem.train.cp import shard_batch
+    from gshmem.train.data import repeated_blocks
+    from gshmem.train.flops import train_flops
+    from gshmem.train.model import Llama
+    from gshmem.train.step import optimizer, shard_model, train_step
+
+    comm = gshmem.init()
+    world, me = comm.nranks, comm.rank
+    why = join_nccl(me, world, comm.device)
+    if why:
+        raise RuntimeError(f"gshmem.bench train needs torch.distributed over NCCL (FSDP): {why}")
+    cfg = LLAMA3_8B.with_layers(o.layers)
+    torch.manual_seed(0)  # the same initial weights on every rank, before FSDP shards them
+    model = shard_model(Llama(cfg).cuda(), init_device_mesh("cuda", (world,)))
+    opt = optimizer(model)
+    data = repeated_blocks(cfg.vocab, o.seq, o.batch, period=max(1, o.seq // 8), seed=0)
+
+    def attend(q, k, v):
+        return ring_attention(q, k, v, comm=comm, backend=o.backend)
+
+    losses, seconds = [], []
+    for _ in range(o.steps):
+        tokens, labels = next(data)
+        t, y, pos = (x.cuda() for x in shard_batch(tokens, labels, world, me))
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        losses.append(train_step(model, opt, t, y, pos, attend, checkpoint=not o.no_checkpoint))
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    row = {"seq": o.seq, "layers": o.layers, "batch": o.batch, "gpus": world, "cp": world,
+           "backend": o.backend, "losses": losses,
+           "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+           **summarize(seconds, train_flops(cfg, o.batch, o.seq), world)}  # fmt: skip
+    if me == 0:
+        print(f"gshmem.bench train: {o.seq} tokens, {o.layers} layers, CP={world}, {o.backend}: "
+              f"{row['step_s']:.3f} s/step, {row['tflops_per_gpu']:.1f} TFLOP/s per GPU, peak "
+              f"{row['peak_gib']:.1f} GiB, loss {losses[0]:.3f} -> {losses[-1]:.3f}")  # fmt: skip
+        out = o.json or os.path.join(os.environ.get("OUT", "results"), "bench_train.json")
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(row, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+    comm.finalize()
+    return 0
+
+
+__all__ = ["parse_args", "run", "summarize"]
