@@ -2,7 +2,8 @@
 zigzag, forward+backward, Llama-3-8B heads (32 query / 8 KV heads, dim 128), bfloat16, against
 the same ring with its permutes on XLA's collective (GSHMEM_JAX_PPERMUTE_BACKEND=xla: the
 comparison swaps only the transport) and against one device's attention on the whole sequence
-divided by the devices (the ideal)."""
+divided by the devices (the ideal). Every attention call is cuDNN's (``implementation="cudnn"``:
+JAX's default may fall back to XLA's, which materialises the scores)."""
 
 from __future__ import annotations
 
@@ -38,13 +39,19 @@ def _ring_fwd_bwd(q, k, v, do):
 
     from gshmem.jax.attention import ring_attention
 
-    return jax.vjp(lambda *qkv: ring_attention(*qkv, "x"), q, k, v)[1](do)
+    def attend(*qkv):
+        return ring_attention(*qkv, "x", implementation="cudnn")
+
+    return jax.vjp(attend, q, k, v)[1](do)
 
 
 def _whole_fwd_bwd(q, k, v, do):
     import jax
 
-    return jax.vjp(lambda *qkv: jax.nn.dot_product_attention(*qkv, is_causal=True), q, k, v)[1](do)
+    def attend(*qkv):
+        return jax.nn.dot_product_attention(*qkv, is_causal=True, implementation="cudnn")
+
+    return jax.vjp(attend, q, k, v)[1](do)
 
 
 def measure(tokens_per_gpu: list[int], mesh: Any, warmup: int, repeats: int,

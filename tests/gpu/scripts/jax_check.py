@@ -25,6 +25,8 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # the gshmem he
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+
+jax.config.update("jax_default_matmul_precision", "highest")  # float32 checks: no TF32
 import numpy as np  # noqa: E402
 from expect import expect_usage  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
