@@ -1,6 +1,15 @@
 """One block of ring attention on one device: its output and log-sum-exp, and its gradients
 given the *merged* output and log-sum-exp of the whole row.
 
+The fast path (cuDNN): a flash-attention backward needs only q, k, v, dO and the row's output
+and log-sum-exp; fed the *merged* ones it gives the block's share of the exact gradient directly.
+JAX has no public call for it, but the VJP of jax.nn.dot_product_attention(implementation=
+"cudnn") keeps exactly those as residuals (the fp32 softmax statistics [B, N, T] and the output):
+``_stats`` finds them by identity (the output) and shape and dtype (the statistics), the
+backward swaps in the merged ones. The same residuals give the forward its fp32 log-sum-exp (the
+returned one is rounded to the inputs' dtype). Where they are not found (another kernel, another
+jax), the portable path:
+
 With w = exp(lse_b - lse) the block's weight in the merge, the exact score gradient of the block
 is w P_b ∘ (dP - D), D = rowsum(dO ∘ O). The VJP of the block's own output with cotangent w dO
 gives w P_b ∘ (dP - rowsum(dO ∘ O_b)); the rest is P_b ∘ g with g = w (rowsum(dO ∘ O_b) - D), a
@@ -14,14 +23,43 @@ from __future__ import annotations
 from typing import Any
 
 
-def block(q, k, v, causal: bool, scale: float, implementation: str | None) -> tuple[Any, Any]:
-    """(output [B, Tq, N, D] in q's dtype, lse [B, Tq, N] fp32) of q against k, v."""
+def _attend(q, k, v, causal: bool, scale: float, implementation: str | None):
+    import jax
+
+    def f(a, b, c):
+        return jax.nn.dot_product_attention(
+            a, b, c, scale=scale, is_causal=causal, implementation=implementation,
+            return_residual=True,
+        )  # fmt: skip
+
+    return jax.vjp(f, q, k, v)
+
+
+def _stats(vjp, out) -> tuple[list, Any, int, int] | None:
+    """(leaves, treedef, index of the output, index of the fp32 statistics [B, N, T]) of a
+    cuDNN attention VJP's residuals, or None when they are not that."""
     import jax
     import jax.numpy as jnp
 
-    o, lse = jax.nn.dot_product_attention(
-        q, k, v, scale=scale, is_causal=causal, implementation=implementation, return_residual=True
-    )
+    leaves, tree = jax.tree.flatten(vjp)
+    b, t, n = out.shape[:3]
+    at_out = [i for i, x in enumerate(leaves) if x is out]
+    at_stats = [i for i, x in enumerate(leaves)
+                if getattr(x, "dtype", None) == jnp.float32 and x.shape == (b, n, t)]  # fmt: skip
+    if len(at_out) != 1 or len(at_stats) != 1:
+        return None
+    return leaves, tree, at_out[0], at_stats[0]
+
+
+def block(q, k, v, causal: bool, scale: float, implementation: str | None) -> tuple[Any, Any]:
+    """(output [B, Tq, N, D] in q's dtype, lse [B, Tq, N] fp32) of q against k, v."""
+    import jax.numpy as jnp
+
+    (o, lse), vjp = _attend(q, k, v, causal, scale, implementation)
+    found = _stats(vjp, o)
+    if found is not None:  # cuDNN's own fp32 statistics, not the rounded copy
+        leaves, _, _, at = found
+        return o, jnp.transpose(leaves[at], (0, 2, 1))
     return o, lse.astype(jnp.float32)
 
 
@@ -31,18 +69,22 @@ def block_grads(q, k, v, causal: bool, scale: float, implementation: str | None,
     import jax
     import jax.numpy as jnp
 
-    def attend(a, b, c):
-        return block(a, b, c, causal, scale, implementation)[0]
-
-    (o_b, lse_b), vjp = jax.vjp(
-        lambda a, b, c: block(a, b, c, causal, scale, implementation), q, k, v
-    )
+    (o_b, lse_r), vjp = _attend(q, k, v, causal, scale, implementation)
+    found = _stats(vjp, o_b)
+    if found is not None:  # cuDNN's backward with the merged output and statistics
+        leaves, tree, at_out, at_stats = found
+        leaves = list(leaves)
+        leaves[at_out] = out.astype(o_b.dtype)
+        leaves[at_stats] = jnp.transpose(lse, (0, 2, 1)).astype(jnp.float32)
+        return jax.tree.unflatten(tree, leaves)((do.astype(o_b.dtype), jnp.zeros_like(lse_r)))
+    lse_b = lse_r.astype(jnp.float32)
     w = jnp.exp(lse_b - lse)[..., None]  # [B, T, N, 1]
     do32 = do.astype(jnp.float32)
     g = w * (jnp.sum(do32 * o_b.astype(jnp.float32), -1, keepdims=True)
              - jnp.sum(do32 * out.astype(jnp.float32), -1, keepdims=True))  # fmt: skip
-    dq, dk, dv = vjp(((w * do32).astype(o_b.dtype), jnp.zeros_like(lse_b)))
-    pk, vjp_kv = jax.vjp(lambda c: attend(q, k, c), k)  # P_b K, and P_bᵀ G for a cotangent G
+    dq, dk, dv = vjp(((w * do32).astype(o_b.dtype), jnp.zeros_like(lse_r)))
+    # P_b K (the block's output with K for V), and P_bᵀ G for a cotangent G
+    pk, vjp_kv = jax.vjp(lambda c: _attend(q, k, c, causal, scale, implementation)[0][0], k)
     (dk_lse,) = vjp_kv((scale * g * q.astype(jnp.float32)).astype(pk.dtype))
     dq = dq + (scale * g * pk.astype(jnp.float32)).astype(dq.dtype)
     return dq, dk + dk_lse.astype(dk.dtype), dv
