@@ -1,0 +1,106 @@
+"""One training step of the JAX model (model_jax.py) over a mesh axis: the sequence split over
+the axis (context parallelism through ``gshmem.jax.ring_attention`` inside ``shard_map``), the
+parameters and optimizer states stored sharded over the same axis (XLA gathers each weight for
+the step and reduce-scatters its gradient: ZeRO-3 by sharding annotations), AdamW in fp32.
+
+The loss is the global mean over tokens: each device's loss sum and token count are summed over
+the axis inside the step, so every device's gradient is its share of one loss."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gshmem.train.config import LlamaConfig
+
+Optimizer = tuple[Callable[[Any], Any], Callable[[Any, Any, Any], tuple[Any, Any]]]
+
+
+def adamw(lr: float = 3e-4, b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8,
+          weight_decay: float = 0.1) -> Optimizer:  # fmt: skip
+    """(init, update) of AdamW as Llama 3 was trained; update(params, grads, state) returns
+    (new params, new state)."""
+    import jax
+    import jax.numpy as jnp
+
+    def init(params):
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return {
+            "m": zeros,
+            "v": jax.tree.map(jnp.zeros_like, params),
+            "t": jnp.zeros((), jnp.int32),
+        }
+
+    def update(params, grads, state):
+        t = state["t"] + 1
+        m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state["m"], grads)
+        v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state["v"], grads)
+        c1, c2 = 1 - b1 ** t.astype(jnp.float32), 1 - b2 ** t.astype(jnp.float32)
+
+        def step(p, m, v):
+            return p - lr * ((m / c1) / (jnp.sqrt(v / c2) + eps) + weight_decay * p)
+
+        return jax.tree.map(step, params, m, v), {"m": m, "v": v, "t": t}
+
+    return init, update
+
+
+def sgd(lr: float) -> Optimizer:
+    """Plain gradient descent (exact comparisons in tests: Adam's first step is sign-like)."""
+    import jax
+
+    def update(params, grads, state):
+        return jax.tree.map(lambda p, g: p - lr * g, params, grads), state
+
+    return (lambda params: {}), update
+
+
+def shardings(params: Any, mesh: Any, axis: str) -> Any:
+    """A NamedSharding per parameter: its first dimension split over ``axis`` where that
+    divides, else replicated."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    n = mesh.shape[axis]
+
+    def one(p):
+        split = p.ndim > 0 and p.shape[0] % n == 0
+        return NamedSharding(mesh, P(axis) if split else P())
+
+    return jax.tree.map(one, params)
+
+
+def make_step(
+    cfg: LlamaConfig, mesh: Any, opt: Optimizer, axis: str = "cp",
+    implementation: str | None = None, checkpoint: bool = True, chunk: int = 4096,
+):  # fmt: skip
+    """step(params, opt_state, tokens, labels, positions) -> (params, opt_state, loss), jitted;
+    tokens/labels [B, S] and positions [S] laid out by gshmem.jax.attention.shard (each device's
+    block of the sequence axis is its ring shard)."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    from gshmem.jax.attention import ring_attention
+    from gshmem.train import model_jax
+
+    def attend(q, k, v):
+        return ring_attention(q, k, v, axis, implementation=implementation, mesh=mesh)
+
+    def local(params, tokens, labels, positions):
+        hidden = model_jax.forward(params, cfg, tokens, positions, attend, checkpoint)
+        total, count = model_jax.loss(params, hidden, labels, chunk)
+        return jax.lax.psum(total, axis) / jax.lax.psum(count, axis)
+
+    sharded = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(None, axis), P(None, axis), P(axis)),
+                            out_specs=P(), check_vma=False)  # fmt: skip
+
+    def step(params, state, tokens, labels, positions):
+        loss, grads = jax.value_and_grad(sharded)(params, tokens, labels, positions)
+        params, state = opt[1](params, grads, state)
+        return params, state, loss
+
+    return jax.jit(step, donate_argnums=(0, 1))
+
+
+__all__ = ["adamw", "make_step", "sgd", "shardings"]
