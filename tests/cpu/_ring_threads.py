@@ -15,8 +15,8 @@ from gshmem.attention.transport import view_slot
 class QueueChannel:
     """A ring channel between threads: a message is a copy of the sender's bytes."""
 
-    def __init__(self, inboxes, right, me):
-        self.inboxes, self.right, self.me = inboxes, right, me
+    def __init__(self, inboxes, right, me, sent):
+        self.inboxes, self.right, self.me, self.sent = inboxes, right, me, sent
         self.current = [None, None]
 
     def message(self, i, shapes, dtype):
@@ -27,6 +27,7 @@ class QueueChannel:
         self.current[i] = self.inboxes[self.me][i].get(timeout=30)
 
     def send(self, parts, i):
+        self.sent.append((self.me, self.right))
         self.inboxes[self.right][i].put(torch.cat([p.reshape(-1).view(torch.uint8) for p in parts]))
 
     def release(self, i):
@@ -37,26 +38,30 @@ class QueueChannel:
 
 
 class ThreadRing:
-    def __init__(self, world, index, boxes):
-        self.world, self.index, self.boxes = world, index, boxes
+    def __init__(self, world, index, boxes, sent):
+        self.world, self.index, self.boxes, self.sent = world, index, boxes, sent
 
-    def channel(self, name, nbytes):
+    def channel(self, name, nbytes, reverse=False):
         inboxes = self.boxes.setdefault(
             name, [[queue.Queue(), queue.Queue()] for _ in range(self.world)]
         )
-        return QueueChannel(inboxes, (self.index + 1) % self.world, self.index)
+        to = (self.index + (-1 if reverse else 1)) % self.world
+        return QueueChannel(inboxes, to, self.index, self.sent.setdefault(name, []))
 
 
-def run_ring(world, fn):
+def run_ring(world, fn, sent=None):
+    """``fn(ring)`` on one thread per rank; ``sent``: a dict that receives, per channel name, the
+    (sender, receiver) of every message."""
     boxes: dict = {}
+    sent = {} if sent is None else sent
     lock = threading.Lock()
     results, errors = [None] * world, []
 
     def body(r):
         try:
             with lock:
-                rg = ThreadRing(world, r, boxes)
-                for name in ("kv", "dkv"):
+                rg = ThreadRing(world, r, boxes, sent)
+                for name in ("kv", "kv_back", "dkv"):
                     rg.channel(name, 0)
             results[r] = fn(rg)
         except BaseException as e:  # noqa: BLE001 - re-raised below

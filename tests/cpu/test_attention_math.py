@@ -193,8 +193,8 @@ def test_ring_forward_backward_matches_exact_attention(world, kind, causal, hq, 
     def rank(rg):
         r = rg.index
         mine = [layout.shard(t, world, r, kind) for t in (q, k, v, dout)]
-        out, lse = ring.forward(rg, p, *mine[:3])
-        grads = ring.backward(rg, p, mine[3], *mine[:3], out, lse)
+        out, lse, last = ring.forward(rg, p, *mine[:3])
+        grads = ring.backward(rg, p, mine[3], *mine[:3], out, lse, last)
         return out, grads
 
     results = run_ring(world, rank)
@@ -206,6 +206,29 @@ def test_ring_forward_backward_matches_exact_attention(world, kind, causal, hq, 
             i,
             (got - leaf.grad).abs().max(),
         )
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_ring_messages_leave_no_hop_after_the_last_attention(world):
+    """Forward: K/V go right W - 1 times. Backward: the forward's last shard starts it, each
+    rank ends on its own shard, so K/V go left W - 2 times and the dK/dV sums W - 1 times (no
+    hop of finished sums after the last block)."""
+    q, k, v = (torch.randn(1, 2, 4 * world, 8) for _ in range(3))
+    p = ring.Problem(True, 0.5, "zigzag", Dense("cpu"))
+
+    def rank(rg):
+        mine = [layout.shard(t, world, rg.index, "zigzag") for t in (q, k, v, q)]
+        out, lse, last = ring.forward(rg, p, *mine[:3])
+        assert last.numel() == (0 if world == 1 else 2 * mine[1].numel())
+        ring.backward(rg, p, mine[3], *mine[:3], out, lse, last)
+
+    sent: dict = {}
+    run_ring(world, rank, sent)
+    right = sorted((r, (r + 1) % world) for r in range(world))
+    left = sorted((r, (r - 1) % world) for r in range(world))
+    assert sorted(sent["kv"]) == sorted(right * (world - 1))
+    assert sorted(sent["kv_back"]) == sorted(left * max(world - 2, 0))
+    assert sorted(sent["dkv"]) == sorted(left * (world - 1))
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])
@@ -230,8 +253,8 @@ def test_ring_varlen_matches_document_masked_attention(world, causal):
         mine = [
             thd(layout.zigzag_shard(t, world, rg.index, cu_seqlens=cu)) for t in (q, k, v, dout)
         ]
-        out, lse = ring.forward(rg, p, *mine[:3])
-        grads = ring.backward(rg, p, mine[3], *mine[:3], out, lse)
+        out, lse, last = ring.forward(rg, p, *mine[:3])
+        grads = ring.backward(rg, p, mine[3], *mine[:3], out, lse, last)
         return [t.transpose(0, 1).unsqueeze(0) for t in (out, *grads)]
 
     results = run_ring(world, rank)

@@ -93,8 +93,8 @@ class _RingAttend(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, rg, problem):
-        out, lse = ring.forward(rg, problem, q, k, v)
-        ctx.save_for_backward(q, k, v, out, lse)
+        out, lse, last = ring.forward(rg, problem, q, k, v)
+        ctx.save_for_backward(q, k, v, out, lse, last)
         ctx.rg, ctx.problem = rg, problem
         return out
 

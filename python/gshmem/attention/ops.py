@@ -75,8 +75,8 @@ class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, *args):
-        out, lse = _forward(q, k, v, *args)
-        ctx.save_for_backward(q, k, v, out, lse)
+        out, lse, last = _forward(q, k, v, *args)
+        ctx.save_for_backward(q, k, v, out, lse, last)
         ctx.args = args
         return out
 
@@ -190,7 +190,8 @@ def ring_attention_op(
     layout: str,
     backend: str,
     cu_seqlens: Tensor | None,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(output, fp32 lse, the K/V shard received last: ring.forward's ``last``)."""
     return _forward(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens)
 
 
@@ -199,8 +200,8 @@ def _forward(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens):
     vl = cu_seqlens is not None
 
     def call(q, k, v):
-        out, lse = forward(ring, p, *(_to_kernel(t, vl) for t in (q, k, v)))
-        return _from_kernel(out, vl).contiguous(), lse
+        out, lse, last = forward(ring, p, *(_to_kernel(t, vl) for t in (q, k, v)))
+        return _from_kernel(out, vl).contiguous(), lse, last
 
     return _run(ring, ("forward", key), q, call, (q, k, v))
 
@@ -215,8 +216,11 @@ def _run(ring: Ring, key: tuple, q: Tensor, call, inputs: tuple):
 @ring_attention_op.register_fake
 def _(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens):
     lse_shape = (q.shape[2], q.shape[1], 1) if cu_seqlens is not None else (*q.shape[:3], 1)
-    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(
-        lse_shape, dtype=torch.float32
+    last = k.numel() + v.numel() if team[2] > 1 else 0
+    return (
+        torch.empty_like(q, memory_format=torch.contiguous_format),
+        q.new_empty(lse_shape, dtype=torch.float32),
+        k.new_empty(last),
     )
 
 
@@ -228,6 +232,7 @@ def ring_attention_backward_op(
     v: Tensor,
     out: Tensor,
     lse: Tensor,
+    last: Tensor,
     comm: int,
     team: list[int],
     causal: bool,
@@ -236,24 +241,26 @@ def ring_attention_backward_op(
     backend: str,
     cu_seqlens: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    return _backward_impl(dout, q, k, v, out, lse, comm, team, causal, scale, layout, backend,
-                          cu_seqlens)  # fmt: skip
+    return _backward_impl(dout, q, k, v, out, lse, last, comm, team, causal, scale, layout,
+                          backend, cu_seqlens)  # fmt: skip
 
 
-def _backward_impl(dout, q, k, v, out, lse, comm, team, causal, scale, layout, backend, cu_seqlens):
+def _backward_impl(
+    dout, q, k, v, out, lse, last, comm, team, causal, scale, layout, backend, cu_seqlens
+):
     ring, p, key = _problem(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens)
     vl = cu_seqlens is not None
 
-    def call(dout, q, k, v, out, lse):
+    def call(dout, q, k, v, out, lse, last):
         args = [_to_kernel(t, vl) for t in (dout.contiguous(), q, k, v, out)]
-        grads = backward(ring, p, *args, lse)
+        grads = backward(ring, p, *args, lse, last)
         return tuple(_from_kernel(g, vl).contiguous() for g in grads)
 
-    return _run(ring, ("backward", key), q, call, (dout, q, k, v, out, lse))
+    return _run(ring, ("backward", key), q, call, (dout, q, k, v, out, lse, last))
 
 
 @ring_attention_backward_op.register_fake
-def _(dout, q, k, v, out, lse, comm, team, causal, scale, layout, backend, cu_seqlens):
+def _(dout, q, k, v, out, lse, last, comm, team, causal, scale, layout, backend, cu_seqlens):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -263,10 +270,9 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.args, ctx.cu = args, cu
 
 
-def _backward(ctx, dout, _dlse):
-    q, k, v, out, lse = ctx.saved_tensors
+def _backward(ctx, dout, _dlse, _dlast):
     dq, dk, dv = torch.ops.gshmem.ring_attention_backward(
-        dout, q, k, v, out, lse, *ctx.args, ctx.cu
+        dout, *ctx.saved_tensors, *ctx.args, ctx.cu
     )
     return dq, dk, dv, None, None, None, None, None, None, None
 

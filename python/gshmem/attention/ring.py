@@ -7,13 +7,16 @@ Forward, at step s: wait for the K/V shard of step s, pass it on to the right ne
 copy overlaps this step's attention), compute this step's blocks (schedule.py) and fold them into
 fp32 accumulators by their log-sum-exp (merge.py), then release the slot.
 
-Backward: K/V travel as in the forward; the key/value gradients of each shard travel with it,
-one step behind, in fp32 (``DKV_WIRE_DTYPE``; docs/attention.md gives the error and traffic that
-chose it): at step s a rank computes its blocks' gradients first and only then waits for the
-shard's running dK/dV from the left, adds its share and passes them on. After W steps every
-shard's dK/dV has visited every rank and arrives back at its owner; that last hop carries
-finished sums, rounded to the inputs' dtype by the sender (the rounding the owner would make,
-half the bytes on the one hop nothing overlaps).
+Backward runs the steps in reverse, so that each rank's own shard comes last: at step t a rank
+holds the shard that started on rank ``r + 1 + t`` (the forward's schedule at step W - 1 - t), and
+shards move to the *left* neighbour. Step 0's shard is the one the forward received last, kept
+by the forward (``last``), so the backward starts without waiting; the last step's shard is the
+rank's own, so K/V travel W - 2 hops, none at W = 2. The key/value gradients of each shard
+travel with it, one step behind, in fp32 (``DKV_WIRE_DTYPE``; docs/attention.md gives the error
+and traffic that chose it): at step t a rank computes its blocks' gradients first and only then
+waits for the shard's running dK/dV from the right, adds its share and passes them on. A
+shard's sums reach its owner at the owner's last step, where its own blocks finish them: no hop
+of finished sums is left after the last attention, and every rank ends on the same causal block.
 
 Tensors here are in the kernel's layout (``kernel.seq_dim`` is the sequence dimension); ``lse``
 is aligned with the output (head dimension of size 1), fp32.
@@ -47,7 +50,10 @@ class RingLike(Protocol):
     world: int
     index: int
 
-    def channel(self, name: str, nbytes: int) -> Channel: ...
+    def channel(self, name: str, nbytes: int, reverse: bool = False) -> Channel:
+        """The channel ``name`` with slots of at least ``nbytes``: to the right neighbour, or
+        to the left one when ``reverse``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -78,42 +84,68 @@ def part(x: torch.Tensor, name: str, seq_dim: int) -> torch.Tensor:
 class Rows:
     """One rank's query rows, filled block by block with either log-sum-exp merges (the forward's
     outputs) or sums (the backward's dq). Each half keeps its newest partial: the first block's
-    result as it came (no copy when it covers every row), then one combine per later block,
+    result as it came (no copy when it covers every row; a block covering every row after one
+    that covered a half becomes the output, the half combined into it), then one combine per
+    later block,
     written in fp32 while more blocks will reach those rows and in the final dtype by the last
     one, so each element is rounded to 16 bits once more than the kernel rounds it."""
 
     def __init__(self, q: torch.Tensor, seq_dim: int, blocks: dict[str, int], merge: bool):
         self.like, self.seq_dim, self.left, self.merging = q, seq_dim, dict(blocks), merge
         self.out = self.lse = self.acc = None
-        self.where: dict[str, str] = {}  # half -> "out" or "acc": where its partial is
+        self.prev: tuple = (None, None)  # an output replaced by a block's (its rows, lse)
+        self.where: dict[str, str] = {}  # half -> "out", "acc" or "prev": where its partial is
 
     def _rows(self, which: str, name: str):
-        """(rows of part ``name`` in the output or the fp32 accumulator, their lse or None)."""
-        rows = part(self.out if which == "out" else self.acc, name, self.seq_dim)
-        lse = part(self.lse, name, self.seq_dim) if self.merging else None
-        return rows, lse
+        """(rows of part ``name`` in the output, the fp32 accumulator or the replaced output,
+        their lse or None)."""
+        rows, lse = {"out": (self.out, self.lse), "acc": (self.acc, self.lse), "prev": self.prev}[
+            which
+        ]
+        return part(rows, name, self.seq_dim), part(
+            lse, name, self.seq_dim
+        ) if self.merging else None
 
     def add(self, name: str, out: torch.Tensor, lse: torch.Tensor | None = None) -> None:
-        import torch
-
         hs = halves(name)
         for h in hs:
             self.left[h] -= 1
-        if not any(h in self.where for h in hs):  # first block of these rows
-            if self.out is None and name == ALL:
-                self.out, self.lse = out, lse
-            else:
-                if self.out is None:
-                    self.out = torch.empty_like(self.like)
-                    if self.merging:
-                        self.lse = torch.empty((*self.like.shape[:-1], 1), dtype=torch.float32,
-                                               device=self.like.device)  # fmt: skip
-                rows, lse_rows = self._rows("out", name)
-                rows.copy_(out)
-                if self.merging:
-                    lse_rows.copy_(lse)
-            self.where.update({h: "out" for h in hs})
+        fresh = tuple(h for h in hs if h not in self.where)  # the first block of these rows
+        seen = tuple(h for h in hs if h in self.where)
+        if fresh and seen and all(self.where[h] == "out" for h in seen):
+            # the block covers every row: its tensor becomes the output (no copy of its fresh
+            # rows) and the older partial of the other rows combines into it
+            self.prev, (self.out, self.lse) = (self.out, self.lse), (out, lse)
+            self.where.update({h: "prev" for h in seen} | {h: "out" for h in fresh})
+            self._combine(name, seen, out, lse)
+            self.prev = (None, None)
             return
+        if fresh:
+            self._first(name, fresh, out, lse)
+        if seen:
+            self._combine(name, seen, out, lse)
+
+    def _first(self, name: str, hs: tuple[str, ...], out, lse) -> None:
+        import torch
+
+        if self.out is None and len(hs) == 2:
+            self.out, self.lse = out, lse
+        else:
+            if self.out is None:
+                self.out = torch.empty_like(self.like)
+                if self.merging:
+                    self.lse = torch.empty((*self.like.shape[:-1], 1), dtype=torch.float32,
+                                           device=self.like.device)  # fmt: skip
+            sub = ALL if len(hs) == 2 else hs[0]
+            rows, lse_rows = self._rows("out", sub)
+            rows.copy_(out if sub == name else part(out, sub, self.seq_dim))
+            if self.merging:
+                lse_rows.copy_(lse if sub == name else part(lse, sub, self.seq_dim))
+        self.where.update({h: "out" for h in hs})
+
+    def _combine(self, name: str, hs: tuple[str, ...], out, lse) -> None:
+        import torch
+
         # one combine per half when the halves' partials or destinations differ
         groups = [hs] if len({(self.where[h], self.left[h] == 0) for h in hs}) == 1 else [
             (h,) for h in hs]  # fmt: skip
@@ -139,25 +171,32 @@ class Rows:
         return self.out, self.lse
 
 
+def _split(flat: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Views of k's and v's shapes over a flat message holding k then v."""
+    return flat[: k.numel()].view(k.shape), flat[k.numel() :].view(v.shape)
+
+
 def _packed(k: torch.Tensor, v: torch.Tensor, dtype: Any = None) -> tuple[torch.Tensor, ...]:
     """(flat buffer, k view, v view): k and v one after the other in one contiguous message."""
     import torch
 
     buf = torch.empty(k.numel() + v.numel(), dtype=dtype or k.dtype, device=k.device)
-    kk, vv = buf[: k.numel()].view(k.shape), buf[k.numel() :].view(v.shape)
-    return buf, kk, vv
+    return buf, *_split(buf, k, v)
 
 
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def forward(ring: RingLike, p: Problem, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output in q's dtype, fp32 lse) of this rank's queries against the whole sequence."""
+def forward(ring: RingLike, p: Problem, q, k, v) -> tuple[torch.Tensor, ...]:
+    """(output in q's dtype, fp32 lse, last) of this rank's queries against the whole sequence;
+    ``last`` is the K/V shard the ring brought last (k then v, flat; empty when W = 1), which the
+    backward starts from."""
     world, me, sd = ring.world, ring.index, p.kernel.seq_dim
     rows = Rows(q, sd, blocks_per_half(me, world, p.layout, p.causal, p.split), merge=True)
     msg = kc, vc = k.contiguous(), v.contiguous()  # the first message: put part by part
     ch = ring.channel("kv", _nbytes(kc) + _nbytes(vc)) if world > 1 else None
+    last = k.new_empty(0)
     for s in range(world):
         if s > 0:
             ch.wait(s % 2)
@@ -165,6 +204,8 @@ def forward(ring: RingLike, p: Problem, q, k, v) -> tuple[torch.Tensor, torch.Te
             msg = (flat,)
         if s < world - 1:
             ch.send(msg, (s + 1) % 2)
+        elif s > 0:
+            last = flat.view(k.dtype).clone()  # the slot is refilled by the next call
         for b in step_blocks(me, world, s, p.layout, p.causal, p.split):
             o, lse = p.kernel.forward(
                 part(q, b.q, sd), part(kc, b.kv, sd), part(vc, b.kv, sd), b.causal, p.scale
@@ -174,7 +215,7 @@ def forward(ring: RingLike, p: Problem, q, k, v) -> tuple[torch.Tensor, torch.Te
             ch.release(s % 2)
     if ch is not None:
         ch.join()
-    return rows.result()
+    return (*rows.result(), last)
 
 
 def _fold(grads, acc, out, sd: int) -> None:
@@ -210,58 +251,61 @@ def _fold(grads, acc, out, sd: int) -> None:
                 part(o, h, sd).copy_(part(acc[i], h, sd))
 
 
-def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse) -> tuple[torch.Tensor, ...]:
-    """(dq, dk, dv) of this rank's shards, given the forward's output and lse."""
+def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse, last) -> tuple[torch.Tensor, ...]:
+    """(dq, dk, dv) of this rank's shards, given the forward's output, lse and last shard."""
 
     world, me, sd = ring.world, ring.index, p.kernel.seq_dim
     dq = Rows(q, sd, blocks_per_half(me, world, p.layout, p.causal, p.split), merge=False)
-    msg = kc, vc = k.contiguous(), v.contiguous()  # the first message: put part by part
-    acc = None  # the running dK/dV of the shard held: none before this rank's own blocks
-    kv_ch = ring.channel("kv", _nbytes(kc) + _nbytes(vc)) if world > 1 else None
-    dkv_bytes = (k.numel() + v.numel()) * _wire().itemsize
-    dkv_ch = ring.channel("dkv", dkv_bytes) if world > 1 else None
     shapes = (k.shape, v.shape)
-    for s in range(world):
-        if s > 0:
-            kv_ch.wait(s % 2)
-            flat, (kc, vc) = kv_ch.message(s % 2, shapes, k.dtype)
-            msg = (flat,)
-        if s < world - 1:
-            kv_ch.send(msg, (s + 1) % 2)
+    kv_ch = ring.channel("kv_back", _nbytes(k) + _nbytes(v), reverse=True) if world > 2 else None
+    dkv_bytes = (k.numel() + v.numel()) * _wire().itemsize
+    dkv_ch = ring.channel("dkv", dkv_bytes, reverse=True) if world > 1 else None
+    held = last  # the shard of this step, flat (the forward's last one first)
+    acc = None  # the running dK/dV of the shard held: none at the first step
+    for t in range(world):
+        s = world - 1 - t  # the forward's step with the same shard
+        if s == 0:
+            kc, vc = k, v  # this rank's own shard, last
+        else:
+            if t > 0:
+                kv_ch.wait(t % 2)
+                held, (kc, vc) = kv_ch.message(t % 2, shapes, k.dtype)
+            else:
+                kc, vc = _split(held, k, v)
+            if s > 1:  # the left neighbour's next shard (its last one is its own)
+                kv_ch.send((held,), (t + 1) % 2)
         blocks, grads = step_blocks(me, world, s, p.layout, p.causal, p.split), []
         for b in blocks:
             dq_b, dk_b, dv_b = p.kernel.backward(
-                *(part(t, b.q, sd) for t in (dout, q)),
+                *(part(x, b.q, sd) for x in (dout, q)),
                 part(kc, b.kv, sd),
                 part(vc, b.kv, sd),
-                *(part(t, b.q, sd) for t in (out, lse)),
+                *(part(x, b.q, sd) for x in (out, lse)),
                 b.causal,
                 p.scale,
             )
             grads.append((b.kv, dq_b, dk_b, dv_b))
-        if s > 0:  # only now: the blocks above never wait for the left neighbour's dK/dV
-            dkv_ch.wait(s % 2)
-            flat, acc = dkv_ch.message(s % 2, shapes, _wire())
-        if acc is not None and s < world - 1:
-            dst, dkv = flat, acc  # in place, in the slot the sums arrived in
-        else:  # the last step's sums are finished: in the inputs' dtype, on their way to their
-            # owner (or this rank's own result when it is alone)
-            dst, *dkv = _packed(k, v, k.dtype if s == world - 1 else _wire())
+        if t > 0:  # only now: the blocks above never wait for the right neighbour's dK/dV
+            dkv_ch.wait(t % 2)
+            dflat, acc = dkv_ch.message(t % 2, shapes, _wire())
+        if s == 0:  # finished: this rank's own gradients, in the inputs' dtype
+            dkv = _packed(k, v)[1:]
+        elif acc is not None:
+            dkv = acc  # in place, in the slot the sums arrived in
+        else:
+            dflat, *dkv = _packed(k, v, _wire())
         _fold([(name, dk_b, dv_b) for name, _, dk_b, dv_b in grads], acc, dkv, sd)
-        if world > 1:
-            dkv_ch.send((dst,), (s + 1) % 2)
+        if s > 0:
+            dkv_ch.send((dflat,), (t + 1) % 2)
         for b, (_, dq_b, _, _) in zip(blocks, grads, strict=True):  # behind the send: overlaps it
             dq.add(b.q, dq_b)
-        if s > 0:
-            kv_ch.release(s % 2)
-            dkv_ch.release(s % 2)
-    if world > 1:  # this rank's own shard's gradients, back from the whole ring
-        dkv_ch.wait(world % 2)
-        _, dkv = dkv_ch.message(world % 2, shapes, k.dtype)
-        dkv = [t.clone() for t in dkv]  # the slot is reused by the next call
-        dkv_ch.release(world % 2)
-        kv_ch.join()
-        dkv_ch.join()
+        if t > 0:
+            dkv_ch.release(t % 2)
+            if s > 0:
+                kv_ch.release(t % 2)
+    for ch in (kv_ch, dkv_ch):
+        if ch is not None:
+            ch.join()
     return dq.result()[0], *dkv
 
 

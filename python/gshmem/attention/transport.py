@@ -1,13 +1,15 @@
 """Moving shards around the ring: the same calls over gshmem or over NCCL.
 
 A *channel* passes one message per step to the right neighbour and receives one from the left
-into two alternating slots (double buffering). The ring loop (ring.py) calls, per step s:
+into two alternating slots (double buffering); a reversed channel passes them leftwards. The ring
+loop (ring.py) calls, per step s:
 
     wait(s % 2)              # the compute stream may read slot s % 2 (the left neighbour's message)
     message(s % 2, shapes, dtype)  # (its bytes, tensors of ``shapes`` viewing them)
     send(parts, (s+1) % 2)   # the parts, one after another, to the right neighbour's slot (s+1) % 2
     ...compute...
     release(s % 2)           # this rank is done with slot s % 2: the left neighbour may refill it
+                             # (once this rank's own sends have read it)
     join()                   # at the end: the compute stream waits for everything the channel did
 
 ``GshmemChannel`` (zero SMs): the slots are symmetric memory; a send is a copy-engine put plus a
@@ -141,6 +143,11 @@ class GshmemChannel(SlotPair):
         self.pending.extend(data)
 
     def release(self, i: int) -> None:
+        """Gives slot ``i`` back once the compute stream's reads and this channel's puts out of
+        it (a message passed on as it came) are done."""
+        import torch
+
+        torch.cuda.current_stream(self.comm.device).wait_stream(self.stream)
         self.comm.signal_op(self.credit[i], 1, self.left, stream=self._current())
 
     def join(self) -> None:
@@ -215,17 +222,20 @@ class Ring:
         self.problems: dict[tuple, Any] = {}  # local call signature -> its checked Problem
         self.replays: dict[tuple, Any] = {}  # (direction, signature) -> replay.run's state
 
-    def channel(self, name: str, nbytes: int) -> GshmemChannel | NcclChannel:
+    def channel(self, name: str, nbytes: int, reverse: bool = False) -> GshmemChannel | NcclChannel:
+        """The channel ``name`` (towards the right neighbour, or the left one when ``reverse``)
+        with slots of at least ``nbytes``; a name keeps the direction it was first made with."""
         ch = self.channels.get(name)
         if ch is not None and ch.nbytes >= nbytes:
             return ch
         if ch is not None:
             self.replays.clear()  # captured calls name the old channel's memory
             ch.close()
+        to, fro = (self.left, self.right) if reverse else (self.right, self.left)
         if self.backend == "gshmem":
-            ch = GshmemChannel(self.comm, self.right, self.left, nbytes)
+            ch = GshmemChannel(self.comm, to, fro, nbytes)
         else:
-            ch = NcclChannel(self.comm.device, self.right, self.left, nbytes)
+            ch = NcclChannel(self.comm.device, to, fro, nbytes)
         self.channels[name] = ch
         return ch
 
