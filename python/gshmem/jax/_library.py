@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from pathlib import Path
 
 from gshmem._errors import UsageError
+from gshmem._native import load
 
 # XLA custom-call target -> the handler's symbol in the library
 TARGETS = {
@@ -21,15 +21,11 @@ TARGETS = {
 
 @functools.cache
 def library() -> ctypes.CDLL:
-    import gshmem
-
-    path = Path(gshmem.library_dir()) / "libgshmem_jax.so"
-    if not path.is_file():
-        raise UsageError(
-            f"{path} is missing: gshmem was built without jax; install jax, then reinstall "
-            "gshmem (pip install --no-build-isolation -e .)"
-        )
-    lib = ctypes.CDLL(str(path))
+    lib = load(
+        "gshmem_jax",
+        "gshmem was built without jax; install jax, then reinstall gshmem "
+        "(pip install --no-build-isolation -e .)",
+    )
     lib.gshmem_jax_attach.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                       ctypes.c_size_t, ctypes.c_void_p]  # fmt: skip
     lib.gshmem_jax_attach.restype = ctypes.c_int

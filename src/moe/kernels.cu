@@ -1,0 +1,234 @@
+// Expert-parallel dispatch and combine (gshmem.moe, docs/moe.md) on the public device API only:
+// symmetric buffers reached with ordinary loads and stores through gshmem::ptr (every rank of the
+// team load/store-reachable: the Python side checks it once per buffer), completion by
+// release/acquire signals. Three kernels and a C ABI that python/gshmem/moe/kernels.py calls.
+//
+//   dispatch  sender: each warp copies its tokens' rows (and their top-k restricted to the
+//             receiver) straight into every receiver's buffer at the rows routing.py planned;
+//             then each block adds 1 to `arrived[me]` at every receiver (release: the block's
+//             stores happen-before thread 0's update through bar.sync, and release is cumulative).
+//   reduce    receiver: each received row's sum of its experts' output rows (times their
+//             weights), written into this rank's symmetric combine buffer; each block then adds
+//             1 to `ready[me]` at every sender.
+//   pull      sender: waits until every rank's `ready` counter reached the call's target, then
+//             each warp reads its tokens' rows from every rank it sent them to and sums them.
+//
+// Counters only grow: a call's target is (calls so far) x (blocks per kernel), the same on every
+// rank, so nothing is ever reset and a late reader cannot be confused by an early writer of the
+// next call (calls alternate dispatch, combine; the Python side enforces it).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "gshmem/device.cuh"
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kThreads = 512;
+
+struct Route {  // what the sender planned (routing.py) and where every rank lives
+  const int32_t* pes;        // [world] world PE of each rank of the team
+  const int32_t* position;   // [tokens, world] row among this rank's tokens for a rank, or -1
+  const int32_t* offsets;    // [world] first row of this rank's tokens at each receiver
+  int world, me;
+  int64_t tokens;
+};
+
+__device__ inline void wait_counters(const uint64_t* counters, int world, uint64_t target) {
+  if (threadIdx.x < world) {
+    while (gshmem::signal_fetch(counters + threadIdx.x) < target) {
+    }
+  }
+  __syncthreads();  // extends every waiter's acquire to the whole block
+}
+
+__device__ inline void add_to_all(const gshmem::Device& dev, const Route& r, uint64_t* counters) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int q = 0; q < r.world; ++q) {
+      gshmem::signal_op(dev, counters + r.me, 1, gshmem::SignalOp::Add, r.pes[q]);
+    }
+  }
+}
+
+// One warp per token: its row to every rank it goes to, then the top-k entries of that rank.
+__global__ void dispatch_kernel(gshmem::Device dev, Route r, const int4* x, int64_t row_vecs,
+                                const int64_t* topk, const float* weights, int k, int per_rank,
+                                int4* recv_x, int32_t* recv_src, int32_t* recv_local,
+                                float* recv_weights, uint64_t* arrived) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
+  for (int64_t t = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; t < r.tokens;
+       t += warps) {
+    const int4* src = x + t * row_vecs;
+    for (int q = 0; q < r.world; ++q) {
+      const int pos = r.position[t * r.world + q];
+      if (pos < 0) continue;
+      const int64_t row = r.offsets[q] + pos;
+      const int pe = r.pes[q];
+      int4* dst = gshmem::ptr(dev, recv_x, pe) + row * row_vecs;
+      for (int64_t i = lane; i < row_vecs; i += kWarp) dst[i] = __ldg(src + i);
+      if (lane < k) {
+        const int64_t e = topk[t * k + lane];
+        const bool here = e >= 0 && e / per_rank == q;
+        gshmem::ptr(dev, recv_local, pe)[row * k + lane] =
+            here ? static_cast<int32_t>(e % per_rank) : -1;
+        gshmem::ptr(dev, recv_weights, pe)[row * k + lane] =
+            here ? weights[t * k + lane] : 0.0f;
+      }
+      if (lane == 0) gshmem::ptr(dev, recv_src, pe)[row] = static_cast<int32_t>(t);
+    }
+  }
+  add_to_all(dev, r, arrived);
+}
+
+__global__ void wait_kernel(const uint64_t* counters, int world, uint64_t target) {
+  wait_counters(counters, world, target);
+}
+
+template <class T>
+struct Vec8;  // 8 elements of T in one 16-byte load
+template <>
+struct Vec8<__nv_bfloat16> {
+  static __device__ inline void add(float* acc, const int4& v, float w) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      acc[2 * i] += w * f.x;
+      acc[2 * i + 1] += w * f.y;
+    }
+  }
+  static __device__ inline int4 pack(const float* acc) {
+    int4 v;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+    return v;
+  }
+};
+template <>
+struct Vec8<__half> {
+  static __device__ inline void add(float* acc, const int4& v, float w) {
+    const __half2* h = reinterpret_cast<const __half2*>(&v);
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(h[i]);
+      acc[2 * i] += w * f.x;
+      acc[2 * i + 1] += w * f.y;
+    }
+  }
+  static __device__ inline int4 pack(const float* acc) {
+    int4 v;
+    __half2* h = reinterpret_cast<__half2*>(&v);
+    for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(acc[2 * i], acc[2 * i + 1]);
+    return v;
+  }
+};
+
+// One warp per received row: the sum of its pairs' rows of y (weighted), in fp32, stored once.
+template <class T>
+__global__ void reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_t y_stride_vecs,
+                              const int32_t* slot, const float* pair_weight, int k,
+                              int64_t rows, int64_t row_vecs, int4* comb, uint64_t* ready) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
+  for (int64_t row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; row < rows;
+       row += warps) {
+    for (int64_t i = lane; i < row_vecs; i += kWarp) {
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int j = 0; j < k; ++j) {
+        const int p = slot[row * k + j];
+        if (p < 0) continue;
+        Vec8<T>::add(acc, __ldg(y + p * y_stride_vecs + i), pair_weight ? pair_weight[p] : 1.0f);
+      }
+      comb[row * row_vecs + i] = Vec8<T>::pack(acc);
+    }
+  }
+  add_to_all(dev, r, ready);
+}
+
+// One warp per token: the sum of its rows at every rank it was sent to (zeros if none).
+template <class T>
+__global__ void pull_kernel(gshmem::Device dev, Route r, const int4* comb, int64_t row_vecs,
+                            int4* out, const uint64_t* ready, uint64_t target) {
+  wait_counters(ready, r.world, target);
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
+  for (int64_t t = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; t < r.tokens;
+       t += warps) {
+    for (int64_t i = lane; i < row_vecs; i += kWarp) {
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int q = 0; q < r.world; ++q) {
+        const int pos = r.position[t * r.world + q];
+        if (pos < 0) continue;
+        const int4* src = gshmem::ptr(dev, comb, r.pes[q]) + (r.offsets[q] + pos) * row_vecs;
+        Vec8<T>::add(acc, src[i], 1.0f);
+      }
+      out[t * row_vecs + i] = Vec8<T>::pack(acc);
+    }
+  }
+}
+
+thread_local char last_error[256] = "";
+
+int check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return 0;
+  snprintf(last_error, sizeof(last_error), "%s: %s", what, cudaGetErrorString(e));
+  return 1;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Every call: `dev` is the comm's gshmem_device_t; `route` arrays are on the GPU; buffers named
+// recv_*, comb, arrived and ready are symmetric (the same object on every rank). Non-blocking:
+// work is queued on `stream`. Returns 0, or 1 with gshmem_moe_last_error() saying why.
+
+const char* gshmem_moe_last_error() { return last_error; }
+
+int gshmem_moe_dispatch(const gshmem_device_t* dev, const int32_t* pes, const int32_t* position,
+                        const int32_t* offsets, int world, int me, int64_t tokens,
+                        const void* x, int64_t row_bytes, const int64_t* topk,
+                        const float* weights, int k, int per_rank, void* recv_x,
+                        int32_t* recv_src, int32_t* recv_local, float* recv_weights,
+                        uint64_t* arrived, int blocks, cudaStream_t stream) {
+  const Route r{pes, position, offsets, world, me, tokens};
+  dispatch_kernel<<<blocks, kThreads, 0, stream>>>(
+      *dev, r, static_cast<const int4*>(x), row_bytes / 16, topk, weights, k, per_rank,
+      static_cast<int4*>(recv_x), recv_src, recv_local, recv_weights, arrived);
+  return check(cudaGetLastError(), "moe dispatch");
+}
+
+int gshmem_moe_wait(const uint64_t* counters, int world, uint64_t target, cudaStream_t stream) {
+  wait_kernel<<<1, kWarp, 0, stream>>>(counters, world, target);
+  return check(cudaGetLastError(), "moe wait");
+}
+
+// dtype: 0 bfloat16, 1 float16. `pair_weight` may be null (an unweighted sum).
+int gshmem_moe_reduce(const gshmem_device_t* dev, const int32_t* pes, int world, int me,
+                      int dtype, const void* y, int64_t y_stride_bytes, const int32_t* slot,
+                      const float* pair_weight, int k, int64_t rows, int64_t row_bytes,
+                      void* comb, uint64_t* ready, int blocks, cudaStream_t stream) {
+  const Route r{pes, nullptr, nullptr, world, me, 0};
+  auto* kernel = dtype == 0 ? reduce_kernel<__nv_bfloat16> : reduce_kernel<__half>;
+  kernel<<<blocks, kThreads, 0, stream>>>(*dev, r, static_cast<const int4*>(y),
+                                          y_stride_bytes / 16, slot, pair_weight, k, rows,
+                                          row_bytes / 16, static_cast<int4*>(comb), ready);
+  return check(cudaGetLastError(), "moe reduce");
+}
+
+int gshmem_moe_pull(const gshmem_device_t* dev, const int32_t* pes, const int32_t* position,
+                    const int32_t* offsets, int world, int me, int64_t tokens, int dtype,
+                    const void* comb, int64_t row_bytes, void* out, const uint64_t* ready,
+                    uint64_t target, int blocks, cudaStream_t stream) {
+  const Route r{pes, position, offsets, world, me, tokens};
+  auto* kernel = dtype == 0 ? pull_kernel<__nv_bfloat16> : pull_kernel<__half>;
+  kernel<<<blocks, kThreads, 0, stream>>>(*dev, r, static_cast<const int4*>(comb), row_bytes / 16,
+                                          static_cast<int4*>(out), ready, target);
+  return check(cudaGetLastError(), "moe pull");
+}
+
+}  // extern "C"

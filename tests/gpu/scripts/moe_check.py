@@ -1,0 +1,175 @@
+"""GPU checks of gshmem.moe.Buffer, run as one rank of `python -m gshmem.run -n N`.
+
+Usage: moe_check.py SCENARIO
+  values   dispatch: every rank's received rows, weights and sources against what every rank's
+           routing says (each rank regenerates every rank's inputs); combine: the weighted sum of
+           simple experts (row x scale[e]) against an fp32 reference. Routings: random with
+           unrouted entries, every token to expert 0 (other experts empty), top-8 over few ranks
+           (several experts of one rank per token), a rank with no tokens. Several calls in a row.
+  grad     autograd through dispatch -> experts -> combine against the same layer in fp32
+  badargs  clear UsageErrors: dtype, shapes, too many tokens, expert index out of range (on
+           one rank: every rank raises), calls out of order
+Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from expect import expect_usage
+
+import gshmem
+from gshmem.moe import Buffer
+
+HIDDEN = 256
+
+
+def inputs(rank: int, tokens: int, k: int, experts: int, kind: str, seed: int):
+    """Rank ``rank``'s x, topk_idx, topk_weights (the same on every rank that asks)."""
+    g = torch.Generator(device="cuda").manual_seed(seed * 100 + rank)
+    x = torch.randn(tokens, HIDDEN, generator=g, device="cuda").to(torch.bfloat16)
+    scores = torch.rand(tokens, experts, generator=g, device="cuda")
+    idx = scores.topk(k, dim=1).indices
+    if kind == "random":
+        idx[torch.rand(idx.shape, generator=g, device="cuda") < 0.15] = -1
+    elif kind == "one_expert":
+        idx[:, 0] = 0
+        idx[:, 1:] = -1
+    weights = torch.rand(idx.shape, generator=g, device="cuda")
+    return x, idx, weights
+
+
+def scales(experts: int) -> torch.Tensor:
+    return torch.linspace(0.5, 2.0, experts, device="cuda")
+
+
+def expected_received(me: int, world: int, per: int, all_inputs):
+    """(rows of x, weights, src rank, src token) in the order a dispatch returns them."""
+    pairs = []  # (local expert, src rank, src token, choice)
+    for s, (_, idx, _) in enumerate(all_inputs):
+        for t, row in enumerate(idx.tolist()):
+            for c, e in enumerate(row):
+                if e >= 0 and e // per == me:
+                    pairs.append((e % per, s, t, c))
+    pairs.sort()
+    xs = [all_inputs[s][0][t] for _, s, t, _ in pairs]
+    ws = [float(all_inputs[s][2][t, c]) for _, s, t, c in pairs]
+    empty = torch.zeros(0, HIDDEN, dtype=torch.bfloat16, device="cuda")
+    return (torch.stack(xs) if xs else empty, ws, [p[1] for p in pairs], [p[2] for p in pairs],
+            [sum(1 for p in pairs if p[0] == e) for e in range(per)])  # fmt: skip
+
+
+def experts_of(d, me: int, per: int, experts: int) -> torch.Tensor:
+    e = torch.repeat_interleave(
+        torch.arange(per, device="cuda") + me * per,
+        torch.tensor(d.tokens_per_expert, device="cuda"),
+    )
+    return scales(experts)[e]
+
+
+def reference_combine(x, idx, weights, experts: int) -> torch.Tensor:
+    """sum_c w[t,c] * bf16(x[t] * scale[e]) in fp32 (the experts' outputs are bf16)."""
+    out = torch.zeros(x.shape, dtype=torch.float32, device="cuda")
+    s = scales(experts)
+    for c in range(idx.shape[1]):
+        e = idx[:, c]
+        y = (x.float() * s[e.clamp(min=0)][:, None]).to(torch.bfloat16).float()
+        out += torch.where(e[:, None] >= 0, weights[:, c : c + 1] * y, 0.0)
+    return out
+
+
+CASES = [  # (tokens per rank, k, experts per rank, kind)
+    (300, 4, 4, "random"),
+    (200, 8, 2, "topk"),  # top-8 over 2 experts per rank: several experts of one rank
+    (129, 2, 3, "one_expert"),
+]
+
+
+def values(comm) -> None:
+    world, me = comm.nranks, comm.rank
+    for seed, (tokens, k, per, kind) in enumerate(CASES * 2):  # each twice: counters move on
+        experts = per * world
+        k = min(k, experts)
+        counts = [tokens if r != world - 1 or world == 1 else 0 for r in range(world)]  # last: none
+        buf = Buffer(comm, HIDDEN, max(tokens, 1), experts)
+        for call in range(2):
+            everyone = [
+                inputs(r, counts[r], k, experts, kind, seed * 7 + call) for r in range(world)
+            ]
+            x, idx, w = everyone[me]
+            d = buf.dispatch(x, idx, w)
+            want_x, want_w, want_src, want_tok, want_per = expected_received(
+                me, world, per, everyone
+            )
+            assert d.tokens_per_expert == want_per, (d.tokens_per_expert, want_per)
+            assert torch.equal(d.x, want_x), "received rows differ"
+            assert d.weights.tolist() == want_w
+            assert d.src_rank.tolist() == want_src and d.src_token.tolist() == want_tok
+            y = (d.x.float() * experts_of(d, me, per, experts)[:, None]).to(torch.bfloat16)
+            out = buf.combine(y, d.handle)
+            ref = reference_combine(x, idx, w, experts)
+            err = (out.float() - ref).abs().max().item() if out.numel() else 0.0
+            assert err <= 2e-2 * max(ref.abs().max().item(), 1.0), (kind, err)
+        del buf
+
+
+def grad(comm) -> None:
+    world, me = comm.nranks, comm.rank
+    per, k, tokens = 4, 4, 256
+    experts = per * world
+    buf = Buffer(comm, HIDDEN, tokens, experts)
+    for step in range(2):
+        x, idx, w = inputs(me, tokens, k, experts, "random", 50 + step)
+        g = torch.randn(tokens, HIDDEN, device="cuda")
+        xr = x.detach().requires_grad_()
+        d = buf.dispatch(xr, idx, w)
+        y = d.x * experts_of(d, me, per, experts)[:, None].to(torch.bfloat16)
+        (buf.combine(y, d.handle).float() * g).sum().backward()
+        # reference: d out[t] / d x[t] = sum_c w[t,c] scale[e] (elementwise experts)
+        s = scales(experts)
+        factor = torch.where(idx >= 0, w * s[idx.clamp(min=0)], 0.0).sum(1)
+        want = g * factor[:, None]
+        err = (xr.grad.float() - want).abs().max().item()
+        assert err <= 3e-2 * want.abs().max().item(), err
+
+
+def badargs(comm) -> None:
+    world, me = comm.nranks, comm.rank
+    experts = 2 * world
+    buf = Buffer(comm, HIDDEN, 64, experts)
+    x, idx, w = inputs(me, 64, 2, experts, "random", 3)
+    expect_usage(lambda: buf.dispatch(x.half(), idx, w), "bfloat16")
+    expect_usage(lambda: buf.dispatch(x[:, :128], idx, w), f"[tokens, {HIDDEN}]")
+    expect_usage(lambda: buf.dispatch(torch.cat([x, x]), torch.cat([idx, idx]),
+                                      torch.cat([w, w])), "exceed")  # fmt: skip
+    expect_usage(lambda: buf.dispatch(x, idx, w.double()), "float32")
+    expect_usage(lambda: buf.dispatch(x, idx[:, :1].expand(-1, experts + 1), w), "top-k")
+    bad = idx.clone()
+    if me == 0:
+        bad[5, 0] = experts  # out of range on rank 0 only: every rank must raise
+    expect_usage(lambda: buf.dispatch(x, bad, w), "outside", "[0]")
+    d = buf.dispatch(x, idx, w)  # the buffer still works after the refusals
+    expect_usage(lambda: buf.dispatch(x, idx, w), "alternate")
+    expect_usage(lambda: buf.combine(d.x[:, :8], d.handle), "must be")
+    buf.combine(d.x, d.handle)
+    expect_usage(lambda: buf.combine(d.x, d.handle), "alternate")
+    expect_usage(lambda: Buffer(comm, 7, 8, experts), "multiple of 16 bytes")
+    expect_usage(lambda: Buffer(comm, HIDDEN, 8, world + 1 if world > 1 else 0), "split")
+
+
+SCENARIOS = {"values": values, "grad": grad, "badargs": badargs}
+
+
+def main() -> None:
+    scenario = sys.argv[1]
+    comm = gshmem.init()
+    SCENARIOS[scenario](comm)
+    torch.cuda.synchronize()
+    comm.barrier()
+    print(f"PASS {scenario}", flush=True)
+    comm.finalize()
+
+
+if __name__ == "__main__":
+    main()
