@@ -176,11 +176,11 @@ def _split(flat: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.
     return flat[: k.numel()].view(k.shape), flat[k.numel() :].view(v.shape)
 
 
-def _packed(k: torch.Tensor, v: torch.Tensor, dtype: Any = None) -> tuple[torch.Tensor, ...]:
+def _packed(k: torch.Tensor, v: torch.Tensor, dtype: Any) -> tuple[torch.Tensor, ...]:
     """(flat buffer, k view, v view): k and v one after the other in one contiguous message."""
     import torch
 
-    buf = torch.empty(k.numel() + v.numel(), dtype=dtype or k.dtype, device=k.device)
+    buf = torch.empty(k.numel() + v.numel(), dtype=dtype, device=k.device)
     return buf, *_split(buf, k, v)
 
 
@@ -253,6 +253,7 @@ def _fold(grads, acc, out, sd: int) -> None:
 
 def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse, last) -> tuple[torch.Tensor, ...]:
     """(dq, dk, dv) of this rank's shards, given the forward's output, lse and last shard."""
+    import torch
 
     world, me, sd = ring.world, ring.index, p.kernel.seq_dim
     dq = Rows(q, sd, blocks_per_half(me, world, p.layout, p.causal, p.split), merge=False)
@@ -288,8 +289,9 @@ def backward(ring: RingLike, p: Problem, dout, q, k, v, out, lse, last) -> tuple
         if t > 0:  # only now: the blocks above never wait for the right neighbour's dK/dV
             dkv_ch.wait(t % 2)
             dflat, acc = dkv_ch.message(t % 2, shapes, _wire())
-        if s == 0:  # finished: this rank's own gradients, in the inputs' dtype
-            dkv = _packed(k, v)[1:]
+        if s == 0:  # finished: this rank's own gradients, in the inputs' dtype (two tensors:
+            # the custom op's outputs must not alias one another)
+            dkv = (torch.empty_like(k), torch.empty_like(v))
         elif acc is not None:
             dkv = acc  # in place, in the slot the sums arrived in
         else:

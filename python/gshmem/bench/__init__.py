@@ -13,6 +13,10 @@ Suites:
         1M in all, causal zigzag and non-causal, forward and forward+backward: time, TFLOP/s
         per GPU and efficiency against single-GPU attention on the whole sequence, with the
         NCCL transport and torch's context_parallel in the same run (bench/attention.py).
+  jax   gshmem.jax's ppermute/psum against jax.lax, and the JAX ring attention (bench/jax_suite.py).
+  train the Llama 3 training step with context parallelism and FSDP2 (bench/train.py).
+  moe   expert-parallel dispatch and combine at DeepSeek-V3 shapes against all_to_all_single
+        over NCCL (bench/moe.py).
 
 Run outside a launched job, the command re-launches itself as ``python -m gshmem.run -n 2
 --timeout ...``; inside one (``python -m gshmem.run``, torchrun, MPI) every rank runs the suite.
@@ -21,6 +25,6 @@ It prints a table (last) and writes JSON (``--json``; default ``$OUT/bench_p2p.j
 
 from __future__ import annotations
 
-SUITES = ("p2p", "coll", "attention")
+SUITES = ("p2p", "coll", "attention", "jax", "train", "moe")
 
 __all__ = ["SUITES"]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 # (Kept here, not only in gshmem.bench, so the command works even where an editable install
 # predates the package and loads it as a namespace package.)
-SUITES = ("p2p", "coll", "attention", "jax", "train")
+SUITES = ("p2p", "coll", "attention", "jax", "train", "moe")
 USAGE = (
     "usage: python -m gshmem.bench SUITE [options]\n"
     f"suites: {', '.join(SUITES)}   (python -m gshmem.bench SUITE --help for its options)"
@@ -71,15 +71,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if suite not in SUITES:
         _say(f"unknown suite {suite!r}\n{USAGE}")
         return 2
-    from gshmem.bench import attention, coll, jax_suite, options, p2p, train
+    from gshmem.bench import attention, coll, jax_suite, moe, options, p2p, train
 
     parse = {
         "coll": coll.parse_args,
         "attention": attention.parse_args,
         "jax": jax_suite.parse_args,
         "train": train.parse_args,
+        "moe": moe.parse_args,
     }
-    run = {"coll": coll.run, "attention": attention.run, "jax": jax_suite.run, "train": train.run}
+    run = {"coll": coll.run, "attention": attention.run, "jax": jax_suite.run, "train": train.run,
+           "moe": moe.run}  # fmt: skip
     # exits 2 with a message on bad options, 0 on --help
     opts = parse.get(suite, options.parse_args)(rest)
     # jax's one-process layout drives every GPU from here: no relaunch

@@ -1,0 +1,208 @@
+"""``python -m gshmem.bench moe``: expert-parallel dispatch and combine with DeepSeek-V3 shapes
+(hidden 7168, 256 experts, top-8, bf16) over every GPU: µs per call and GB/s per GPU counted as
+DeepEP does (the bytes of the token rows a rank receives, itself included, over the call's
+time), for gshmem.moe.Buffer and, in the same run on the same routing, the way PyTorch users do
+it over NCCL: counts exchanged with ``all_to_all_single`` and read on the host, then the rows
+(and their top-k) with ``all_to_all_single``, the reverse for the combine. Both sides' combined
+outputs are checked against each other. JSON next to the table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import median
+
+IMPLS = ("gshmem", "nccl")
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m gshmem.bench moe", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--tokens", default="4096", help="tokens per GPU, comma-separated")
+    p.add_argument("--hidden", type=int, default=7168)
+    p.add_argument("--experts", type=int, default=256)
+    p.add_argument("--topk", type=int, default=8)
+    p.add_argument("--blocks", type=int, default=24, help="thread blocks (SMs) of gshmem's kernels")
+    p.add_argument("--compare", default="gshmem,nccl", help=f"of {','.join(IMPLS)}")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--np", dest="nprocs", type=int, default=None, help="GPUs (default: every one)")
+    p.add_argument("--timeout", type=float, default=600.0, help="launcher timeout, s")
+    p.add_argument("--json", default=None, help="default $OUT/bench_moe.json, else results/...")
+    ns = p.parse_args(argv)
+    ns.tokens = [int(t) for t in ns.tokens.split(",")]
+    ns.compare = [c for c in ns.compare.split(",") if c]
+    if not ns.compare or any(c not in IMPLS for c in ns.compare):
+        p.error(f"--compare takes {', '.join(IMPLS)}")
+    if ns.nprocs is None:
+        from gshmem.bench.__main__ import gpu_count
+
+        ns.nprocs = max(1, gpu_count())
+    if ns.experts % ns.nprocs or ns.topk > ns.experts or min(ns.tokens) < 1:
+        p.error("--experts must split over the GPUs, --topk <= --experts, --tokens positive")
+    return ns
+
+
+def routing_of(tokens: int, experts: int, k: int, seed: int):
+    """Router-like choices: top-k of random scores (distinct experts), softmax weights."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    scores = torch.randn(tokens, experts, generator=g, device="cuda")
+    top = scores.topk(k, dim=1)
+    return top.indices, torch.softmax(top.values, dim=1)
+
+
+class NcclMoe:
+    """The same dispatch and combine with torch.distributed's all_to_all_single (NCCL)."""
+
+    def __init__(self, world: int, me: int, experts: int) -> None:
+        self.world, self.me, self.experts, self.per = world, me, experts, experts // world
+        self.sms = None  # NCCL's own channels: not set by the caller
+
+    def dispatch(self, x, idx, weights):
+        import torch
+        import torch.distributed as dist
+
+        from gshmem.moe import arrange, routing
+
+        plan = routing.plan(idx, self.experts, self.world)
+        dest, token = plan.to_rank.t().nonzero(as_tuple=True)  # by destination, then token
+        send_counts = plan.counts[: self.world].long()
+        recv_counts = torch.empty_like(send_counts)
+        dist.all_to_all_single(recv_counts, send_counts)
+        ins, outs = send_counts.tolist(), recv_counts.tolist()  # the host synchronisation
+        rows = sum(outs)
+        k = idx.shape[1]
+        here = (idx[token] // self.per) == dest[:, None]
+        meta = torch.cat([torch.where(here, idx[token] % self.per, -1).float(),
+                          torch.where(here, weights[token], 0.0)], 1)  # fmt: skip
+        recv_x = x.new_empty(rows, x.shape[1])
+        recv_meta = meta.new_empty(rows, 2 * k)
+        dist.all_to_all_single(recv_x, x[token], outs, ins)
+        dist.all_to_all_single(recv_meta, meta, outs, ins)
+        local = recv_meta[:, :k].to(torch.int32)
+        pairs = arrange.pairs(local, recv_meta[:, k:], self.per, int((local >= 0).sum()))
+        state = (token, ins, outs, pairs, x.shape[0])
+        return recv_x.index_select(0, pairs.row), state, pairs.per_expert.tolist()
+
+    def combine(self, y, state):
+        import torch
+        import torch.distributed as dist
+
+        from gshmem.moe import arrange
+
+        token, ins, outs, pairs, tokens = state
+        back = arrange.reduce_rows(y, pairs)
+        sent_back = back.new_empty(sum(ins), back.shape[1])
+        dist.all_to_all_single(sent_back, back, ins, outs)
+        out = torch.zeros(tokens, y.shape[1], dtype=torch.float32, device=y.device)
+        out.index_add_(0, token, sent_back.float())
+        return out.to(y.dtype)
+
+
+class GshmemMoe:
+    """gshmem.moe.Buffer behind the baseline's interface."""
+
+    def __init__(self, buf) -> None:
+        self.buf, self.sms = buf, buf.blocks
+
+    def dispatch(self, x, idx, weights):
+        d = self.buf.dispatch(x, idx, weights)
+        return d.x, d.handle, d.tokens_per_expert
+
+    def combine(self, y, handle):
+        return self.buf.combine(y, handle)
+
+
+def measure(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int):
+    """(median dispatch s, median combine s, the last combine's output): dispatch, experts
+    (row x scale[e]), combine, alternating, each call timed with CUDA events."""
+    import torch
+
+    first = torch.arange(per, device="cuda") + me * per
+    t_d, t_c, out = [], [], None
+    for i in range(warmup + iters):
+        start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        start.record()
+        rows, state, per_expert = side.dispatch(x, idx, weights)
+        mid.record()
+        e = torch.repeat_interleave(first, torch.as_tensor(per_expert, device="cuda"))
+        y = (rows.float() * scale[e][:, None]).to(torch.bfloat16)
+        begin = torch.cuda.Event(enable_timing=True)
+        begin.record()
+        out = side.combine(y, state)
+        end.record()
+        end.synchronize()
+        if i >= warmup:
+            t_d.append(start.elapsed_time(mid) / 1e3)
+            t_c.append(begin.elapsed_time(end) / 1e3)
+    return median(t_d), median(t_c), out
+
+
+def run(o: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+
+    import gshmem
+    from gshmem.bench.nccl_group import join_nccl
+    from gshmem.moe import Buffer
+
+    comm = gshmem.init()
+    world, me = comm.nranks, comm.rank
+    why = join_nccl(me, world, comm.device)
+    if why and "nccl" in o.compare:
+        raise RuntimeError(f"gshmem.bench moe --compare nccl needs torch.distributed: {why}")
+    per = o.experts // world
+    scale = torch.linspace(0.5, 2.0, o.experts, device="cuda")
+    rows_out = []
+    for tokens in o.tokens:
+        x = torch.randn(tokens, o.hidden, device="cuda").to(torch.bfloat16)
+        idx, weights = routing_of(tokens, o.experts, o.topk, 1 + me)
+        nbytes = recv_bytes(comm, idx, per, o.hidden)  # DeepEP's accounting
+        first = None
+        for impl in o.compare:
+            side = (GshmemMoe(Buffer(comm, o.hidden, tokens, o.experts, blocks=o.blocks))
+                    if impl == "gshmem" else NcclMoe(world, me, o.experts))  # fmt: skip
+            td, tc, out = measure(side, x, idx, weights, scale, me, per, o.iters, o.warmup)
+            first = out if first is None else first
+            err = (out.float() - first.float()).abs().max().item() if out.numel() else 0.0
+            if err > 2e-2 * max(first.float().abs().max().item(), 1.0):
+                raise RuntimeError(f"moe bench: {impl}'s combine differs from the first ({err})")
+            rows_out.append({"tokens": tokens, "impl": impl, "gpus": world, "dispatch_us": td * 1e6,
+                             "combine_us": tc * 1e6, "dispatch_gbps": nbytes / td / 1e9,
+                             "combine_gbps": nbytes / tc / 1e9, "sms": side.sms})  # fmt: skip
+            del side
+    if me == 0:
+        print(f"gshmem.bench moe: {world} GPUs, hidden {o.hidden}, {o.experts} experts, "
+              f"top-{o.topk}, bf16; per GPU (rank 0)")  # fmt: skip
+        print(f"{'tokens':>7} {'impl':>7} {'dispatch us':>12} {'GB/s':>7} {'combine us':>11} "
+              f"{'GB/s':>7} {'SMs':>4}")  # fmt: skip
+        for r in rows_out:
+            print(f"{r['tokens']:>7} {r['impl']:>7} {r['dispatch_us']:>12.1f} "
+                  f"{r['dispatch_gbps']:>7.1f} {r['combine_us']:>11.1f} {r['combine_gbps']:>7.1f} "
+                  f"{r['sms'] if r['sms'] else '-':>4}")  # fmt: skip
+        path = o.json or os.path.join(os.environ.get("OUT", "results"), "bench_moe.json")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(rows_out, indent=1))
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    comm.finalize()
+    return 0
+
+
+def recv_bytes(comm, idx, per: int, hidden: int) -> float:
+    """Bytes of the token rows this rank receives: one row per (token, this rank) pair, over
+    every sender (collective: one all-gather of a count)."""
+    import torch
+
+    mine = ((idx // per) == comm.rank).any(1).sum().view(1).to(torch.int64)
+    return float(comm.all_gather(mine).sum().item()) * hidden * 2
+
+
+__all__ = ["parse_args", "run"]
