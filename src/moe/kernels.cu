@@ -29,6 +29,7 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kThreads = 512;
+constexpr int kMaxTopk = 8;  // routing.MAX_TOPK
 
 struct Route {  // what the sender planned (routing.py) and where every rank lives
   const int32_t* pes;        // [world] world PE of each rank of the team
@@ -71,6 +72,7 @@ __global__ void dispatch_kernel(gshmem::Device dev, Route r, const int4* x, int6
       const int64_t row = r.offsets[q] + pos;
       const int pe = r.pes[q];
       int4* dst = gshmem::ptr(dev, recv_x, pe) + row * row_vecs;
+#pragma unroll 4
       for (int64_t i = lane; i < row_vecs; i += kWarp) dst[i] = __ldg(src + i);
       if (lane < k) {
         const int64_t e = topk[t * k + lane];
@@ -128,6 +130,8 @@ struct Vec8<__half> {
 };
 
 // One warp per received row: the sum of its pairs' rows of y (weighted), in fp32, stored once.
+// Lane j < k holds choice j's pair and weight; every lane takes them from there once per row, so
+// the loads of one vector's k rows are independent and in flight together.
 template <class T>
 __global__ void reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_t y_stride_vecs,
                               const int32_t* slot, const float* pair_weight, int k,
@@ -136,12 +140,25 @@ __global__ void reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
   for (int64_t row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; row < rows;
        row += warps) {
+    const int mine = lane < k ? slot[row * k + lane] : -1;
+    const float mine_w = mine >= 0 && pair_weight ? pair_weight[mine] : 1.0f;
+    int pair[kMaxTopk];
+    float weight[kMaxTopk];
+#pragma unroll
+    for (int j = 0; j < kMaxTopk; ++j) {
+      pair[j] = __shfl_sync(0xffffffffu, mine, j);
+      weight[j] = __shfl_sync(0xffffffffu, mine_w, j);
+    }
     for (int64_t i = lane; i < row_vecs; i += kWarp) {
+      int4 v[kMaxTopk];
+#pragma unroll
+      for (int j = 0; j < kMaxTopk; ++j) {
+        if (pair[j] >= 0) v[j] = __ldg(y + pair[j] * y_stride_vecs + i);
+      }
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int j = 0; j < k; ++j) {
-        const int p = slot[row * k + j];
-        if (p < 0) continue;
-        Vec8<T>::add(acc, __ldg(y + p * y_stride_vecs + i), pair_weight ? pair_weight[p] : 1.0f);
+#pragma unroll
+      for (int j = 0; j < kMaxTopk; ++j) {
+        if (pair[j] >= 0) Vec8<T>::add(acc, v[j], weight[j]);
       }
       comb[row * row_vecs + i] = Vec8<T>::pack(acc);
     }
@@ -149,23 +166,26 @@ __global__ void reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_
   add_to_all(dev, r, ready);
 }
 
-// One warp per token: the sum of its rows at every rank it was sent to (zeros if none).
+// One warp per token: the sum of its rows at every rank it was sent to (zeros if none). Lane q
+// finds the token's row at rank q (world <= 32) and leaves its address in shared memory.
 template <class T>
 __global__ void pull_kernel(gshmem::Device dev, Route r, const int4* comb, int64_t row_vecs,
                             int4* out, const uint64_t* ready, uint64_t target) {
   wait_counters(ready, r.world, target);
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
+  const int4* base = lane < r.world ? gshmem::ptr(dev, comb, r.pes[lane]) : nullptr;
+  __shared__ const int4* rows_of[kThreads / kWarp][kWarp];  // per warp: the token's row per rank
+  const int4** rows = rows_of[threadIdx.x / kWarp];
   for (int64_t t = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; t < r.tokens;
        t += warps) {
+    const int pos = lane < r.world ? r.position[t * r.world + lane] : -1;
+    __syncwarp();  // the previous token's reads of rows[] are done
+    rows[lane] = pos >= 0 ? base + (r.offsets[lane] + pos) * row_vecs : nullptr;
+    const unsigned sent = __ballot_sync(0xffffffffu, pos >= 0);  // also orders rows[] writes
     for (int64_t i = lane; i < row_vecs; i += kWarp) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int q = 0; q < r.world; ++q) {
-        const int pos = r.position[t * r.world + q];
-        if (pos < 0) continue;
-        const int4* src = gshmem::ptr(dev, comb, r.pes[q]) + (r.offsets[q] + pos) * row_vecs;
-        Vec8<T>::add(acc, src[i], 1.0f);
-      }
+      for (unsigned m = sent; m; m &= m - 1) Vec8<T>::add(acc, rows[__ffs(m) - 1][i], 1.0f);
       out[t * row_vecs + i] = Vec8<T>::pack(acc);
     }
   }

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gshmem.team import Team
 
 DTYPES = (torch.bfloat16, torch.float16)
+MAX_WORLD = 32  # one warp's lanes, one per rank, in the combine kernel
 
 
 @dataclass
@@ -79,6 +80,8 @@ class Buffer:
             raise UsageError(f"moe.Buffer: a token's row must be a multiple of 16 bytes "
                              f"(hidden a multiple of 8), got hidden={hidden}")  # fmt: skip
         world = team.size
+        if world > MAX_WORLD:
+            raise UsageError(f"moe.Buffer: at most {MAX_WORLD} ranks (a team of {world})")
         if num_experts < world or num_experts % world:
             raise UsageError(f"moe.Buffer: {num_experts} experts do not split over {world} ranks")
         base = comm.heap_info()["heap_base"]
