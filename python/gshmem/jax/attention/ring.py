@@ -1,9 +1,11 @@
 """Ring attention under ``shard_map`` (Liu et al., "Ring Attention"; zigzag balance of Brandon
 et al.): the K/V shards travel around the ring by gshmem permutes while every device attends to
 the shard it holds (schedule.py), folding each block into fp32 accumulators by log-sum-exp
-(merge.py). The backward sends K/V around again, with each shard's dK/dV travelling with it in
-fp32; after the last step one more hop returns every shard's finished dK/dV to its owner. The
-local blocks' gradients use the merged output and log-sum-exp (local.py).
+(merge.py). The backward runs the steps in reverse (as gshmem.attention's does, docs/jax.md):
+it starts from the shard the forward held last (kept as a residual), shards move to the left
+neighbour with their dK/dV in fp32, and each device ends on its own shard, so its dK/dV arrive
+finished with no hop after the last block (K/V travel W - 2 hops). The local blocks' gradients
+use the merged output and log-sum-exp (local.py).
 """
 
 from __future__ import annotations
@@ -55,15 +57,17 @@ def _set_part(x, part: str, front, value):
     return jax.lax.dynamic_update_slice_in_dim(x, value, a, SEQ)
 
 
-def _rotate(p: Problem, tree):
+def _rotate(p: Problem, tree, step: int = 1):
+    """``tree`` to the neighbour ``step`` places on (the right one for +1, the left for -1)."""
     from gshmem.jax.ops import ppermute
 
-    ring = [(i, (i + 1) % p.world) for i in range(p.world)]
+    ring = [(i, (i + step) % p.world) for i in range(p.world)]
     return ppermute(tree, p.axis_name, ring, mesh=p.mesh)
 
 
 def forward(p: Problem, q, k, v):
-    """(output in q's dtype, fp32 lse [B, T, N]) of this device's queries against the sequence."""
+    """(output in q's dtype, fp32 lse [B, T, N], the K/V shard held last) of this device's
+    queries against the sequence."""
     import jax
     import jax.numpy as jnp
 
@@ -82,21 +86,23 @@ def forward(p: Problem, q, k, v):
                 lse_b = jnp.where(front, lse_b, -jnp.inf)
             o_r, lse_r = merge(_part(out, b.q, front), _part(lse, b.q, front), o_b, lse_b)
             out, lse = _set_part(out, b.q, front, o_r), _set_part(lse, b.q, front, lse_r)
-    return out.astype(q.dtype), lse
+    return out.astype(q.dtype), lse, kv
 
 
-def backward(p: Problem, q, k, v, out, lse, do):
-    """(dq, dk, dv) of this device's shards."""
+def backward(p: Problem, q, k, v, out, lse, last, do):
+    """(dq, dk, dv) of this device's shards; ``last``: the forward's last K/V shard."""
     import jax
     import jax.numpy as jnp
 
     me = jax.lax.axis_index(p.axis_name)
     dq = jnp.zeros(q.shape, jnp.float32)
-    kv = (k, v)
+    kv = last
     dkv = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32))
-    for s in range(p.world):
-        if s > 0:
-            kv, dkv = _rotate(p, (kv, dkv))
+    for t in range(p.world):
+        s = p.world - 1 - t  # the forward's step with the same shard
+        if t > 0:
+            kv = (k, v) if s == 0 else _rotate(p, kv, -1)
+            dkv = _rotate(p, dkv, -1)
         front = source_before(s, me)
         for b in step_blocks(s, p.world, p.layout, p.causal):
             rows = [_part(t, b.q, front) for t in (q, do, out, lse)]
@@ -108,8 +114,6 @@ def backward(p: Problem, q, k, v, out, lse, do):
             dq = _set_part(dq, b.q, front, _part(dq, b.q, front) + dq_b)
             dkv = tuple(_set_part(a, b.kv, front, _part(a, b.kv, front) + g)
                         for a, g in zip(dkv, (dk_b, dv_b), strict=True))  # fmt: skip
-    if p.world > 1:  # the sums held belong to the next rank: one more hop home
-        dkv = _rotate(p, dkv)
     return dq.astype(q.dtype), dkv[0].astype(k.dtype), dkv[1].astype(v.dtype)
 
 
@@ -156,8 +160,8 @@ def ring_attention(q, k, v, axis_name, *, causal: bool = True, layout: str = "zi
         return forward(p, q, k, v)[0]
 
     def fwd(q, k, v):
-        out, lse = forward(p, q, k, v)
-        return out, (q, k, v, out, lse)
+        out, lse, last = forward(p, q, k, v)
+        return out, (q, k, v, out, lse, last)
 
     def bwd(res, do):
         return backward(p, *res, do)
