@@ -13,23 +13,12 @@
 //   pull      sender: waits until every rank's `ready` counter reached the call's target, then
 //             each warp reads its tokens' rows from every rank it sent them to and sums them.
 //
-// Counters only grow: a call's target is (calls so far) x (blocks per kernel), the same on every
-// rank, so nothing is ever reset and a late reader cannot be confused by an early writer of the
-// next call (calls alternate dispatch, combine; the Python side enforces it).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
+// Counters only grow (common.cuh); calls alternate dispatch, combine (the Python side enforces
+// it), which is what orders the reuse of the buffers.
+#include "common.cuh"
 
-#include <cstdint>
-#include <cstdio>
-
-#include "gshmem/device.cuh"
-
+namespace gshmem_moe {
 namespace {
-
-constexpr int kWarp = 32;
-constexpr int kThreads = 512;
-constexpr int kMaxTopk = 8;  // routing.MAX_TOPK
 
 struct Route {  // what the sender planned (routing.py) and where every rank lives
   const int32_t* pes;        // [world] world PE of each rank of the team
@@ -38,23 +27,6 @@ struct Route {  // what the sender planned (routing.py) and where every rank liv
   int world, me;
   int64_t tokens;
 };
-
-__device__ inline void wait_counters(const uint64_t* counters, int world, uint64_t target) {
-  if (threadIdx.x < world) {
-    while (gshmem::signal_fetch(counters + threadIdx.x) < target) {
-    }
-  }
-  __syncthreads();  // extends every waiter's acquire to the whole block
-}
-
-__device__ inline void add_to_all(const gshmem::Device& dev, const Route& r, uint64_t* counters) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int q = 0; q < r.world; ++q) {
-      gshmem::signal_op(dev, counters + r.me, 1, gshmem::SignalOp::Add, r.pes[q]);
-    }
-  }
-}
 
 // One warp per token: its row to every rank it goes to, then the top-k entries of that rank.
 __global__ void dispatch_kernel(gshmem::Device dev, Route r, const int4* x, int64_t row_vecs,
@@ -85,49 +57,12 @@ __global__ void dispatch_kernel(gshmem::Device dev, Route r, const int4* x, int6
       if (lane == 0) gshmem::ptr(dev, recv_src, pe)[row] = static_cast<int32_t>(t);
     }
   }
-  add_to_all(dev, r, arrived);
+  add_to_all(dev, r.pes, r.world, r.me, arrived);
 }
 
 __global__ void wait_kernel(const uint64_t* counters, int world, uint64_t target) {
   wait_counters(counters, world, target);
 }
-
-template <class T>
-struct Vec8;  // 8 elements of T in one 16-byte load
-template <>
-struct Vec8<__nv_bfloat16> {
-  static __device__ inline void add(float* acc, const int4& v, float w) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(h[i]);
-      acc[2 * i] += w * f.x;
-      acc[2 * i + 1] += w * f.y;
-    }
-  }
-  static __device__ inline int4 pack(const float* acc) {
-    int4 v;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-    return v;
-  }
-};
-template <>
-struct Vec8<__half> {
-  static __device__ inline void add(float* acc, const int4& v, float w) {
-    const __half2* h = reinterpret_cast<const __half2*>(&v);
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(h[i]);
-      acc[2 * i] += w * f.x;
-      acc[2 * i + 1] += w * f.y;
-    }
-  }
-  static __device__ inline int4 pack(const float* acc) {
-    int4 v;
-    __half2* h = reinterpret_cast<__half2*>(&v);
-    for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(acc[2 * i], acc[2 * i + 1]);
-    return v;
-  }
-};
 
 // One warp per received row: the sum of its pairs' rows of y (weighted), in fp32, stored once.
 // Lane j < k holds choice j's pair and weight; every lane takes them from there once per row, so
@@ -163,7 +98,7 @@ __global__ void reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_
       comb[row * row_vecs + i] = Vec8<T>::pack(acc);
     }
   }
-  add_to_all(dev, r, ready);
+  add_to_all(dev, r.pes, r.world, r.me, ready);
 }
 
 // One warp per token: the sum of its rows at every rank it was sent to (zeros if none). Lane q
@@ -191,6 +126,8 @@ __global__ void pull_kernel(gshmem::Device dev, Route r, const int4* comb, int64
   }
 }
 
+}  // namespace
+
 thread_local char last_error[256] = "";
 
 int check(cudaError_t e, const char* what) {
@@ -199,7 +136,9 @@ int check(cudaError_t e, const char* what) {
   return 1;
 }
 
-}  // namespace
+}  // namespace gshmem_moe
+
+using namespace gshmem_moe;  // NOLINT: the C ABI below calls this library's kernels
 
 extern "C" {
 
@@ -207,7 +146,7 @@ extern "C" {
 // recv_*, comb, arrived and ready are symmetric (the same object on every rank). Non-blocking:
 // work is queued on `stream`. Returns 0, or 1 with gshmem_moe_last_error() saying why.
 
-const char* gshmem_moe_last_error() { return last_error; }
+const char* gshmem_moe_last_error() { return gshmem_moe::last_error; }
 
 int gshmem_moe_dispatch(const gshmem_device_t* dev, const int32_t* pes, const int32_t* position,
                         const int32_t* offsets, int world, int me, int64_t tokens,

@@ -1,13 +1,16 @@
-"""MoE dispatch and combine on GPUs (scripts/moe_check.py runs as each PE)."""
+"""MoE dispatch and combine on GPUs (scripts/moe_check.py and moe_ll_check.py run as each PE)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from gpu_launch import launch_pes
 
-SCRIPT = str(Path(__file__).parent / "scripts" / "moe_check.py")
+SCRIPTS = Path(__file__).parent / "scripts"
 
 PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (1, 2, 4)]
 
@@ -15,4 +18,23 @@ PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (1, 2, 4
 @pytest.mark.parametrize("n", PES)
 @pytest.mark.parametrize("scenario", ["values", "grad", "badargs"])
 def test_moe(n, scenario):
-    launch_pes(n, SCRIPT, scenario, timeout=300)
+    launch_pes(n, str(SCRIPTS / "moe_check.py"), scenario, timeout=300)
+
+
+@pytest.mark.parametrize("n", PES)
+@pytest.mark.parametrize("scenario", ["values", "hook", "graph", "badargs"])
+def test_moe_low_latency(n, scenario):
+    launch_pes(n, str(SCRIPTS / "moe_ll_check.py"), scenario, timeout=300)
+
+
+@pytest.mark.parametrize("n", PES)
+def test_moe_low_latency_bad_expert_stops_every_rank(n):
+    """A bad expert index in low-latency mode (no host synchronisation to raise from) stops the
+    kernel with a message naming the entry, and the launcher stops every rank: no hang."""
+    cmd = [sys.executable, "-m", "gshmem.run", "-n", str(n), "--timeout", "100",
+           str(SCRIPTS / "moe_ll_check.py"), "trap"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150,
+                          env={**os.environ, "GSHMEM_TIMEOUT": "60"})  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode not in (0, 124), out
+    assert "topk_idx[3][1]" in out and "outside [-1," in out, out

@@ -1,7 +1,8 @@
 """``python -m gshmem.bench moe``: expert-parallel dispatch and combine with DeepSeek-V3 shapes
 (hidden 7168, 256 experts, top-8, bf16) over every GPU: µs per call and GB/s per GPU counted as
 DeepEP does (the bytes of the token rows a rank receives, itself included, over the call's
-time), for gshmem.moe.Buffer and, in the same run on the same routing, the way PyTorch users do
+time), for gshmem.moe.Buffer (its high-throughput mode, and its low-latency mode up to 256
+tokens: ``gshmem-ll``) and, in the same run on the same routing, the way PyTorch users do
 it over NCCL: counts exchanged with ``all_to_all_single`` and read on the host, then the rows
 (and their top-k) with ``all_to_all_single``, the reverse for the combine. Both sides' combined
 outputs are checked against each other. JSON next to the table."""
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 
-IMPLS = ("gshmem", "nccl")
+IMPLS = ("gshmem", "gshmem-ll", "nccl")  # gshmem-ll: the low-latency mode, up to 256 tokens
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -27,7 +28,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--experts", type=int, default=256)
     p.add_argument("--topk", type=int, default=8)
     p.add_argument("--blocks", type=int, default=24, help="thread blocks (SMs) of gshmem's kernels")
-    p.add_argument("--compare", default="gshmem,nccl", help=f"of {','.join(IMPLS)}")
+    p.add_argument("--compare", default=",".join(IMPLS), help=f"of {','.join(IMPLS)}")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--np", dest="nprocs", type=int, default=None, help="GPUs (default: every one)")
@@ -109,7 +110,7 @@ class GshmemMoe:
     """gshmem.moe.Buffer behind the baseline's interface."""
 
     def __init__(self, buf) -> None:
-        self.buf, self.sms = buf, buf.blocks
+        self.buf, self.sms = buf, buf.ctx.blocks
 
     def dispatch(self, x, idx, weights):
         d = self.buf.dispatch(x, idx, weights)
@@ -117,6 +118,27 @@ class GshmemMoe:
 
     def combine(self, y, handle):
         return self.buf.combine(y, handle)
+
+
+class GshmemLowLatencyMoe(GshmemMoe):
+    """gshmem.moe.Buffer's low-latency mode: rows come as [local experts, slots, hidden]."""
+
+    def dispatch(self, x, idx, weights):
+        d = self.buf.low_latency_dispatch(x, idx, weights)
+        return d.x, d.handle, None
+
+    def combine(self, y, handle):
+        return self.buf.low_latency_combine(y, handle)
+
+
+def make_side(impl: str, comm, o: argparse.Namespace, tokens: int):
+    from gshmem.moe import Buffer
+
+    if impl == "nccl":
+        return NcclMoe(comm.nranks, comm.rank, o.experts)
+    low = impl == "gshmem-ll"
+    buf = Buffer(comm, o.hidden, tokens, o.experts, blocks=o.blocks, low_latency=low)
+    return GshmemLowLatencyMoe(buf) if low else GshmemMoe(buf)
 
 
 def measure(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int):
@@ -131,8 +153,11 @@ def measure(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup:
         start.record()
         rows, state, per_expert = side.dispatch(x, idx, weights)
         mid.record()
-        e = torch.repeat_interleave(first, torch.as_tensor(per_expert, device="cuda"))
-        y = (rows.float() * scale[e][:, None]).to(torch.bfloat16)
+        if per_expert is None:  # low latency: one slab of rows per local expert
+            y = (rows.float() * scale[first][:, None, None]).to(torch.bfloat16)
+        else:
+            e = torch.repeat_interleave(first, torch.as_tensor(per_expert, device="cuda"))
+            y = (rows.float() * scale[e][:, None]).to(torch.bfloat16)
         begin = torch.cuda.Event(enable_timing=True)
         begin.record()
         out = side.combine(y, state)
@@ -150,7 +175,7 @@ def run(o: argparse.Namespace) -> int:
 
     import gshmem
     from gshmem.bench.nccl_group import join_nccl
-    from gshmem.moe import Buffer
+    from gshmem.moe.low_latency import MAX_TOKENS as LOW_LATENCY_TOKENS
 
     comm = gshmem.init()
     world, me = comm.nranks, comm.rank
@@ -166,8 +191,9 @@ def run(o: argparse.Namespace) -> int:
         nbytes = recv_bytes(comm, idx, per, o.hidden)  # DeepEP's accounting
         first = None
         for impl in o.compare:
-            side = (GshmemMoe(Buffer(comm, o.hidden, tokens, o.experts, blocks=o.blocks))
-                    if impl == "gshmem" else NcclMoe(world, me, o.experts))  # fmt: skip
+            if impl == "gshmem-ll" and tokens > LOW_LATENCY_TOKENS:
+                continue
+            side = make_side(impl, comm, o, tokens)
             td, tc, out = measure(side, x, idx, weights, scale, me, per, o.iters, o.warmup)
             first = out if first is None else first
             err = (out.float() - first.float()).abs().max().item() if out.numel() else 0.0
@@ -180,10 +206,10 @@ def run(o: argparse.Namespace) -> int:
     if me == 0:
         print(f"gshmem.bench moe: {world} GPUs, hidden {o.hidden}, {o.experts} experts, "
               f"top-{o.topk}, bf16; per GPU (rank 0)")  # fmt: skip
-        print(f"{'tokens':>7} {'impl':>7} {'dispatch us':>12} {'GB/s':>7} {'combine us':>11} "
+        print(f"{'tokens':>7} {'impl':>9} {'dispatch us':>12} {'GB/s':>7} {'combine us':>11} "
               f"{'GB/s':>7} {'SMs':>4}")  # fmt: skip
         for r in rows_out:
-            print(f"{r['tokens']:>7} {r['impl']:>7} {r['dispatch_us']:>12.1f} "
+            print(f"{r['tokens']:>7} {r['impl']:>9} {r['dispatch_us']:>12.1f} "
                   f"{r['dispatch_gbps']:>7.1f} {r['combine_us']:>11.1f} {r['combine_gbps']:>7.1f} "
                   f"{r['sms'] if r['sms'] else '-':>4}")  # fmt: skip
         path = o.json or os.path.join(os.environ.get("OUT", "results"), "bench_moe.json")

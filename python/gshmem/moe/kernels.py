@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gshmem._errors import UsageError
@@ -40,6 +41,10 @@ _SIGNATURES = {
     "gshmem_moe_wait": [_P, _I, _U, _P],
     "gshmem_moe_reduce": [_P, _P, _I, _I, _I, _P, _L, _P, _P, _I, _L, _L, _P, _P, _I, _P],
     "gshmem_moe_pull": [_P, _P, _P, _P, _I, _I, _L, _I, _P, _L, _P, _P, _U, _I, _P],
+    "gshmem_moe_ll_send": [_P, _P, _I, _I, _P, _L, _I, _P, _I, _I, _I, _I, _P, _P, _P, _P, _I, _P],
+    "gshmem_moe_ll_recv": [_I, _I, _I, _L, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _P],
+    "gshmem_moe_ll_combine_send": [_P, _P, _I, _I, _I, _I, _L, _P, _P, _P, _P, _P, _I, _P],
+    "gshmem_moe_ll_combine_recv": [_I, _I, _I, _I, _P, _P, _L, _P, _P, _P, _P, _P, _I, _P],
 }
 
 
@@ -123,4 +128,68 @@ def pull(r: Route, comb, out, ready, target: int, blocks: int) -> None:
           _stream(out.device.index))  # fmt: skip
 
 
-__all__ = ["Route", "dispatch", "library", "pull", "reduce", "wait"]
+@dataclass(frozen=True)
+class LowLatencyBuffers:
+    """A low-latency buffer's device memory (src/moe/low_latency.cu describes each)."""
+
+    stage: torch.Tensor  # symmetric [locals, world, T, hidden]
+    src: torch.Tensor  # symmetric [locals, world, T] int32
+    count: torch.Tensor  # symmetric [locals, world] int32
+    comb: torch.Tensor  # symmetric [T * 8, hidden]
+    arrived: torch.Tensor  # symmetric [world] int64
+    ready: torch.Tensor  # symmetric [world] int64
+    calls: torch.Tensor  # [2] int64: dispatches, combines received
+    finished: torch.Tensor  # [2] int32: blocks done with the current receive
+    out_src: torch.Tensor  # [locals, world * T] int32: each packed row's source
+    out_count: torch.Tensor  # [locals] int32: packed rows per local expert
+
+
+def ll_send(device: bytes, pes, me: int, x, topk, num_experts: int, b: LowLatencyBuffers,
+            blocks: int) -> None:  # fmt: skip
+    """Each (token, choice) pair's row into its expert's rank's stage; every expert's count."""
+    locals_, world, max_tokens = b.count.shape[0], pes.numel(), b.src.shape[2]
+    _call("gshmem_moe_ll_send", _dev(device), pes.data_ptr(), world, me, x.data_ptr(),
+          x.shape[1] * x.element_size(), x.shape[0], topk.data_ptr(), topk.shape[1],
+          num_experts, locals_, max_tokens, b.stage.data_ptr(), b.src.data_ptr(),
+          b.count.data_ptr(), b.arrived.data_ptr(), blocks, _stream(x.device.index))  # fmt: skip
+
+
+def ll_recv(b: LowLatencyBuffers, out, blocks: int) -> None:
+    """Waits for every sender, then packs the staged rows into ``out`` ``[locals, world*T, h]``."""
+    locals_, world, max_tokens = b.src.shape
+    _call("gshmem_moe_ll_recv", world, locals_, max_tokens, out.shape[2] * out.element_size(),
+          b.stage.data_ptr(), b.src.data_ptr(), b.count.data_ptr(), b.arrived.data_ptr(),
+          b.calls.data_ptr(), b.finished.data_ptr(), out.data_ptr(), b.out_src.data_ptr(),
+          b.out_count.data_ptr(), blocks, _stream(out.device.index))  # fmt: skip
+
+
+def ll_combine_send(device: bytes, pes, me: int, y, b: LowLatencyBuffers, blocks: int) -> None:
+    """Each valid packed row of ``y`` back to its sender's slot for (token, choice)."""
+    locals_, world, max_tokens = b.src.shape
+    _call("gshmem_moe_ll_combine_send", _dev(device), pes.data_ptr(), world, me, locals_,
+          max_tokens, y.shape[2] * y.element_size(), y.data_ptr(), b.out_src.data_ptr(),
+          b.out_count.data_ptr(), b.comb.data_ptr(), b.ready.data_ptr(), blocks,
+          _stream(y.device.index))  # fmt: skip
+
+
+def ll_combine_recv(b: LowLatencyBuffers, topk, weights, out, blocks: int) -> None:
+    """Waits for every rank, then each token's weighted sum of its returned rows into ``out``."""
+    _call("gshmem_moe_ll_combine_recv", _dtype_code(out), b.ready.numel(), out.shape[0],
+          topk.shape[1], topk.data_ptr(), weights.data_ptr(), out.shape[1] * out.element_size(),
+          b.comb.data_ptr(), b.ready.data_ptr(), b.calls[1:].data_ptr(),
+          b.finished[1:].data_ptr(), out.data_ptr(), blocks, _stream(out.device.index))  # fmt: skip
+
+
+__all__ = [
+    "LowLatencyBuffers",
+    "Route",
+    "dispatch",
+    "library",
+    "ll_combine_recv",
+    "ll_combine_send",
+    "ll_recv",
+    "ll_send",
+    "pull",
+    "reduce",
+    "wait",
+]

@@ -34,8 +34,9 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 if "GSHMEM_RANK" in os.environ:  # one process per GPU
     rank, world = int(os.environ["GSHMEM_RANK"]), int(os.environ["GSHMEM_WORLD_SIZE"])
+    device = int(os.environ.get("GSHMEM_DEVICE", rank))  # --devices 0,0: PEs sharing a GPU
     jax.distributed.initialize(f"127.0.0.1:{os.environ['JAX_COORDINATOR_PORT']}", world, rank,
-                               local_device_ids=[rank])  # fmt: skip
+                               local_device_ids=[device])  # fmt: skip
 
 import gshmem.jax as gj  # noqa: E402
 

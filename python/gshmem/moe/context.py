@@ -1,0 +1,61 @@
+"""What both modes of a ``gshmem.moe.Buffer`` share: the team, the experts' placement, the token
+shape and dtype, and the argument checks on tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gshmem._errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from gshmem.comm import Comm
+    from gshmem.team import Team
+
+
+@dataclass(frozen=True)
+class Context:
+    """One buffer's fixed facts (experts ``e`` live on rank ``e // per_rank``)."""
+
+    comm: Comm
+    team: Team
+    world: int
+    me: int  # this PE's rank in the team
+    hidden: int
+    max_tokens: int  # per rank per dispatch
+    num_experts: int
+    dtype: torch.dtype
+    blocks: int  # thread blocks of every kernel (the same on every rank)
+    pes: torch.Tensor  # [world] int32 on the GPU: each rank's world PE
+    device_bytes: bytes  # the comm's gshmem_device_t, passed to the kernels
+
+    @property
+    def per_rank(self) -> int:
+        return self.num_experts // self.world
+
+    def rows_in(self, name: str, t: torch.Tensor, rows: int | None) -> None:
+        """``t``: ``[rows, hidden]`` (any rows when None), the buffer's dtype, on its GPU."""
+        if t.dim() != 2 or t.shape[1] != self.hidden or (rows is not None and t.shape[0] != rows):
+            want = f"[{'tokens' if rows is None else rows}, {self.hidden}]"
+            raise UsageError(f"moe: {name} must be {want}, got {tuple(t.shape)}")
+        self.on_gpu(name, t)
+        if t.dtype != self.dtype:
+            raise UsageError(f"moe: {name} is {t.dtype}; this buffer moves {self.dtype}")
+
+    def on_gpu(self, name: str, t: torch.Tensor) -> None:
+        import torch
+
+        if t.device != torch.device("cuda", self.comm.device):
+            raise UsageError(f"moe: {name} is on {t.device}; the comm's GPU is "
+                             f"cuda:{self.comm.device}")  # fmt: skip
+
+    def tokens_in(self, x: torch.Tensor) -> None:
+        """``x`` must be ``[tokens, hidden]`` with at most ``max_tokens`` tokens."""
+        self.rows_in("x", x, None)
+        if x.shape[0] > self.max_tokens:
+            raise UsageError(f"moe: {x.shape[0]} tokens exceed the buffer's {self.max_tokens}")
+
+
+__all__ = ["Context"]

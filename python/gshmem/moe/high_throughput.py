@@ -1,0 +1,176 @@
+"""The high-throughput mode of ``gshmem.moe.Buffer`` (training, prefill: thousands of tokens).
+
+A dispatch plans the routing on the GPU (routing.py), exchanges every rank's counts (one
+on-stream all-gather of ``world + num_experts + 1`` int32), then the dispatch kernel writes each
+token's row once to every rank that holds one of its experts, straight into that rank's receive
+buffer. The receiver sorts what it got into rows per local expert (arrange.py). The combine
+reverses it: each received row's expert outputs are summed (times the router's weights) into the
+receiver's symmetric combine buffer, and each sender reads its tokens' sums from every rank it
+sent them to and adds them up. Both directions move data with SM loads and stores over NVLink
+from ``blocks`` thread blocks.
+
+Host synchronisation: one per dispatch, after the count exchange: how many rows will arrive (to
+size the outputs) and whether any rank's routing held a bad expert index (every rank raises
+alike, before anything is sent). Combines never synchronise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+
+from gshmem._errors import UsageError
+from gshmem.moe import arrange, kernels, routing
+
+if TYPE_CHECKING:
+    from gshmem.moe.context import Context
+
+
+@dataclass
+class Handle:
+    """One dispatch's routing, what its combine (and the backward passes) reuse."""
+
+    route: kernels.Route
+    topk: torch.Tensor  # [tokens, k] int64: the router's choices (sent again by backward passes)
+    weights: torch.Tensor  # [tokens, k] float32
+    pairs: arrange.Pairs
+    rows: int  # rows received
+    call: int  # the buffer's dispatch number that made it
+
+
+class Dispatched(NamedTuple):
+    x: torch.Tensor  # [pairs, hidden]: the received tokens, rows per local expert in order
+    weights: torch.Tensor  # [pairs] float32: each row's router weight
+    tokens_per_expert: list[int]  # rows of each local expert
+    src_rank: torch.Tensor  # [pairs] int64: the rank each row came from
+    src_token: torch.Tensor  # [pairs] int64: its token index there
+    handle: Handle
+
+
+class HighThroughput:
+    """Symmetric receive and combine buffers for ``max_tokens × world`` rows (every rank may send
+    this one every token), routing metadata and two completion counters. Collective to create."""
+
+    def __init__(self, ctx: Context) -> None:
+        comm, rows = ctx.comm, ctx.max_tokens * ctx.world
+        self.ctx = ctx
+        self.recv = (
+            comm.empty((rows, ctx.hidden), ctx.dtype),
+            comm.empty((rows,), torch.int32),
+            comm.empty((rows * routing.MAX_TOPK,), torch.int32),
+            comm.empty((rows * routing.MAX_TOPK,), torch.float32),
+        )
+        self.comb = comm.empty((rows, ctx.hidden), ctx.dtype)
+        counters = comm.zeros((2, ctx.world), torch.int64)  # arrived, ready: only ever grow
+        self.arrived, self.ready = counters[0], counters[1]
+        self.dispatches = self.combines = 0
+        self.counts_host = torch.empty(ctx.world * (ctx.world + ctx.num_experts + 1),
+                                       dtype=torch.int32, pin_memory=True)  # fmt: skip
+
+    def _expect(self, kind: str) -> None:
+        """Calls alternate dispatch-kind, combine-kind: the buffers' reuse is ordered by it."""
+        want = "dispatch" if self.dispatches == self.combines else "combine"
+        if kind != want:
+            raise UsageError(f"moe: a {kind} now would overwrite buffers still in use; calls "
+                             f"alternate dispatch, combine (a {want} is due)")  # fmt: skip
+
+    def _send(self, route: kernels.Route, x, topk, weights) -> None:
+        kernels.dispatch(route, x, topk, weights, self.ctx.per_rank, self.recv, self.arrived,
+                         self.ctx.blocks)  # fmt: skip
+        self.dispatches += 1
+        kernels.wait(self.arrived, self.dispatches * self.ctx.blocks)
+
+    def _sum_back(self, route: kernels.Route, y, slot, weight, rows: int) -> torch.Tensor:
+        kernels.reduce(route, y, slot, weight, rows, self.comb, self.ready, self.ctx.blocks)
+        self.combines += 1
+        out = torch.empty((route.tokens, self.ctx.hidden), dtype=self.ctx.dtype, device=y.device)
+        target = self.combines * self.ctx.blocks
+        kernels.pull(route, self.comb, out, self.ready, target, self.ctx.blocks)
+        return out
+
+    def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor
+                 ) -> Dispatched:  # fmt: skip
+        """Collective over the team: sends each token of ``x`` (``[tokens, hidden]``) to the
+        ranks of its ``topk_idx`` experts (``[tokens, k]``, -1: none) and returns what this rank
+        received, one row per (token, local expert) pair, rows of expert 0 first. Differentiable
+        in ``x`` (its backward is a combine). Synchronises the host once (the received count);
+        the next call on this buffer must be ``combine``."""
+        self._expect("dispatch")
+        c = self.ctx
+        c.tokens_in(x)
+        routing.check(topk_idx, topk_weights, c.num_experts, c.world)
+        if topk_idx.shape[0] != x.shape[0]:
+            raise UsageError("moe: topk_idx must have one row per token of x")
+        x, topk, weights = x.contiguous(), topk_idx.long().contiguous(), topk_weights.contiguous()
+        plan = routing.plan(topk, c.num_experts, c.world)
+        counts = c.comm.all_gather(plan.counts, team=c.team)
+        self.counts_host.copy_(counts.view(-1), non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        offsets = routing.offsets(counts, c.me, c.world)
+        route = kernels.Route(c.device_bytes, c.pes, c.me, plan.position, offsets)
+        copied.synchronize()  # the one host synchronisation: how many rows will arrive
+        all_counts = self.counts_host.view(c.world, -1)
+        routing.check_counts(all_counts, c.num_experts)  # every rank raises alike
+        self._send(route, x.detach(), topk, weights)
+        start = routing.received(all_counts, c.me, c.world)
+        per_expert = routing.pairs_per_expert(all_counts, c.me, c.world, c.num_experts)
+        rows, k = int(start[-1]), topk.shape[1]
+        local, recv_weights = (t[: rows * k].view(rows, k) for t in self.recv[2:])
+        pairs = arrange.pairs(local, recv_weights, c.per_rank, int(per_expert.sum()))
+        handle = Handle(route, topk, weights, pairs, rows, self.dispatches)
+        src_rank = torch.searchsorted(start[1:].to(x.device), pairs.row, right=True)
+        src_token = self.recv[1].index_select(0, pairs.row).long()
+        recv_x = _Dispatch.apply(x, self, handle)
+        return Dispatched(recv_x, pairs.weight, per_expert.tolist(), src_rank, src_token, handle)
+
+    def combine(self, y: torch.Tensor, handle: Handle) -> torch.Tensor:
+        """Collective over the team: ``out[t]`` = the sum over token t's top-k choices of the
+        router weight times that expert's row of ``y`` (``[pairs, hidden]``, in the order
+        ``dispatch`` returned), at the rank that sent t. Differentiable in ``y``. No host
+        synchronisation; the next call on this buffer must be a dispatch."""
+        if handle.call != self.dispatches:
+            raise UsageError("moe: combine takes the handle of this buffer's latest dispatch")
+        self.ctx.rows_in("y", y, handle.pairs.row.numel())
+        return _Combine.apply(y, self, handle)
+
+
+class _Dispatch(torch.autograd.Function):
+    """The received rows per local expert (already in the receive buffer); backward: each
+    token's rows' gradients summed back at its rank (a combine without weights)."""
+
+    @staticmethod
+    def forward(ctx, x, buf: HighThroughput, handle: Handle):
+        ctx.buf, ctx.handle = buf, handle
+        return buf.recv[0].index_select(0, handle.pairs.row)
+
+    @staticmethod
+    def backward(ctx, grad):
+        buf, h = ctx.buf, ctx.handle
+        buf._expect("combine")
+        return buf._sum_back(h.route, grad.contiguous(), h.pairs.slot, None, h.rows), None, None
+
+
+class _Combine(torch.autograd.Function):
+    """Each token's weighted sum of its experts' rows, back at its rank; backward: the output's
+    gradient travels like the dispatch, times each row's weight."""
+
+    @staticmethod
+    def forward(ctx, y, buf: HighThroughput, handle: Handle):
+        buf._expect("combine")
+        ctx.buf, ctx.handle = buf, handle
+        return buf._sum_back(handle.route, y, handle.pairs.slot, handle.pairs.weight,
+                             handle.rows)  # fmt: skip
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        buf, h = ctx.buf, ctx.handle
+        buf._expect("dispatch")
+        buf._send(h.route, grad_out.contiguous(), h.topk, h.weights)
+        rows = buf.recv[0].index_select(0, h.pairs.row)
+        return (rows.float() * h.pairs.weight[:, None]).to(rows.dtype), None, None
+
+
+__all__ = ["Dispatched", "Handle", "HighThroughput"]

@@ -1,0 +1,147 @@
+"""The low-latency mode of ``gshmem.moe.Buffer`` (decoding: at most 256 tokens per rank).
+
+Fixed-size symmetric buffers, no host synchronisation and the same output shapes on every call,
+so a CUDA graph can capture a dispatch and a combine and replay them. Each direction is a send
+kernel and a receive kernel (src/moe/low_latency.cu); with ``return_recv_hook=True`` a call
+queues only the send and returns a hook that queues the receive, so the caller can put other
+work (the other micro-batch's attention, say) between the two.
+
+A dispatch sends a token's row once per (token, choice) pair, so each local expert's rows end up
+contiguous with no expansion at the receiver, which packs them by source rank, then by source
+(token, choice). A combine returns each expert output row to its sender's slot for that
+(token, choice), and the sender sums them, times its router weights, in fp32.
+
+Memory per rank: ``num_experts × max_tokens`` staged rows (each expert's rows from each rank)
+plus ``8 × max_tokens`` combine rows, all symmetric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+
+from gshmem._errors import UsageError
+from gshmem.moe import kernels, routing
+
+if TYPE_CHECKING:
+    from gshmem.moe.context import Context
+
+MAX_TOKENS = 256  # src/moe/low_latency.cu: kMaxLowLatencyTokens
+
+# The calls of one round, in the order they must come (each half of a call counts).
+_STEPS = ("low_latency_dispatch", "its receive hook", "low_latency_combine", "its receive hook")
+
+
+@dataclass(frozen=True)
+class LowLatencyHandle:
+    """What a low-latency combine needs of its dispatch: the sender's routing."""
+
+    topk: torch.Tensor  # [tokens, k] int64
+    weights: torch.Tensor  # [tokens, k] float32
+    call: int  # the buffer's dispatch number that made it
+
+
+class LowLatencyDispatched(NamedTuple):
+    x: torch.Tensor  # [local experts, world * max_tokens, hidden]: x[l, :count[l]] are expert l's
+    count: torch.Tensor  # [local experts] int32 (on the GPU): rows received per local expert
+    src: torch.Tensor  # [local experts, world * max_tokens] int32: rank << 16 | token * 8 + choice
+    handle: LowLatencyHandle
+    recv_hook: Callable[[], None] | None  # queues the receive (None: already queued)
+
+    @property
+    def src_rank(self) -> torch.Tensor:
+        """The rank each row came from (rows past ``count`` are undefined)."""
+        return self.src >> 16
+
+    @property
+    def src_token(self) -> torch.Tensor:
+        """Its token index there (rows past ``count`` are undefined)."""
+        return (self.src & 0xFFFF) >> 3
+
+
+class LowLatency:
+    """Symmetric staging for every local expert's rows from every rank, a combine slot per
+    (token, choice), counters and the receive bookkeeping. Collective to create."""
+
+    def __init__(self, ctx: Context) -> None:
+        if not 1 <= ctx.max_tokens <= MAX_TOKENS:
+            raise UsageError(f"moe: low-latency buffers hold 1..{MAX_TOKENS} tokens per rank, "
+                             f"got max_tokens={ctx.max_tokens}")  # fmt: skip
+        comm, locals_, world, t = ctx.comm, ctx.per_rank, ctx.world, ctx.max_tokens
+        device = f"cuda:{comm.device}"
+        counters = comm.zeros((2, world), torch.int64)
+        self.ctx = ctx
+        self.bufs = kernels.LowLatencyBuffers(
+            stage=comm.empty((locals_, world, t, ctx.hidden), ctx.dtype),
+            src=comm.empty((locals_, world, t), torch.int32),
+            count=comm.empty((locals_, world), torch.int32),
+            comb=comm.empty((t * routing.MAX_TOPK, ctx.hidden), ctx.dtype),
+            arrived=counters[0],
+            ready=counters[1],
+            calls=torch.zeros(2, dtype=torch.int64, device=device),
+            finished=torch.zeros(2, dtype=torch.int32, device=device),
+            out_src=torch.empty((locals_, world * t), dtype=torch.int32, device=device),
+            out_count=torch.zeros(locals_, dtype=torch.int32, device=device),
+        )
+        self.step = 0  # index into _STEPS of the call due next
+        self.dispatches = 0
+
+    def _expect(self, step: int) -> None:
+        if self.step != step:
+            raise UsageError(f"moe: {_STEPS[step]} out of order: a low-latency round is dispatch, "
+                             f"its receive, combine, its receive (due now: "
+                             f"{_STEPS[self.step]})")  # fmt: skip
+        self.step = (step + 1) % len(_STEPS)
+
+    def _split(self, receive: Callable[[], None], step: int, hook: bool):
+        def recv_hook() -> None:
+            self._expect(step)
+            receive()
+
+        if hook:
+            return recv_hook
+        recv_hook()
+        return None
+
+    def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
+                 return_recv_hook: bool = False) -> LowLatencyDispatched:  # fmt: skip
+        c = self.ctx
+        c.tokens_in(x)
+        routing.check(topk_idx, topk_weights, c.num_experts, c.world)
+        if topk_idx.shape[0] != x.shape[0]:
+            raise UsageError("moe: topk_idx must have one row per token of x")
+        self._expect(0)
+        x, topk = x.contiguous(), topk_idx.long().contiguous()
+        kernels.ll_send(c.device_bytes, c.pes, c.me, x, topk, c.num_experts, self.bufs, c.blocks)
+        self.dispatches += 1
+        out = torch.empty((c.per_rank, c.world * c.max_tokens, c.hidden), dtype=c.dtype,
+                          device=x.device)  # fmt: skip
+        hook = self._split(lambda: kernels.ll_recv(self.bufs, out, c.blocks), 1, return_recv_hook)
+        handle = LowLatencyHandle(topk, topk_weights.contiguous(), self.dispatches)
+        return LowLatencyDispatched(out, self.bufs.out_count, self.bufs.out_src, handle, hook)
+
+    def combine(self, y: torch.Tensor, handle: LowLatencyHandle, return_recv_hook: bool = False):
+        c = self.ctx
+        if handle.call != self.dispatches:
+            raise UsageError("moe: combine takes the handle of this buffer's latest dispatch")
+        shape = (c.per_rank, c.world * c.max_tokens, c.hidden)
+        if tuple(y.shape) != shape:
+            raise UsageError(f"moe: y must be {list(shape)} (the dispatch's x), got "
+                             f"{tuple(y.shape)}")  # fmt: skip
+        c.rows_in("y", y.reshape(-1, c.hidden), None)
+        self._expect(2)
+        y = y.contiguous()
+        kernels.ll_combine_send(c.device_bytes, c.pes, c.me, y, self.bufs, c.blocks)
+        out = torch.empty((handle.topk.shape[0], c.hidden), dtype=c.dtype, device=y.device)
+        hook = self._split(
+            lambda: kernels.ll_combine_recv(self.bufs, handle.topk, handle.weights, out, c.blocks),
+            3,
+            return_recv_hook,
+        )
+        return (out, hook) if return_recv_hook else out
+
+
+__all__ = ["MAX_TOKENS", "LowLatency", "LowLatencyDispatched", "LowLatencyHandle"]

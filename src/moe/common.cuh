@@ -1,0 +1,84 @@
+// What the MoE kernels (kernels.cu: high-throughput, low_latency.cu) share: the launch shape, the
+// fp32 accumulation of 16-byte vectors of bf16/fp16, and the completion counters.
+//
+// Completion counters only grow. Each block of a sending kernel adds 1 to `counters[me]` at every
+// rank of the team once its stores are done (release: the block's stores happen-before thread 0's
+// update through bar.sync, and release is cumulative); a receiver waits until every rank's counter
+// reached (calls so far) x (blocks per kernel), so nothing is ever reset and a late reader cannot be
+// confused by an early writer of the next call.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "gshmem/device.cuh"
+
+namespace gshmem_moe {
+
+constexpr int kWarp = 32;
+constexpr int kThreads = 512;
+constexpr int kMaxTopk = 8;  // routing.MAX_TOPK
+
+// Records `what` and the error in the library's last-error text; 0 if `e` is success, else 1.
+int check(cudaError_t e, const char* what);
+
+__device__ inline void wait_counters(const uint64_t* counters, int world, uint64_t target) {
+  if (threadIdx.x < world) {
+    while (gshmem::signal_fetch(counters + threadIdx.x) < target) {
+    }
+  }
+  __syncthreads();  // extends every waiter's acquire to the whole block
+}
+
+__device__ inline void add_to_all(const gshmem::Device& dev, const int32_t* pes, int world, int me,
+                                  uint64_t* counters) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int q = 0; q < world; ++q) {
+      gshmem::signal_op(dev, counters + me, 1, gshmem::SignalOp::Add, pes[q]);
+    }
+  }
+}
+
+template <class T>
+struct Vec8;  // 8 elements of T in one 16-byte load
+template <>
+struct Vec8<__nv_bfloat16> {
+  static __device__ inline void add(float* acc, const int4& v, float w) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      acc[2 * i] += w * f.x;
+      acc[2 * i + 1] += w * f.y;
+    }
+  }
+  static __device__ inline int4 pack(const float* acc) {
+    int4 v;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+    return v;
+  }
+};
+template <>
+struct Vec8<__half> {
+  static __device__ inline void add(float* acc, const int4& v, float w) {
+    const __half2* h = reinterpret_cast<const __half2*>(&v);
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(h[i]);
+      acc[2 * i] += w * f.x;
+      acc[2 * i + 1] += w * f.y;
+    }
+  }
+  static __device__ inline int4 pack(const float* acc) {
+    int4 v;
+    __half2* h = reinterpret_cast<__half2*>(&v);
+    for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(acc[2 * i], acc[2 * i + 1]);
+    return v;
+  }
+};
+
+}  // namespace gshmem_moe
