@@ -2,10 +2,10 @@
 // fp32 accumulation of 16-byte vectors of bf16/fp16, and the completion counters.
 //
 // Completion counters only grow. Each block of a sending kernel adds 1 to `counters[me]` at every
-// rank of the team once its stores are done (release: the block's stores happen-before thread 0's
-// update through bar.sync, and release is cumulative); a receiver waits until every rank's counter
-// reached (calls so far) x (blocks per kernel), so nothing is ever reset and a late reader cannot be
-// confused by an early writer of the next call.
+// rank of the team once its stores are done (release: the block's stores happen-before thread
+// 0's update through bar.sync, and release is cumulative); a receiver waits until every rank's
+// counter reached (calls so far) x (blocks per kernel), so nothing is ever reset and a late
+// reader cannot be confused by an early writer of the next call.
 #pragma once
 
 #include <cuda_bf16.h>

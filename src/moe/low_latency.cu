@@ -17,7 +17,8 @@
 //                 into `count` at its rank (zeros included: every call rewrites every count).
 //   recv          receiver: waits for every sender's blocks, then packs the staged rows into
 //                 out[l] by sender, then index, with each row's source (sender << 16 | token * 8
-//                 + choice) and the rows per expert.
+//                 + choice) and the rows per expert. Every block scans the counts (at most 1024
+//                 experts) in shared memory, so warps take only rows that exist.
 //   combine_send  expert owner: each packed row of y goes back to its sender's comb slot.
 //   combine_recv  sender: waits for every rank's blocks; out[t] = sum_j w[t,j] comb[t * 8 + j].
 //
@@ -25,12 +26,15 @@
 // then of a combine, then the next dispatch): e.g. a sender's next dispatch follows its combine's
 // receive, which waited for every rank's combine send, which follows that rank's dispatch receive
 // (the last reader of its stage and counts).
+#include <cub/block/block_scan.cuh>
+
 #include "common.cuh"
 
 namespace gshmem_moe {
 namespace {
 
 constexpr int kMaxLowLatencyTokens = 256;  // low_latency.MAX_TOKENS
+constexpr int kMaxLowLatencyExperts = 1024;  // low_latency.MAX_EXPERTS (a block scans the counts)
 
 struct Team {
   const int32_t* pes;  // [world] world PE of each rank of the team
@@ -51,6 +55,39 @@ __device__ inline int count_equal(const int32_t* flat, int end, int32_t e, int l
     n += __popc(__ballot_sync(0xffffffffu, i < end && flat[i] == e));
   }
   return n;
+}
+
+// start[0..n]: the exclusive prefix sums of counts[0..n) (n <= kMaxLowLatencyExperts), in shared
+// memory, computed by the whole block.
+__device__ inline void scan_counts(const int32_t* counts, int n, int* start) {
+  constexpr int kPer = kMaxLowLatencyExperts / kThreads;
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  int items[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x * kPer + j;
+    items[j] = i < n ? counts[i] : 0;
+  }
+  int total;
+  Scan(temp).ExclusiveSum(items, items, total);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x * kPer + j;
+    if (i < n) start[i] = items[j];
+  }
+  if (threadIdx.x == 0) start[n] = total;
+  __syncthreads();
+}
+
+// The segment of start[0..n] holding row r (start[seg] <= r < start[seg + 1]).
+__device__ inline int segment_of(const int* start, int n, int r) {
+  int lo = 0, hi = n;  // start[lo] <= r < start[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (start[mid] <= r ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 // The last block to finish a receive kernel records the call as received.
@@ -75,8 +112,10 @@ __global__ void send_kernel(gshmem::Device dev, Team team, const int4* x, int64_
     const int64_t e = topk[i];
     if (e < -1 || e >= num_experts) {
       // No host synchronisation to raise from: stop loudly rather than drop the pair.
-      printf("gshmem.moe low_latency_dispatch: topk_idx[%d][%d] = %lld is outside [-1, %d)\n",
-             i / k, i % k, static_cast<long long>(e), num_experts);
+      if (blockIdx.x == 0) {
+        printf("gshmem.moe low_latency_dispatch: topk_idx[%d][%d] = %lld is outside [-1, %d)\n",
+               i / k, i % k, static_cast<long long>(e), num_experts);
+      }
       __trap();
     }
     flat[i] = static_cast<int32_t>(e);
@@ -105,46 +144,49 @@ __global__ void send_kernel(gshmem::Device dev, Team team, const int4* x, int64_
   add_to_all(dev, team.pes, team.world, team.me, arrived);
 }
 
-// One warp per staged slot (l, s, i); slots past the sender's count are skipped.
+// One warp per received row: the rows of every (expert, sender) segment, one after the other.
 __global__ void recv_kernel(int world, int locals, int max_tokens, int64_t row_vecs,
                             const int4* stage, const int32_t* src, const int32_t* count,
                             const uint64_t* arrived, uint64_t* calls, uint32_t* finished,
                             int4* out, int32_t* out_src, int32_t* out_count) {
+  __shared__ int start[kMaxLowLatencyExperts + 1];  // by (local expert, sender)
   const uint64_t call = *calls + 1;
   wait_counters(arrived, world, call * gridDim.x);
-  const int lane = threadIdx.x % kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
-  const int64_t slots = static_cast<int64_t>(locals) * world * max_tokens;
-  for (int64_t slot = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; slot < slots;
-       slot += warps) {
-    const int i = slot % max_tokens;
-    const int s = (slot / max_tokens) % world;
-    const int l = slot / (static_cast<int64_t>(max_tokens) * world);
-    const int mine = lane < world ? count[l * world + lane] : 0;
-    if (i == 0 && s == 0) {
-      const int total = __reduce_add_sync(0xffffffffu, mine);
-      if (lane == 0) out_count[l] = total;
+  const int segments = locals * world;
+  scan_counts(count, segments, start);
+  if (blockIdx.x == 0) {
+    for (int l = threadIdx.x; l < locals; l += blockDim.x) {
+      out_count[l] = start[(l + 1) * world] - start[l * world];
     }
-    const int n = __shfl_sync(0xffffffffu, mine, s);
-    if (i >= n) continue;
-    const int64_t packed = static_cast<int64_t>(l) * world * max_tokens +
-                           __reduce_add_sync(0xffffffffu, lane < s ? mine : 0) + i;
+  }
+  const int lane = threadIdx.x % kWarp;
+  const int warps = gridDim.x * (blockDim.x / kWarp);
+  for (int r = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; r < start[segments];
+       r += warps) {
+    const int seg = segment_of(start, segments, r);
+    const int l = seg / world, i = r - start[seg];
+    const int64_t slot = static_cast<int64_t>(seg) * max_tokens + i;
+    const int64_t packed =
+        static_cast<int64_t>(l) * world * max_tokens + (start[seg] - start[l * world]) + i;
     copy_row(out + packed * row_vecs, stage + slot * row_vecs, row_vecs, lane);
-    if (lane == 0) out_src[packed] = (s << 16) | src[slot];
+    if (lane == 0) out_src[packed] = ((seg % world) << 16) | src[slot];
   }
   finish_call(calls, finished, call);
 }
 
-// One warp per packed row of y: back to its sender's slot for (token, choice).
+// One warp per packed row of y that holds an expert output: back to its sender's slot for
+// (token, choice).
 __global__ void combine_send_kernel(gshmem::Device dev, Team team, int locals, int max_tokens,
                                     int64_t row_vecs, const int4* y, const int32_t* out_src,
                                     const int32_t* out_count, int4* comb, uint64_t* ready) {
+  __shared__ int start[kMaxLowLatencyExperts + 1];  // by local expert
+  scan_counts(out_count, locals, start);
   const int lane = threadIdx.x % kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
-  const int64_t per_expert = static_cast<int64_t>(team.world) * max_tokens;
-  for (int64_t row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-       row < locals * per_expert; row += warps) {
-    if (row % per_expert >= out_count[row / per_expert]) continue;
+  const int warps = gridDim.x * (blockDim.x / kWarp);
+  for (int r = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; r < start[locals];
+       r += warps) {
+    const int l = segment_of(start, locals, r);
+    const int64_t row = static_cast<int64_t>(l) * team.world * max_tokens + (r - start[l]);
     const int32_t from = out_src[row];
     int4* dst = gshmem::ptr(dev, comb, team.pes[from >> 16]) + (from & 0xffff) * row_vecs;
     copy_row(dst, y + row * row_vecs, row_vecs, lane);
@@ -197,8 +239,9 @@ int gshmem_moe_ll_send(const gshmem_device_t* dev, const int32_t* pes, int world
                        const void* x, int64_t row_bytes, int tokens, const int64_t* topk, int k,
                        int num_experts, int locals, int max_tokens, void* stage, int32_t* src,
                        int32_t* count, uint64_t* arrived, int blocks, cudaStream_t stream) {
-  if (tokens > kMaxLowLatencyTokens || max_tokens > kMaxLowLatencyTokens) {
-    return check(cudaErrorInvalidValue, "moe low-latency send: more than 256 tokens");
+  if (tokens > kMaxLowLatencyTokens || max_tokens > kMaxLowLatencyTokens ||
+      num_experts > kMaxLowLatencyExperts) {
+    return check(cudaErrorInvalidValue, "moe low-latency send: over 256 tokens or 1024 experts");
   }
   send_kernel<<<blocks, kThreads, 0, stream>>>(
       *dev, Team{pes, world, me}, static_cast<const int4*>(x), row_bytes / 16, tokens, topk, k,
