@@ -41,10 +41,19 @@ struct Team {
   int world, me;
 };
 
-// A warp's copy of one row of 16-byte vectors.
+// A warp's copy of one row of 16-byte vectors, 8 loads per lane in flight (a few thousand bytes
+// per warp: with a few hundred warps, enough to cover the latency of local or NVLink memory).
 __device__ inline void copy_row(int4* dst, const int4* src, int64_t row_vecs, int lane) {
-#pragma unroll 4
-  for (int64_t i = lane; i < row_vecs; i += kWarp) dst[i] = __ldg(src + i);
+  constexpr int kDepth = 8;
+  int64_t i = lane;
+  for (; i + (kDepth - 1) * kWarp < row_vecs; i += kDepth * kWarp) {
+    int4 v[kDepth];
+#pragma unroll
+    for (int j = 0; j < kDepth; ++j) v[j] = __ldg(src + i + j * kWarp);
+#pragma unroll
+    for (int j = 0; j < kDepth; ++j) dst[i + j * kWarp] = v[j];
+  }
+  for (; i < row_vecs; i += kWarp) dst[i] = __ldg(src + i);
 }
 
 // How many of flat[0, end) equal e (the whole warp gets the answer).
@@ -194,7 +203,8 @@ __global__ void combine_send_kernel(gshmem::Device dev, Team team, int locals, i
   add_to_all(dev, team.pes, team.world, team.me, ready);
 }
 
-// One warp per token: the weighted sum of its choices' returned rows, in fp32, rounded once.
+// Each token's weighted sum of its choices' returned rows, in fp32, rounded once. A warp takes
+// one part of one token's row (parts chosen so every warp of the grid has work at 128 tokens).
 template <class T>
 __global__ void combine_recv_kernel(int world, int tokens, int k, const int64_t* topk,
                                     const float* weights, int64_t row_vecs, const int4* comb,
@@ -204,19 +214,31 @@ __global__ void combine_recv_kernel(int world, int tokens, int k, const int64_t*
   wait_counters(ready, world, call * gridDim.x);
   const int lane = threadIdx.x % kWarp;
   const int warps = gridDim.x * (blockDim.x / kWarp);
-  for (int t = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; t < tokens; t += warps) {
+  const int64_t most_parts = (row_vecs + kWarp - 1) / kWarp;
+  const int64_t wanted = (2 * static_cast<int64_t>(warps) + tokens - 1) / (tokens > 0 ? tokens : 1);
+  const int64_t parts = wanted < 1 ? 1 : (wanted < most_parts ? wanted : most_parts);
+  const int64_t part_vecs = (row_vecs + parts - 1) / parts;
+  for (int64_t item = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+       item < tokens * parts; item += warps) {
+    const int64_t t = item / parts, begin = (item % parts) * part_vecs;
+    const int64_t end = begin + part_vecs < row_vecs ? begin + part_vecs : row_vecs;
     const bool chosen = lane < k && topk[t * k + lane] >= 0;
     const float mine_w = chosen ? weights[t * k + lane] : 0.0f;
     const unsigned used = __ballot_sync(0xffffffffu, chosen);
     float weight[kMaxTopk];
 #pragma unroll
     for (int j = 0; j < kMaxTopk; ++j) weight[j] = __shfl_sync(0xffffffffu, mine_w, j);
-    const int4* rows = comb + static_cast<int64_t>(t) * kMaxTopk * row_vecs;
-    for (int64_t i = lane; i < row_vecs; i += kWarp) {
+    const int4* rows = comb + t * kMaxTopk * row_vecs;
+    for (int64_t i = begin + lane; i < end; i += kWarp) {
+      int4 v[kMaxTopk];
+#pragma unroll
+      for (int j = 0; j < kMaxTopk; ++j) {
+        if (used >> j & 1) v[j] = __ldg(rows + j * row_vecs + i);
+      }
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
       for (int j = 0; j < kMaxTopk; ++j) {
-        if (used >> j & 1) Vec8<T>::add(acc, rows[j * row_vecs + i], weight[j]);
+        if (used >> j & 1) Vec8<T>::add(acc, v[j], weight[j]);
       }
       out[t * row_vecs + i] = Vec8<T>::pack(acc);
     }

@@ -2,10 +2,11 @@
 (hidden 7168, 256 experts, top-8, bf16) over every GPU: µs per call and GB/s per GPU counted as
 DeepEP does (the bytes of the token rows a rank receives, itself included, over the call's
 time), for gshmem.moe.Buffer (its high-throughput mode, and its low-latency mode up to 256
-tokens: ``gshmem-ll``) and, in the same run on the same routing, the way PyTorch users do
-it over NCCL: counts exchanged with ``all_to_all_single`` and read on the host, then the rows
-(and their top-k) with ``all_to_all_single``, the reverse for the combine. Both sides' combined
-outputs are checked against each other. JSON next to the table."""
+tokens: ``gshmem-ll``, timed as called and, ``ll+graph``, replayed from CUDA graphs) and, in
+the same run on the same routing, the way PyTorch users do it over NCCL: counts exchanged with
+``all_to_all_single`` and read on the host, then the rows (and their top-k) with
+``all_to_all_single``, the reverse for the combine. Both sides' combined outputs are checked
+against each other. JSON next to the table."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=7168)
     p.add_argument("--experts", type=int, default=256)
     p.add_argument("--topk", type=int, default=8)
-    p.add_argument("--blocks", type=int, default=24, help="thread blocks (SMs) of gshmem's kernels")
+    p.add_argument("--blocks", type=int, default=None,
+                   help="thread blocks (SMs) of gshmem's kernels (default: Buffer's)")  # fmt: skip
     p.add_argument("--compare", default=",".join(IMPLS), help=f"of {','.join(IMPLS)}")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
@@ -141,26 +143,69 @@ def make_side(impl: str, comm, o: argparse.Namespace, tokens: int):
     return GshmemLowLatencyMoe(buf) if low else GshmemMoe(buf)
 
 
+def expert_outputs(rows, per_expert, scale, first):
+    """The experts' stand-in: row x scale[e], bf16 (``per_expert`` None: the low-latency layout,
+    one slab of rows per local expert)."""
+    import torch
+
+    if per_expert is None:
+        return (rows.float() * scale[first][:, None, None]).to(torch.bfloat16)
+    e = torch.repeat_interleave(first, torch.as_tensor(per_expert, device="cuda"))
+    return (rows.float() * scale[e][:, None]).to(torch.bfloat16)
+
+
 def measure(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int):
-    """(median dispatch s, median combine s, the last combine's output): dispatch, experts
-    (row x scale[e]), combine, alternating, each call timed with CUDA events."""
+    """(median dispatch s, median combine s, the last combine's output): dispatch, experts,
+    combine, alternating, each call timed with CUDA events (host work included where the GPU
+    waits for it)."""
     import torch
 
     first = torch.arange(per, device="cuda") + me * per
     t_d, t_c, out = [], [], None
     for i in range(warmup + iters):
-        start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        start, mid, begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
         start.record()
         rows, state, per_expert = side.dispatch(x, idx, weights)
         mid.record()
-        if per_expert is None:  # low latency: one slab of rows per local expert
-            y = (rows.float() * scale[first][:, None, None]).to(torch.bfloat16)
-        else:
-            e = torch.repeat_interleave(first, torch.as_tensor(per_expert, device="cuda"))
-            y = (rows.float() * scale[e][:, None]).to(torch.bfloat16)
-        begin = torch.cuda.Event(enable_timing=True)
+        y = expert_outputs(rows, per_expert, scale, first)
         begin.record()
         out = side.combine(y, state)
+        end.record()
+        end.synchronize()
+        if i >= warmup:
+            t_d.append(start.elapsed_time(mid) / 1e3)
+            t_c.append(begin.elapsed_time(end) / 1e3)
+    return median(t_d), median(t_c), out
+
+
+def measure_graphed(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int):
+    """As ``measure``, with dispatch, experts and combine each captured in a CUDA graph and
+    replayed (how decoding runs them: no host work per call). Low-latency mode only."""
+    import torch
+
+    first = torch.arange(per, device="cuda") + me * per
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up outside the capture
+        rows, state, per_expert = side.dispatch(x, idx, weights)
+        side.combine(expert_outputs(rows, per_expert, scale, first), state)
+    torch.cuda.current_stream().wait_stream(stream)
+    graphs = [torch.cuda.CUDAGraph() for _ in range(3)]
+    with torch.cuda.graph(graphs[0]):
+        rows, state, per_expert = side.dispatch(x, idx, weights)
+    with torch.cuda.graph(graphs[1], pool=graphs[0].pool()):
+        y = expert_outputs(rows, per_expert, scale, first)
+    with torch.cuda.graph(graphs[2], pool=graphs[0].pool()):
+        out = side.combine(y, state)
+    t_d, t_c = [], []
+    for i in range(warmup + iters):
+        start, mid, begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+        start.record()
+        graphs[0].replay()
+        mid.record()
+        graphs[1].replay()
+        begin.record()
+        graphs[2].replay()
         end.record()
         end.synchronize()
         if i >= warmup:
@@ -194,14 +239,19 @@ def run(o: argparse.Namespace) -> int:
             if impl == "gshmem-ll" and tokens > LOW_LATENCY_TOKENS:
                 continue
             side = make_side(impl, comm, o, tokens)
-            td, tc, out = measure(side, x, idx, weights, scale, me, per, o.iters, o.warmup)
-            first = out if first is None else first
-            err = (out.float() - first.float()).abs().max().item() if out.numel() else 0.0
-            if err > 2e-2 * max(first.float().abs().max().item(), 1.0):
-                raise RuntimeError(f"moe bench: {impl}'s combine differs from the first ({err})")
-            rows_out.append({"tokens": tokens, "impl": impl, "gpus": world, "dispatch_us": td * 1e6,
-                             "combine_us": tc * 1e6, "dispatch_gbps": nbytes / td / 1e9,
-                             "combine_gbps": nbytes / tc / 1e9, "sms": side.sms})  # fmt: skip
+            ways = [(impl, measure)] + ([("ll+graph", measure_graphed)] if impl == "gshmem-ll"
+                                         else [])  # fmt: skip
+            for name, way in ways:
+                td, tc, out = way(side, x, idx, weights, scale, me, per, o.iters, o.warmup)
+                first = out if first is None else first
+                err = (out.float() - first.float()).abs().max().item() if out.numel() else 0.0
+                if err > 2e-2 * max(first.float().abs().max().item(), 1.0):
+                    raise RuntimeError(f"moe bench: {name}'s combine differs from the first "
+                                       f"({err})")  # fmt: skip
+                rows_out.append({"tokens": tokens, "impl": name, "gpus": world,
+                                 "dispatch_us": td * 1e6, "combine_us": tc * 1e6,
+                                 "dispatch_gbps": nbytes / td / 1e9,
+                                 "combine_gbps": nbytes / tc / 1e9, "sms": side.sms})  # fmt: skip
             del side
     if me == 0:
         print(f"gshmem.bench moe: {world} GPUs, hidden {o.hidden}, {o.experts} experts, "

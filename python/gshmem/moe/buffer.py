@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 DTYPES = (torch.bfloat16, torch.float16)
 MAX_WORLD = 32  # one warp's lanes, one per rank, in the kernels
+# Thread blocks per kernel by default: few SMs for bulk transfers (they leave the rest to
+# computation), more for low latency, where in-flight rows decide the time (one H100, 128 tokens:
+# a dispatch + combine round takes 82 µs with 24 blocks, 50 µs with 96).
+HIGH_THROUGHPUT_BLOCKS, LOW_LATENCY_BLOCKS = 24, 96
 
 
 class Buffer:
@@ -36,7 +40,8 @@ class Buffer:
     per rank per dispatch, routed to ``num_experts`` experts spread evenly over ``team`` (default:
     every PE of ``comm``; expert ``e`` on rank ``e // (num_experts / world)``). Collective to
     create. Memory (symmetric): high throughput about ``2 × max_tokens × world`` rows; low
-    latency ``(num_experts + 8) × max_tokens`` rows."""
+    latency ``(num_experts + 8) × max_tokens`` rows. ``blocks``: thread blocks of every kernel
+    (default 24 in high-throughput mode, 96 in low latency); the same on every rank."""
 
     def __init__(
         self,
@@ -47,7 +52,7 @@ class Buffer:
         *,
         dtype: torch.dtype = torch.bfloat16,
         team: Team | None = None,
-        blocks: int = 24,
+        blocks: int | None = None,
         low_latency: bool = False,
     ) -> None:
         team = comm.team_world() if team is None else team
@@ -63,6 +68,8 @@ class Buffer:
             raise UsageError(f"moe.Buffer: at most {MAX_WORLD} ranks (a team of {world})")
         if num_experts < world or num_experts % world:
             raise UsageError(f"moe.Buffer: {num_experts} experts do not split over {world} ranks")
+        if blocks is None:
+            blocks = LOW_LATENCY_BLOCKS if low_latency else HIGH_THROUGHPUT_BLOCKS
         if blocks < 1:
             raise UsageError(f"moe.Buffer: blocks must be at least 1, got {blocks}")
         base = comm.heap_info()["heap_base"]
