@@ -8,6 +8,7 @@
 // reader cannot be confused by an early writer of the next call.
 #pragma once
 
+#include <cub/block/block_scan.cuh>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -21,7 +22,9 @@ namespace gshmem_moe {
 
 constexpr int kWarp = 32;
 constexpr int kThreads = 512;
-constexpr int kMaxTopk = 8;  // routing.MAX_TOPK
+constexpr int kMaxTopk = 8;       // routing.MAX_TOPK
+constexpr int kMaxWorld = 32;      // buffer.MAX_WORLD: a warp's lanes, one per rank
+constexpr int kMaxExperts = 1024;  // routing.MAX_EXPERTS: a block scans every expert's count
 
 // Records `what` and the error in the library's last-error text; 0 if `e` is success, else 1.
 int check(cudaError_t e, const char* what);
@@ -42,6 +45,54 @@ __device__ inline void add_to_all(const gshmem::Device& dev, const int32_t* pes,
       gshmem::signal_op(dev, counters + me, 1, gshmem::SignalOp::Add, pes[q]);
     }
   }
+}
+
+// A warp's copy of one row of 16-byte vectors, 8 loads per lane in flight (a few thousand bytes
+// per warp: with a few hundred warps, enough to cover the latency of local or NVLink memory).
+__device__ inline void copy_row(int4* dst, const int4* src, int64_t row_vecs, int lane) {
+  constexpr int kDepth = 8;
+  int64_t i = lane;
+  for (; i + (kDepth - 1) * kWarp < row_vecs; i += kDepth * kWarp) {
+    int4 v[kDepth];
+#pragma unroll
+    for (int j = 0; j < kDepth; ++j) v[j] = __ldg(src + i + j * kWarp);
+#pragma unroll
+    for (int j = 0; j < kDepth; ++j) dst[i + j * kWarp] = v[j];
+  }
+  for (; i < row_vecs; i += kWarp) dst[i] = __ldg(src + i);
+}
+
+// How many of flat[0, end) equal e (the whole warp gets the answer).
+__device__ inline int count_equal(const int32_t* flat, int end, int32_t e, int lane) {
+  int n = 0;
+  for (int base = 0; base < end; base += kWarp) {
+    const int i = base + lane;
+    n += __popc(__ballot_sync(0xffffffffu, i < end && flat[i] == e));
+  }
+  return n;
+}
+
+// start[0..n]: the exclusive prefix sums of counts[0..n) (n <= kMaxExperts), in shared
+// memory, computed by the whole block.
+__device__ inline void scan_counts(const int32_t* counts, int n, int* start) {
+  constexpr int kPer = kMaxExperts / kThreads;
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  int items[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x * kPer + j;
+    items[j] = i < n ? counts[i] : 0;
+  }
+  int total;
+  Scan(temp).ExclusiveSum(items, items, total);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x * kPer + j;
+    if (i < n) start[i] = items[j];
+  }
+  if (threadIdx.x == 0) start[n] = total;
+  __syncthreads();
 }
 
 template <class T>

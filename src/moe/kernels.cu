@@ -1,12 +1,18 @@
-// Expert-parallel dispatch and combine (gshmem.moe, docs/moe.md) on the public device API only:
-// symmetric buffers reached with ordinary loads and stores through gshmem::ptr (every rank of the
-// team load/store-reachable: the Python side checks it once per buffer), completion by
-// release/acquire signals. Three kernels and a C ABI that python/gshmem/moe/kernels.py calls.
+// Expert-parallel dispatch and combine, high-throughput mode (gshmem.moe, docs/moe.md), on the
+// public device API only: symmetric buffers reached with ordinary loads and stores through
+// gshmem::ptr (every rank of the team load/store-reachable: the Python side checks it once per
+// buffer), completion by release/acquire signals. A C ABI that python/gshmem/moe/kernels.py calls.
 //
-//   dispatch  sender: each warp copies its tokens' rows (and their top-k restricted to the
-//             receiver) straight into every receiver's buffer at the rows routing.py planned;
-//             then each block adds 1 to `arrived[me]` at every receiver (release: the block's
-//             stores happen-before thread 0's update through bar.sync, and release is cumulative).
+//   layout    sender: per tile of kTile tokens, each token's position among the tile's tokens for
+//             every rank it goes to (once per rank) and each (token, choice) pair's position among
+//             the tile's pairs of its expert; the tiles' counts, their exclusive prefix over tiles
+//             (by the last block to finish) and this rank's totals: tokens per rank, pairs per
+//             expert, out-of-range indices (routing.plan is the reference).
+//   dispatch  sender, after every rank's totals were exchanged: each warp copies a token's row
+//             into every receiver it goes to, in the rows after the earlier senders' (by rank),
+//             and writes each of its pairs there into the pair's final expert-major slot
+//             (routing.expert_slots is the reference): the receiver sorts nothing. Then each
+//             block adds 1 to `arrived[me]` at every receiver.
 //   reduce    receiver: each received row's sum of its experts' output rows (times their
 //             weights), written into this rank's symmetric combine buffer; each block then adds
 //             1 to `ready[me]` at every sender.
@@ -20,41 +26,156 @@
 namespace gshmem_moe {
 namespace {
 
-struct Route {  // what the sender planned (routing.py) and where every rank lives
-  const int32_t* pes;        // [world] world PE of each rank of the team
-  const int32_t* position;   // [tokens, world] row among this rank's tokens for a rank, or -1
-  const int32_t* offsets;    // [world] first row of this rank's tokens at each receiver
-  int world, me;
+constexpr int kTile = 128;  // tokens per layout tile (routing.TILE)
+
+struct Route {  // one dispatch's layout and every rank's counts
+  const int32_t* pes;         // [world] world PE of each rank of the team
+  const int32_t* token_pos;   // [tokens, world] position among its tile's tokens for a rank, or -1
+  const int32_t* tile_base;   // [tiles, world + E] the same counts over the earlier tiles
+  const int32_t* all_counts;  // [world, world + E + 1] every rank's totals (the exchange)
+  int world, me, num_experts;
   int64_t tokens;
+  __device__ int columns() const { return world + num_experts; }
+  __device__ int count(int rank, int column) const {
+    return all_counts[rank * (columns() + 1) + column];
+  }
 };
 
-// One warp per token: its row to every rank it goes to, then the top-k entries of that rank.
-__global__ void dispatch_kernel(gshmem::Device dev, Route r, const int4* x, int64_t row_vecs,
-                                const int64_t* topk, const float* weights, int k, int per_rank,
-                                int4* recv_x, int32_t* recv_src, int32_t* recv_local,
-                                float* recv_weights, uint64_t* arrived) {
+// row_offset[q]: this rank's first row at receiver q (the earlier senders' tokens for q before it).
+__device__ inline void row_offsets(const Route& r, int* row_offset) {
+  for (int q = threadIdx.x; q < r.world; q += blockDim.x) {
+    int sum = 0;
+    for (int s = 0; s < r.me; ++s) sum += r.count(s, q);
+    row_offset[q] = sum;
+  }
+  __syncthreads();
+}
+
+// The row of token t at receiver q, or -1 if it does not go there.
+__device__ inline int64_t row_at(const Route& r, const int* row_offset, int64_t t, int q) {
+  const int pos = r.token_pos[t * r.world + q];
+  if (pos < 0) return -1;
+  return row_offset[q] + r.tile_base[(t / kTile) * r.columns() + q] + pos;
+}
+
+__global__ void layout_kernel(const int64_t* topk, int64_t tokens, int k, int num_experts,
+                              int world, int per_rank, int32_t* token_pos, int32_t* pair_pos,
+                              int32_t* tile_counts, int32_t* totals, uint32_t* finished) {
+  __shared__ int32_t flat[kTile * kMaxTopk];
+  __shared__ int hist[kMaxWorld + kMaxExperts];
+  __shared__ uint32_t goes[kTile];  // bit q: the token goes to rank q
+  const int columns = world + num_experts;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int n = static_cast<int>(tokens - first < kTile ? tokens - first : kTile);
+  for (int c = threadIdx.x; c < columns; c += blockDim.x) hist[c] = 0;
+  for (int i = threadIdx.x; i < n * k; i += blockDim.x) {
+    const int64_t e = topk[first * k + i];
+    if (e < -1 || e >= num_experts) atomicAdd(totals + columns, 1);
+    flat[i] = e >= 0 && e < num_experts ? static_cast<int32_t>(e) : -1;
+  }
+  __syncthreads();
+  for (int t = threadIdx.x; t < n; t += blockDim.x) {
+    uint32_t mask = 0;
+    for (int j = 0; j < k; ++j) {
+      if (flat[t * k + j] >= 0) mask |= 1u << (flat[t * k + j] / per_rank);
+    }
+    goes[t] = mask;
+  }
+  for (int i = threadIdx.x; i < n * k; i += blockDim.x) {
+    if (flat[i] >= 0) atomicAdd(hist + world + flat[i], 1);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  for (int p = warp; p < n * k; p += warps) {  // a pair's position among its expert's pairs
+    const int32_t e = flat[p];
+    const int pos = e >= 0 ? count_equal(flat, p, e, lane) : -1;
+    if (lane == 0) pair_pos[first * k + p] = pos;
+  }
+  for (int q = warp; q < world; q += warps) {  // a token's position among the tile's for rank q
+    int before = 0;
+    for (int base = 0; base < n; base += kWarp) {
+      const int t = base + lane;
+      const bool in = t < n && (goes[t] >> q & 1);
+      const unsigned ballot = __ballot_sync(0xffffffffu, in);
+      if (t < n) {
+        token_pos[(first + t) * world + q] = in ? before + __popc(ballot & ((1u << lane) - 1)) : -1;
+      }
+      before += __popc(ballot);
+    }
+    if (lane == 0) hist[q] = before;
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < columns; c += blockDim.x) {
+    tile_counts[blockIdx.x * columns + c] = hist[c];
+    if (hist[c]) atomicAdd(totals + c, hist[c]);
+  }
+  // The last block turns every column of tile_counts into its exclusive prefix over tiles.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(finished, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int c = threadIdx.x; c < columns; c += blockDim.x) {
+    int run = 0;
+    for (unsigned b = 0; b < gridDim.x; ++b) {
+      const int v = tile_counts[b * columns + c];
+      tile_counts[b * columns + c] = run;
+      run += v;
+    }
+  }
+  if (threadIdx.x == 0) *finished = 0;
+}
+
+// One warp per token: its row to every rank it goes to, and each of its pairs there into the
+// pair's slot: slot_base[e] (expert e's first slot at its rank, plus the earlier senders' pairs
+// of e) + the earlier tiles' pairs of e + the pair's position in its tile.
+__global__ void dispatch_kernel(gshmem::Device dev, Route r, const int32_t* pair_pos,
+                                const int4* x, int64_t row_vecs, const int64_t* topk,
+                                const float* weights, int k, int per_rank, int4* recv_x,
+                                int32_t* recv_slot, int32_t* pair_row, float* pair_weight,
+                                int32_t* pair_src_rank, int32_t* pair_src_token,
+                                uint64_t* arrived) {
+  __shared__ int row_offset[kMaxWorld];
+  __shared__ int total[kMaxExperts];
+  __shared__ int slot_base[kMaxExperts + 1];
+  row_offsets(r, row_offset);
+  for (int e = threadIdx.x; e < r.num_experts; e += blockDim.x) {
+    int sum = 0;
+    for (int s = 0; s < r.world; ++s) sum += r.count(s, r.world + e);
+    total[e] = sum;
+  }
+  __syncthreads();
+  scan_counts(total, r.num_experts, slot_base);  // pairs of every earlier expert, all ranks
+  for (int e = threadIdx.x; e < r.num_experts; e += blockDim.x) {
+    int earlier = 0;
+    for (int s = 0; s < r.me; ++s) earlier += r.count(s, r.world + e);
+    total[e] = slot_base[e] - slot_base[e - e % per_rank] + earlier;  // its rank's experts only
+  }
+  __syncthreads();
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
   for (int64_t t = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; t < r.tokens;
        t += warps) {
-    const int4* src = x + t * row_vecs;
+    const int32_t* tile = r.tile_base + (t / kTile) * r.columns();
+    const int64_t e = lane < k ? topk[t * k + lane] : -1;
     for (int q = 0; q < r.world; ++q) {
-      const int pos = r.position[t * r.world + q];
-      if (pos < 0) continue;
-      const int64_t row = r.offsets[q] + pos;
+      const int64_t row = row_at(r, row_offset, t, q);
+      if (row < 0) continue;
       const int pe = r.pes[q];
-      int4* dst = gshmem::ptr(dev, recv_x, pe) + row * row_vecs;
-#pragma unroll 4
-      for (int64_t i = lane; i < row_vecs; i += kWarp) dst[i] = __ldg(src + i);
+      copy_row(gshmem::ptr(dev, recv_x, pe) + row * row_vecs, x + t * row_vecs, row_vecs, lane);
       if (lane < k) {
-        const int64_t e = topk[t * k + lane];
         const bool here = e >= 0 && e / per_rank == q;
-        gshmem::ptr(dev, recv_local, pe)[row * k + lane] =
-            here ? static_cast<int32_t>(e % per_rank) : -1;
-        gshmem::ptr(dev, recv_weights, pe)[row * k + lane] =
-            here ? weights[t * k + lane] : 0.0f;
+        const int slot = here ? total[e] + tile[r.world + e] + pair_pos[t * k + lane] : -1;
+        gshmem::ptr(dev, recv_slot, pe)[row * k + lane] = slot;
+        if (here) {
+          gshmem::ptr(dev, pair_row, pe)[slot] = static_cast<int32_t>(row);
+          gshmem::ptr(dev, pair_weight, pe)[slot] = weights[t * k + lane];
+          gshmem::ptr(dev, pair_src_rank, pe)[slot] = r.me;
+          gshmem::ptr(dev, pair_src_token, pe)[slot] = static_cast<int32_t>(t);
+        }
       }
-      if (lane == 0) gshmem::ptr(dev, recv_src, pe)[row] = static_cast<int32_t>(t);
     }
   }
   add_to_all(dev, r.pes, r.world, r.me, arrived);
@@ -106,6 +227,8 @@ __global__ void reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_
 template <class T>
 __global__ void pull_kernel(gshmem::Device dev, Route r, const int4* comb, int64_t row_vecs,
                             int4* out, const uint64_t* ready, uint64_t target) {
+  __shared__ int row_offset[kMaxWorld];
+  row_offsets(r, row_offset);
   wait_counters(ready, r.world, target);
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
@@ -114,10 +237,10 @@ __global__ void pull_kernel(gshmem::Device dev, Route r, const int4* comb, int64
   const int4** rows = rows_of[threadIdx.x / kWarp];
   for (int64_t t = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; t < r.tokens;
        t += warps) {
-    const int pos = lane < r.world ? r.position[t * r.world + lane] : -1;
+    const int64_t row = lane < r.world ? row_at(r, row_offset, t, lane) : -1;
     __syncwarp();  // the previous token's reads of rows[] are done
-    rows[lane] = pos >= 0 ? base + (r.offsets[lane] + pos) * row_vecs : nullptr;
-    const unsigned sent = __ballot_sync(0xffffffffu, pos >= 0);  // also orders rows[] writes
+    rows[lane] = row >= 0 ? base + row * row_vecs : nullptr;
+    const unsigned sent = __ballot_sync(0xffffffffu, row >= 0);  // also orders rows[] writes
     for (int64_t i = lane; i < row_vecs; i += kWarp) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (unsigned m = sent; m; m &= m - 1) Vec8<T>::add(acc, rows[__ffs(m) - 1][i], 1.0f);
@@ -142,22 +265,42 @@ using namespace gshmem_moe;  // NOLINT: the C ABI below calls this library's ker
 
 extern "C" {
 
-// Every call: `dev` is the comm's gshmem_device_t; `route` arrays are on the GPU; buffers named
-// recv_*, comb, arrived and ready are symmetric (the same object on every rank). Non-blocking:
-// work is queued on `stream`. Returns 0, or 1 with gshmem_moe_last_error() saying why.
+// Every call: `dev` is the comm's gshmem_device_t; every array is on the GPU; recv_*, pair_*,
+// comb, arrived and ready are symmetric (the same object on every rank). Non-blocking: work is
+// queued on `stream`. Returns 0, or 1 with gshmem_moe_last_error() saying why.
 
 const char* gshmem_moe_last_error() { return gshmem_moe::last_error; }
 
-int gshmem_moe_dispatch(const gshmem_device_t* dev, const int32_t* pes, const int32_t* position,
-                        const int32_t* offsets, int world, int me, int64_t tokens,
-                        const void* x, int64_t row_bytes, const int64_t* topk,
-                        const float* weights, int k, int per_rank, void* recv_x,
-                        int32_t* recv_src, int32_t* recv_local, float* recv_weights,
+int gshmem_moe_layout(const int64_t* topk, int64_t tokens, int k, int num_experts, int world,
+                      int per_rank, int32_t* token_pos, int32_t* pair_pos, int32_t* tile_counts,
+                      int32_t* totals, uint32_t* finished, cudaStream_t stream) {
+  if (world > kMaxWorld || num_experts > kMaxExperts || k > kMaxTopk) {
+    return check(cudaErrorInvalidValue, "moe layout: over 32 ranks, 1024 experts or top-8");
+  }
+  const int columns = world + num_experts;
+  if (check(cudaMemsetAsync(totals, 0, (columns + 1) * sizeof(int32_t), stream), "moe layout")) {
+    return 1;
+  }
+  const int64_t tiles = (tokens + kTile - 1) / kTile;
+  if (tiles == 0) return 0;
+  layout_kernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(
+      topk, tokens, k, num_experts, world, per_rank, token_pos, pair_pos, tile_counts, totals,
+      finished);
+  return check(cudaGetLastError(), "moe layout");
+}
+
+int gshmem_moe_dispatch(const gshmem_device_t* dev, const int32_t* pes, const int32_t* token_pos,
+                        const int32_t* tile_base, const int32_t* all_counts, int world, int me,
+                        int num_experts, int64_t tokens, const int32_t* pair_pos, const void* x,
+                        int64_t row_bytes, const int64_t* topk, const float* weights, int k,
+                        int per_rank, void* recv_x, int32_t* recv_slot, int32_t* pair_row,
+                        float* pair_weight, int32_t* pair_src_rank, int32_t* pair_src_token,
                         uint64_t* arrived, int blocks, cudaStream_t stream) {
-  const Route r{pes, position, offsets, world, me, tokens};
+  const Route r{pes, token_pos, tile_base, all_counts, world, me, num_experts, tokens};
   dispatch_kernel<<<blocks, kThreads, 0, stream>>>(
-      *dev, r, static_cast<const int4*>(x), row_bytes / 16, topk, weights, k, per_rank,
-      static_cast<int4*>(recv_x), recv_src, recv_local, recv_weights, arrived);
+      *dev, r, pair_pos, static_cast<const int4*>(x), row_bytes / 16, topk, weights, k, per_rank,
+      static_cast<int4*>(recv_x), recv_slot, pair_row, pair_weight, pair_src_rank,
+      pair_src_token, arrived);
   return check(cudaGetLastError(), "moe dispatch");
 }
 
@@ -171,7 +314,7 @@ int gshmem_moe_reduce(const gshmem_device_t* dev, const int32_t* pes, int world,
                       int dtype, const void* y, int64_t y_stride_bytes, const int32_t* slot,
                       const float* pair_weight, int k, int64_t rows, int64_t row_bytes,
                       void* comb, uint64_t* ready, int blocks, cudaStream_t stream) {
-  const Route r{pes, nullptr, nullptr, world, me, 0};
+  const Route r{pes, nullptr, nullptr, nullptr, world, me, 0, 0};
   auto* kernel = dtype == 0 ? reduce_kernel<__nv_bfloat16> : reduce_kernel<__half>;
   kernel<<<blocks, kThreads, 0, stream>>>(*dev, r, static_cast<const int4*>(y),
                                           y_stride_bytes / 16, slot, pair_weight, k, rows,
@@ -179,11 +322,12 @@ int gshmem_moe_reduce(const gshmem_device_t* dev, const int32_t* pes, int world,
   return check(cudaGetLastError(), "moe reduce");
 }
 
-int gshmem_moe_pull(const gshmem_device_t* dev, const int32_t* pes, const int32_t* position,
-                    const int32_t* offsets, int world, int me, int64_t tokens, int dtype,
-                    const void* comb, int64_t row_bytes, void* out, const uint64_t* ready,
-                    uint64_t target, int blocks, cudaStream_t stream) {
-  const Route r{pes, position, offsets, world, me, tokens};
+int gshmem_moe_pull(const gshmem_device_t* dev, const int32_t* pes, const int32_t* token_pos,
+                    const int32_t* tile_base, const int32_t* all_counts, int world, int me,
+                    int num_experts, int64_t tokens, int dtype, const void* comb,
+                    int64_t row_bytes, void* out, const uint64_t* ready, uint64_t target,
+                    int blocks, cudaStream_t stream) {
+  const Route r{pes, token_pos, tile_base, all_counts, world, me, num_experts, tokens};
   auto* kernel = dtype == 0 ? pull_kernel<__nv_bfloat16> : pull_kernel<__half>;
   kernel<<<blocks, kThreads, 0, stream>>>(*dev, r, static_cast<const int4*>(comb), row_bytes / 16,
                                           static_cast<int4*>(out), ready, target);

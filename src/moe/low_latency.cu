@@ -26,68 +26,17 @@
 // then of a combine, then the next dispatch): e.g. a sender's next dispatch follows its combine's
 // receive, which waited for every rank's combine send, which follows that rank's dispatch receive
 // (the last reader of its stage and counts).
-#include <cub/block/block_scan.cuh>
-
 #include "common.cuh"
 
 namespace gshmem_moe {
 namespace {
 
 constexpr int kMaxLowLatencyTokens = 256;  // low_latency.MAX_TOKENS
-constexpr int kMaxLowLatencyExperts = 1024;  // low_latency.MAX_EXPERTS (a block scans the counts)
 
 struct Team {
   const int32_t* pes;  // [world] world PE of each rank of the team
   int world, me;
 };
-
-// A warp's copy of one row of 16-byte vectors, 8 loads per lane in flight (a few thousand bytes
-// per warp: with a few hundred warps, enough to cover the latency of local or NVLink memory).
-__device__ inline void copy_row(int4* dst, const int4* src, int64_t row_vecs, int lane) {
-  constexpr int kDepth = 8;
-  int64_t i = lane;
-  for (; i + (kDepth - 1) * kWarp < row_vecs; i += kDepth * kWarp) {
-    int4 v[kDepth];
-#pragma unroll
-    for (int j = 0; j < kDepth; ++j) v[j] = __ldg(src + i + j * kWarp);
-#pragma unroll
-    for (int j = 0; j < kDepth; ++j) dst[i + j * kWarp] = v[j];
-  }
-  for (; i < row_vecs; i += kWarp) dst[i] = __ldg(src + i);
-}
-
-// How many of flat[0, end) equal e (the whole warp gets the answer).
-__device__ inline int count_equal(const int32_t* flat, int end, int32_t e, int lane) {
-  int n = 0;
-  for (int base = 0; base < end; base += kWarp) {
-    const int i = base + lane;
-    n += __popc(__ballot_sync(0xffffffffu, i < end && flat[i] == e));
-  }
-  return n;
-}
-
-// start[0..n]: the exclusive prefix sums of counts[0..n) (n <= kMaxLowLatencyExperts), in shared
-// memory, computed by the whole block.
-__device__ inline void scan_counts(const int32_t* counts, int n, int* start) {
-  constexpr int kPer = kMaxLowLatencyExperts / kThreads;
-  using Scan = cub::BlockScan<int, kThreads>;
-  __shared__ typename Scan::TempStorage temp;
-  int items[kPer];
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int i = threadIdx.x * kPer + j;
-    items[j] = i < n ? counts[i] : 0;
-  }
-  int total;
-  Scan(temp).ExclusiveSum(items, items, total);
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int i = threadIdx.x * kPer + j;
-    if (i < n) start[i] = items[j];
-  }
-  if (threadIdx.x == 0) start[n] = total;
-  __syncthreads();
-}
 
 // The segment of start[0..n] holding row r (start[seg] <= r < start[seg + 1]).
 __device__ inline int segment_of(const int* start, int n, int r) {
@@ -158,7 +107,7 @@ __global__ void recv_kernel(int world, int locals, int max_tokens, int64_t row_v
                             const int4* stage, const int32_t* src, const int32_t* count,
                             const uint64_t* arrived, uint64_t* calls, uint32_t* finished,
                             int4* out, int32_t* out_src, int32_t* out_count) {
-  __shared__ int start[kMaxLowLatencyExperts + 1];  // by (local expert, sender)
+  __shared__ int start[kMaxExperts + 1];  // by (local expert, sender)
   const uint64_t call = *calls + 1;
   wait_counters(arrived, world, call * gridDim.x);
   const int segments = locals * world;
@@ -188,7 +137,7 @@ __global__ void recv_kernel(int world, int locals, int max_tokens, int64_t row_v
 __global__ void combine_send_kernel(gshmem::Device dev, Team team, int locals, int max_tokens,
                                     int64_t row_vecs, const int4* y, const int32_t* out_src,
                                     const int32_t* out_count, int4* comb, uint64_t* ready) {
-  __shared__ int start[kMaxLowLatencyExperts + 1];  // by local expert
+  __shared__ int start[kMaxExperts + 1];  // by local expert
   scan_counts(out_count, locals, start);
   const int lane = threadIdx.x % kWarp;
   const int warps = gridDim.x * (blockDim.x / kWarp);
@@ -262,7 +211,7 @@ int gshmem_moe_ll_send(const gshmem_device_t* dev, const int32_t* pes, int world
                        int num_experts, int locals, int max_tokens, void* stage, int32_t* src,
                        int32_t* count, uint64_t* arrived, int blocks, cudaStream_t stream) {
   if (tokens > kMaxLowLatencyTokens || max_tokens > kMaxLowLatencyTokens ||
-      num_experts > kMaxLowLatencyExperts) {
+      num_experts > kMaxExperts) {
     return check(cudaErrorInvalidValue, "moe low-latency send: over 256 tokens or 1024 experts");
   }
   send_kernel<<<blocks, kThreads, 0, stream>>>(

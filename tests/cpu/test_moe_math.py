@@ -54,6 +54,30 @@ def test_offsets_and_received_place_senders_in_rank_order():
     assert routing.received(full, 1, 3).tolist() == [0, 1, 1, 6]
 
 
+@pytest.mark.parametrize("world,experts,k", [(1, 4, 2), (2, 8, 4), (3, 6, 6), (4, 16, 8)])
+def test_expert_slots_are_expert_major_then_by_sender_token_choice(world, experts, k):
+    """Every sender's slots at every receiver: a permutation of the receiver's pairs, in the order
+    (local expert, source rank, token, choice), with a rank without tokens and repeated experts."""
+    per = experts // world
+    idxs = [random_routing(0 if s == world - 1 and world > 1 else 23 + s, k, experts, s)[0]
+            for s in range(world)]  # fmt: skip
+    idxs[0][0, :2] = idxs[0][0, 0]  # one expert chosen twice by a token: two pairs
+    all_counts = torch.stack([routing.plan(i, experts, world).counts for i in idxs])
+    got = {r: {} for r in range(world)}
+    for s, idx in enumerate(idxs):
+        slots = routing.expert_slots(all_counts, s, idx, experts, world)
+        for t in range(idx.shape[0]):
+            for j in range(k):
+                e = int(idx[t, j])
+                assert (int(slots[t, j]) < 0) == (e < 0)
+                if e >= 0:
+                    got[e // per][int(slots[t, j])] = (e % per, s, t, j)
+    for r in range(world):
+        want = sorted(got[r].values())
+        assert sorted(got[r]) == list(range(len(want)))  # no slot twice, none missing
+        assert [got[r][i] for i in range(len(want))] == want
+
+
 def test_pairs_are_expert_major_and_slots_invert_them():
     local = torch.tensor([[1, -1, 0], [0, 2, -1], [-1, -1, 1], [2, 0, 1]], dtype=torch.int32)
     weights = torch.arange(12, dtype=torch.float32).view(4, 3)

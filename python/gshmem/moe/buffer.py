@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from gshmem._errors import UsageError
+from gshmem.moe import routing
 from gshmem.moe.context import Context
 from gshmem.moe.high_throughput import Dispatched, Handle, HighThroughput
 from gshmem.moe.low_latency import LowLatency, LowLatencyDispatched, LowLatencyHandle
@@ -68,6 +69,9 @@ class Buffer:
             raise UsageError(f"moe.Buffer: at most {MAX_WORLD} ranks (a team of {world})")
         if num_experts < world or num_experts % world:
             raise UsageError(f"moe.Buffer: {num_experts} experts do not split over {world} ranks")
+        if num_experts > routing.MAX_EXPERTS:
+            raise UsageError(f"moe.Buffer: at most {routing.MAX_EXPERTS} experts, got "
+                             f"{num_experts}")  # fmt: skip
         if blocks is None:
             blocks = LOW_LATENCY_BLOCKS if low_latency else HIGH_THROUGHPUT_BLOCKS
         if blocks < 1:

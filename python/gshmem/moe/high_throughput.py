@@ -1,9 +1,11 @@
 """The high-throughput mode of ``gshmem.moe.Buffer`` (training, prefill: thousands of tokens).
 
-A dispatch plans the routing on the GPU (routing.py), exchanges every rank's counts (one
-on-stream all-gather of ``world + num_experts + 1`` int32), then the dispatch kernel writes each
-token's row once to every rank that holds one of its experts, straight into that rank's receive
-buffer. The receiver sorts what it got into rows per local expert (arrange.py). The combine
+A dispatch lays out the routing on the GPU (the layout kernel; routing.plan is its reference),
+exchanges every rank's counts (one on-stream all-gather of ``world + num_experts + 1`` int32),
+then the dispatch kernel writes each token's row once to every rank that holds one of its
+experts, straight into that rank's receive buffer, and each (token, expert) pair into its final
+slot there in expert-major order (routing.expert_slots is the reference): the receiver gathers
+its rows per expert in one pass and sorts nothing. The combine
 reverses it: each received row's expert outputs are summed (times the router's weights) into the
 receiver's symmetric combine buffer, and each sender reads its tokens' sums from every rank it
 sent them to and adds them up. Both directions move data with SM loads and stores over NVLink
@@ -56,11 +58,14 @@ class HighThroughput:
     def __init__(self, ctx: Context) -> None:
         comm, rows = ctx.comm, ctx.max_tokens * ctx.world
         self.ctx = ctx
-        self.recv = (
+        pairs = rows * routing.MAX_TOPK
+        self.recv = (  # rows; per (row, choice) its slot; per slot: row, weight, source
             comm.empty((rows, ctx.hidden), ctx.dtype),
-            comm.empty((rows,), torch.int32),
-            comm.empty((rows * routing.MAX_TOPK,), torch.int32),
-            comm.empty((rows * routing.MAX_TOPK,), torch.float32),
+            comm.empty((pairs,), torch.int32),
+            comm.empty((pairs,), torch.int32),
+            comm.empty((pairs,), torch.float32),
+            comm.empty((pairs,), torch.int32),
+            comm.empty((pairs,), torch.int32),
         )
         self.comb = comm.empty((rows, ctx.hidden), ctx.dtype)
         counters = comm.zeros((2, ctx.world), torch.int64)  # arrived, ready: only ever grow
@@ -68,6 +73,7 @@ class HighThroughput:
         self.dispatches = self.combines = 0
         self.counts_host = torch.empty(ctx.world * (ctx.world + ctx.num_experts + 1),
                                        dtype=torch.int32, pin_memory=True)  # fmt: skip
+        self.finished = torch.zeros(1, dtype=torch.int32, device=ctx.pes.device)  # layout's
 
     def _expect(self, kind: str) -> None:
         """Calls alternate dispatch-kind, combine-kind: the buffers' reuse is ordered by it."""
@@ -104,26 +110,23 @@ class HighThroughput:
         if topk_idx.shape[0] != x.shape[0]:
             raise UsageError("moe: topk_idx must have one row per token of x")
         x, topk, weights = x.contiguous(), topk_idx.long().contiguous(), topk_weights.contiguous()
-        plan = routing.plan(topk, c.num_experts, c.world)
-        counts = c.comm.all_gather(plan.counts, team=c.team)
-        self.counts_host.copy_(counts.view(-1), non_blocking=True)
-        copied = torch.cuda.Event()
-        copied.record()
-        offsets = routing.offsets(counts, c.me, c.world)
-        route = kernels.Route(c.device_bytes, c.pes, c.me, plan.position, offsets)
-        copied.synchronize()  # the one host synchronisation: how many rows will arrive
+        layout = kernels.layout(topk, c.num_experts, c.world, self.finished)
+        route = kernels.Route(c.device_bytes, c.pes, c.me, c.num_experts, layout)
+        route.all_counts = c.comm.all_gather(route.layout.totals, team=c.team)
+        self.counts_host.copy_(route.all_counts.view(-1), non_blocking=True)
+        torch.cuda.current_stream().synchronize()  # the one host synchronisation
         all_counts = self.counts_host.view(c.world, -1)
         routing.check_counts(all_counts, c.num_experts)  # every rank raises alike
         self._send(route, x.detach(), topk, weights)
-        start = routing.received(all_counts, c.me, c.world)
+        rows = int(all_counts[:, c.me].sum())
         per_expert = routing.pairs_per_expert(all_counts, c.me, c.world, c.num_experts)
-        rows, k = int(start[-1]), topk.shape[1]
-        local, recv_weights = (t[: rows * k].view(rows, k) for t in self.recv[2:])
-        pairs = arrange.pairs(local, recv_weights, c.per_rank, int(per_expert.sum()))
+        n, k = int(per_expert.sum()), topk.shape[1]
+        slot, row, weight, src_rank, src_token = self.recv[1:]
+        pairs = arrange.Pairs(row[:n].long(), weight[:n].clone(), per_expert.long(),
+                              slot[: rows * k].view(rows, k).clone())  # fmt: skip
         handle = Handle(route, topk, weights, pairs, rows, self.dispatches)
-        src_rank = torch.searchsorted(start[1:].to(x.device), pairs.row, right=True)
-        src_token = self.recv[1].index_select(0, pairs.row).long()
         recv_x = _Dispatch.apply(x, self, handle)
+        src_rank, src_token = src_rank[:n].long(), src_token[:n].long()
         return Dispatched(recv_x, pairs.weight, per_expert.tolist(), src_rank, src_token, handle)
 
     def combine(self, y: torch.Tensor, handle: Handle) -> torch.Tensor:

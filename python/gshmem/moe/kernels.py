@@ -16,20 +16,26 @@ if TYPE_CHECKING:
 
 _P, _I, _L, _U = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64
 _SIGNATURES = {
+    "gshmem_moe_layout": [_P, _L, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P],
     "gshmem_moe_dispatch": [
         _P,
         _P,
         _P,
         _P,
+        _P,
+        _I,
         _I,
         _I,
         _L,
         _P,
+        _P,
         _L,
         _P,
         _P,
         _I,
         _I,
+        _P,
+        _P,
         _P,
         _P,
         _P,
@@ -40,7 +46,7 @@ _SIGNATURES = {
     ],  # fmt: skip
     "gshmem_moe_wait": [_P, _I, _U, _P],
     "gshmem_moe_reduce": [_P, _P, _I, _I, _I, _P, _L, _P, _P, _I, _L, _L, _P, _P, _I, _P],
-    "gshmem_moe_pull": [_P, _P, _P, _P, _I, _I, _L, _I, _P, _L, _P, _P, _U, _I, _P],
+    "gshmem_moe_pull": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _I, _P, _L, _P, _P, _U, _I, _P],
     "gshmem_moe_ll_send": [_P, _P, _I, _I, _P, _L, _I, _P, _I, _I, _I, _I, _P, _P, _P, _P, _I, _P],
     "gshmem_moe_ll_recv": [_I, _I, _I, _L, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _P],
     "gshmem_moe_ll_combine_send": [_P, _P, _I, _I, _I, _I, _L, _P, _P, _P, _P, _P, _I, _P],
@@ -85,24 +91,60 @@ def _dev(handle: bytes) -> int:
     return ctypes.addressof(_device_arg(handle))
 
 
-class Route:
-    """What every kernel of one routing needs on the GPU: the team's world PEs, this rank's plan
-    (``position``) and its rows' offsets at each receiver."""
+TILE = 128  # tokens per layout tile (src/moe/kernels.cu: kTile)
 
-    def __init__(self, device: bytes, pes: torch.Tensor, me: int, position, offsets) -> None:
-        self.device, self.pes, self.me = device, pes, me
-        self.position, self.offsets = position, offsets
-        self.world, self.tokens = pes.numel(), position.shape[0]
+
+class Route:
+    """One dispatch's layout on the GPU (what the layout kernel computed and every rank's counts,
+    ``all_counts``, once exchanged): what the dispatch, pull and backward kernels read."""
+
+    def __init__(self, device: bytes, pes: torch.Tensor, me: int, num_experts: int,
+                 layout: Layout) -> None:  # fmt: skip
+        self.device, self.pes, self.me, self.num_experts = device, pes, me, num_experts
+        self.layout, self.all_counts = layout, None
+        self.world, self.tokens = pes.numel(), layout.token_pos.shape[0]
+
+
+class Layout:
+    """The layout kernel's outputs, carved from one int32 allocation: ``totals`` ``[world + E +
+    1]`` (this rank's tokens per rank, pairs per expert, out-of-range indices), ``token_pos``
+    ``[tokens, world]``, ``pair_pos`` ``[tokens * k]`` and ``tile_base`` ``[tiles, world + E]``."""
+
+    def __init__(self, tokens: int, k: int, world: int, num_experts: int, device) -> None:
+        import torch
+
+        columns, tiles = world + num_experts, -(-tokens // TILE)
+        sizes = [columns + 1, tokens * world, tokens * k, tiles * columns]
+        flat = torch.empty(sum(sizes), dtype=torch.int32, device=device)
+        self.totals, token_pos, self.pair_pos, tile_base = flat.split(sizes)
+        self.token_pos = token_pos.view(tokens, world)
+        self.tile_base = tile_base.view(tiles, columns)
+
+
+def layout(topk, num_experts: int, world: int, finished) -> Layout:
+    """Queues the layout kernel for ``topk`` (``[tokens, k]`` int64)."""
+    tokens, k = topk.shape
+    out = Layout(tokens, k, world, num_experts, topk.device)
+    _call("gshmem_moe_layout", topk.data_ptr(), tokens, k, num_experts, world,
+          num_experts // world, out.token_pos.data_ptr(), out.pair_pos.data_ptr(),
+          out.tile_base.data_ptr(), out.totals.data_ptr(), finished.data_ptr(),
+          _stream(topk.device.index))  # fmt: skip
+    return out
+
+
+def _route_args(r: Route) -> tuple:
+    lay = r.layout
+    return (_dev(r.device), r.pes.data_ptr(), lay.token_pos.data_ptr(), lay.tile_base.data_ptr(),
+            r.all_counts.data_ptr(), r.world, r.me, r.num_experts, r.tokens)  # fmt: skip
 
 
 def dispatch(r: Route, x, topk, weights, per_rank: int, recv, arrived, blocks: int) -> None:
-    """Rows of ``x`` (and their top-k) into every receiver's ``recv`` (x, src, local, weights)."""
-    recv_x, recv_src, recv_local, recv_weights = recv
-    _call("gshmem_moe_dispatch", _dev(r.device), r.pes.data_ptr(), r.position.data_ptr(),
-          r.offsets.data_ptr(), r.world, r.me, r.tokens, x.data_ptr(),
+    """Rows of ``x`` into every receiver's ``recv[0]``, each pair into its slot of ``recv[1:]``
+    (slot per (row, choice), pair row, weight, source rank, source token)."""
+    _call("gshmem_moe_dispatch", *_route_args(r), r.layout.pair_pos.data_ptr(), x.data_ptr(),
           x.shape[1] * x.element_size(), topk.data_ptr(), weights.data_ptr(), topk.shape[1],
-          per_rank, recv_x.data_ptr(), recv_src.data_ptr(), recv_local.data_ptr(),
-          recv_weights.data_ptr(), arrived.data_ptr(), blocks, _stream(x.device.index))  # fmt: skip
+          per_rank, *(t.data_ptr() for t in recv), arrived.data_ptr(), blocks,
+          _stream(x.device.index))  # fmt: skip
 
 
 def wait(counters, target: int) -> None:
@@ -122,8 +164,7 @@ def reduce(r: Route, y, slot, pair_weight, rows: int, comb, ready, blocks: int) 
 
 def pull(r: Route, comb, out, ready, target: int, blocks: int) -> None:
     """Each token's sum of its rows in every rank's ``comb``, once ``ready`` reached ``target``."""
-    _call("gshmem_moe_pull", _dev(r.device), r.pes.data_ptr(), r.position.data_ptr(),
-          r.offsets.data_ptr(), r.world, r.me, r.tokens, _dtype_code(out), comb.data_ptr(),
+    _call("gshmem_moe_pull", *_route_args(r), _dtype_code(out), comb.data_ptr(),
           out.shape[1] * out.element_size(), out.data_ptr(), ready.data_ptr(), target, blocks,
           _stream(out.device.index))  # fmt: skip
 
@@ -181,9 +222,12 @@ def ll_combine_recv(b: LowLatencyBuffers, topk, weights, out, blocks: int) -> No
 
 
 __all__ = [
+    "TILE",
+    "Layout",
     "LowLatencyBuffers",
     "Route",
     "dispatch",
+    "layout",
     "library",
     "ll_combine_recv",
     "ll_combine_send",

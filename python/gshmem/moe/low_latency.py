@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from gshmem.moe.context import Context
 
 MAX_TOKENS = 256  # src/moe/low_latency.cu: kMaxLowLatencyTokens
-MAX_EXPERTS = 1024  # kMaxLowLatencyExperts: one block scans every expert's count
 
 # The calls of one round, in the order they must come (each half of a call counts).
 _STEPS = ("low_latency_dispatch", "its receive hook", "low_latency_combine", "its receive hook")
@@ -71,9 +70,6 @@ class LowLatency:
         if not 1 <= ctx.max_tokens <= MAX_TOKENS:
             raise UsageError(f"moe: low-latency buffers hold 1..{MAX_TOKENS} tokens per rank, "
                              f"got max_tokens={ctx.max_tokens}")  # fmt: skip
-        if ctx.num_experts > MAX_EXPERTS:
-            raise UsageError(f"moe: low-latency buffers serve at most {MAX_EXPERTS} experts, "
-                             f"got {ctx.num_experts}")  # fmt: skip
         comm, locals_, world, t = ctx.comm, ctx.per_rank, ctx.world, ctx.max_tokens
         device = f"cuda:{comm.device}"
         counters = comm.zeros((2, world), torch.int64)
@@ -148,4 +144,4 @@ class LowLatency:
         return (out, hook) if return_recv_hook else out
 
 
-__all__ = ["MAX_EXPERTS", "MAX_TOKENS", "LowLatency", "LowLatencyDispatched", "LowLatencyHandle"]
+__all__ = ["MAX_TOKENS", "LowLatency", "LowLatencyDispatched", "LowLatencyHandle"]

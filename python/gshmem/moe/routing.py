@@ -5,7 +5,8 @@
 rank once (the bytes on NVLink are per (token, rank), as DeepEP counts them); the receiver then
 hands it to each of its experts (arrange.py). Entries of ``topk_idx`` equal to -1 route nowhere.
 
-From ``topk_idx`` ``[tokens, k]`` each rank computes, all on its GPU with no host round trip:
+From ``topk_idx`` ``[tokens, k]`` each rank computes (on the GPU the layout kernel of
+src/moe/kernels.cu does it in tiles; ``plan`` is its reference, and the NCCL baseline's plan):
 
 * ``to_rank``  ``[tokens, world]`` bool: token t goes to rank r;
 * ``position`` ``[tokens, world]`` int32: t's row among this rank's tokens for r (-1 if none);
@@ -14,9 +15,10 @@ From ``topk_idx`` ``[tokens, k]`` each rank computes, all on its GPU with no hos
   rank contributes to the count exchange, so every rank learns of a bad index at once and all
   of them raise, none left waiting for the others.
 
-After the exchange (every rank's ``counts``, ``[world, world + num_experts]``), sender s writes
-its rows for receiver r from ``offsets(...)[r]`` on (the senders before s first), so each
-receiver holds its tokens by source rank, then by source token.
+After the exchange (every rank's ``counts``, ``[world, world + num_experts + 1]``), sender s
+writes its rows for receiver r from ``offsets(...)[r]`` on (the senders before s first), so each
+receiver holds its tokens by source rank, then by source token; and each (token, expert) pair
+into its slot there, ``expert_slots``: expert-major, then by source rank, token and choice.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     import torch
 
 MAX_TOPK = 8
+MAX_EXPERTS = 1024  # src/moe/common.cuh: kMaxExperts (a block scans every expert's count)
 
 
 @dataclass(frozen=True)
@@ -124,10 +127,36 @@ def pairs_per_expert(all_counts: torch.Tensor, me: int, world: int, num_experts:
     return mine.sum(0, dtype=mine.dtype)
 
 
+def expert_slots(all_counts: torch.Tensor, me: int, topk_idx: torch.Tensor, num_experts: int,
+                 world: int) -> torch.Tensor:  # fmt: skip
+    """``[tokens, k]`` int64: the slot of each of rank ``me``'s (token, choice) pairs among its
+    receiver's pairs (-1 where none): the pairs of the receiver's earlier experts (from every
+    rank), then expert e's pairs from the senders before ``me``, then ``me``'s pairs of e before
+    this one (by token, then choice). The reference of the dispatch kernel's slots."""
+    import torch
+
+    per = num_experts // world
+    pairs = all_counts[:, world : world + num_experts].long()  # [sender, expert]
+    total = pairs.sum(0)
+    first_of_rank = torch.arange(num_experts) // per * per
+    before = torch.cumsum(total, 0) - total
+    base = before - before[first_of_rank] + pairs[:me].sum(0)  # [expert]
+    idx = topk_idx.long().cpu()
+    routed = (idx >= 0) & (idx < num_experts)
+    e = torch.where(routed, idx, num_experts).flatten()
+    hot = torch.nn.functional.one_hot(e, num_experts + 1)[:, :num_experts]
+    earlier = (torch.cumsum(hot, 0) - hot)[torch.arange(e.numel()), e.clamp(max=num_experts - 1)]
+    slots = base[e.clamp(max=num_experts - 1)] + earlier
+    return torch.where(routed.flatten(), slots, -1).view(idx.shape)
+
+
 __all__ = [
+    "MAX_EXPERTS",
     "MAX_TOPK",
     "Plan",
     "check",
+    "check_counts",
+    "expert_slots",
     "offsets",
     "pairs_per_expert",
     "plan",
