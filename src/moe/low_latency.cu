@@ -13,8 +13,9 @@
 //
 //   send          sender: one warp per (token, choice) pair finds the pair's index among this
 //                 rank's pairs for its expert (the pairs before it with that expert) and writes the
-//                 row into the expert's rank's stage; warps also count the pairs of every expert
-//                 into `count` at its rank (zeros included: every call rewrites every count).
+//                 row (or its FP8 form: e4m3 values, then a scale per 128) into the expert's rank's
+//                 stage; warps also count the pairs of every expert into `count` at its rank
+//                 (zeros included: every call rewrites every count).
 //   recv          receiver: waits for every sender's blocks, then packs the staged rows into
 //                 out[l] by sender, then index, with each row's source (sender << 16 | token * 8
 //                 + choice) and the rows per expert. Every block scans the counts (at most 1024
@@ -26,6 +27,8 @@
 // then of a combine, then the next dispatch): e.g. a sender's next dispatch follows its combine's
 // receive, which waited for every rank's combine send, which follows that rank's dispatch receive
 // (the last reader of its stage and counts).
+#include <cuda_fp8.h>
+
 #include "common.cuh"
 
 namespace gshmem_moe {
@@ -60,10 +63,43 @@ __device__ inline void finish_call(uint64_t* calls, uint32_t* finished, uint64_t
   }
 }
 
+// A warp's FP8 copy of one row of T (row_vecs vectors of 8): e4m3 values (8 bytes per vector)
+// in dst's first row_vecs * 8 bytes, then one float scale per 128 elements (16 vectors, half a
+// warp): scale = amax / 448 (e4m3's largest finite value), each value rounded to nearest and
+// saturated. Needs row_vecs % 16 == 0 (hidden a multiple of 128).
+template <class T>
+__device__ inline void quantize_row(uint8_t* dst, const int4* src, int64_t row_vecs, int lane) {
+  constexpr float kE4m3Max = 448.0f;
+  float* scales = reinterpret_cast<float*>(dst + row_vecs * 8);
+  for (int64_t base = 0; base < row_vecs; base += kWarp) {
+    const int64_t v = base + lane;
+    float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (v < row_vecs) Vec8<T>::add(f, __ldg(src + v), 1.0f);
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
+#pragma unroll
+    for (int off = 8; off; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float scale = fmaxf(amax, 1e-30f) / kE4m3Max, inv = 1.0f / scale;
+    uint2 packed;
+    uint16_t* pairs = reinterpret_cast<uint16_t*>(&packed);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(f[2 * i] * inv, f[2 * i + 1] * inv),
+                                          __NV_SATFINITE, __NV_E4M3);
+    }
+    if (v < row_vecs) {
+      reinterpret_cast<uint2*>(dst)[v] = packed;
+      if (lane % 16 == 0) scales[v / 16] = scale;
+    }
+  }
+}
+
+template <class T, bool kFp8>
 __global__ void send_kernel(gshmem::Device dev, Team team, const int4* x, int64_t row_vecs,
-                            int tokens, const int64_t* topk, int k, int num_experts, int locals,
-                            int max_tokens, int4* stage, int32_t* src, int32_t* count,
-                            uint64_t* arrived) {
+                            int64_t stage_vecs, int tokens, const int64_t* topk, int k,
+                            int num_experts, int locals, int max_tokens, int4* stage,
+                            int32_t* src, int32_t* count, uint64_t* arrived) {
   __shared__ int32_t flat[kMaxLowLatencyTokens * kMaxTopk];
   const int pairs = tokens * k;
   for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
@@ -96,17 +132,24 @@ __global__ void send_kernel(gshmem::Device dev, Team team, const int4* x, int64_
     const int64_t row = (static_cast<int64_t>(l) * team.world + team.me) * max_tokens +
                         count_equal(flat, p, e, lane);
     const int pe = team.pes[q];
-    copy_row(gshmem::ptr(dev, stage, pe) + row * row_vecs, x + (p / k) * row_vecs, row_vecs, lane);
+    int4* dst = gshmem::ptr(dev, stage, pe) + row * stage_vecs;
+    if (kFp8) {
+      quantize_row<T>(reinterpret_cast<uint8_t*>(dst), x + (p / k) * row_vecs, row_vecs, lane);
+    } else {
+      copy_row(dst, x + (p / k) * row_vecs, row_vecs, lane);
+    }
     if (lane == 0) gshmem::ptr(dev, src, pe)[row] = (p / k) * kMaxTopk + p % k;
   }
   add_to_all(dev, team.pes, team.world, team.me, arrived);
 }
 
 // One warp per received row: the rows of every (expert, sender) segment, one after the other.
-__global__ void recv_kernel(int world, int locals, int max_tokens, int64_t row_vecs,
-                            const int4* stage, const int32_t* src, const int32_t* count,
-                            const uint64_t* arrived, uint64_t* calls, uint32_t* finished,
-                            int4* out, int32_t* out_src, int32_t* out_count) {
+// A staged row is out_vecs vectors for `out`, then (FP8) `groups` float scales for out_scales.
+__global__ void recv_kernel(int world, int locals, int max_tokens, int64_t stage_vecs,
+                            int64_t out_vecs, int groups, const int4* stage, const int32_t* src,
+                            const int32_t* count, const uint64_t* arrived, uint64_t* calls,
+                            uint32_t* finished, int4* out, float* out_scales, int32_t* out_src,
+                            int32_t* out_count) {
   __shared__ int start[kMaxExperts + 1];  // by (local expert, sender)
   const uint64_t call = *calls + 1;
   wait_counters(arrived, world, call * gridDim.x);
@@ -126,7 +169,10 @@ __global__ void recv_kernel(int world, int locals, int max_tokens, int64_t row_v
     const int64_t slot = static_cast<int64_t>(seg) * max_tokens + i;
     const int64_t packed =
         static_cast<int64_t>(l) * world * max_tokens + (start[seg] - start[l * world]) + i;
-    copy_row(out + packed * row_vecs, stage + slot * row_vecs, row_vecs, lane);
+    const int4* row = stage + slot * stage_vecs;
+    copy_row(out + packed * out_vecs, row, out_vecs, lane);
+    const float* scales = reinterpret_cast<const float*>(row + out_vecs);
+    for (int g = lane; g < groups; g += kWarp) out_scales[packed * groups + g] = scales[g];
     if (lane == 0) out_src[packed] = ((seg % world) << 16) | src[slot];
   }
   finish_call(calls, finished, call);
@@ -206,27 +252,40 @@ extern "C" {
 // for every kernel of one buffer: the counters' targets count blocks) and returns 0, or 1 with
 // gshmem_moe_last_error() saying why. stage, src, count, comb, arrived and ready are symmetric.
 
+// dtype: 0 bfloat16, 1 float16. fp8: stage e4m3 rows with per-128-element scales instead.
 int gshmem_moe_ll_send(const gshmem_device_t* dev, const int32_t* pes, int world, int me,
-                       const void* x, int64_t row_bytes, int tokens, const int64_t* topk, int k,
-                       int num_experts, int locals, int max_tokens, void* stage, int32_t* src,
-                       int32_t* count, uint64_t* arrived, int blocks, cudaStream_t stream) {
+                       int dtype, int fp8, const void* x, int64_t row_bytes, int tokens,
+                       const int64_t* topk, int k, int num_experts, int locals, int max_tokens,
+                       void* stage, int32_t* src, int32_t* count, uint64_t* arrived, int blocks,
+                       cudaStream_t stream) {
   if (tokens > kMaxLowLatencyTokens || max_tokens > kMaxLowLatencyTokens ||
       num_experts > kMaxExperts) {
     return check(cudaErrorInvalidValue, "moe low-latency send: over 256 tokens or 1024 experts");
   }
-  send_kernel<<<blocks, kThreads, 0, stream>>>(
-      *dev, Team{pes, world, me}, static_cast<const int4*>(x), row_bytes / 16, tokens, topk, k,
-      num_experts, locals, max_tokens, static_cast<int4*>(stage), src, count, arrived);
+  if (fp8 && row_bytes % 256) {
+    return check(cudaErrorInvalidValue, "moe low-latency send: FP8 needs hidden % 128 == 0");
+  }
+  auto* kernel = dtype == 0 ? (fp8 ? send_kernel<__nv_bfloat16, true>
+                                   : send_kernel<__nv_bfloat16, false>)
+                            : (fp8 ? send_kernel<__half, true> : send_kernel<__half, false>);
+  kernel<<<blocks, kThreads, 0, stream>>>(
+      *dev, Team{pes, world, me}, static_cast<const int4*>(x), row_bytes / 16, row_bytes / 16,
+      tokens, topk, k, num_experts, locals, max_tokens, static_cast<int4*>(stage), src, count,
+      arrived);
   return check(cudaGetLastError(), "moe low-latency send");
 }
 
-int gshmem_moe_ll_recv(int world, int locals, int max_tokens, int64_t row_bytes,
-                       const void* stage, const int32_t* src, const int32_t* count,
-                       const uint64_t* arrived, uint64_t* calls, uint32_t* finished, void* out,
-                       int32_t* out_src, int32_t* out_count, int blocks, cudaStream_t stream) {
+// stage rows hold stage_bytes (the buffer's row); each received row's first out_bytes go to
+// `out`, then `groups` floats to `out_scales` (FP8; else groups is 0 and out_scales null).
+int gshmem_moe_ll_recv(int world, int locals, int max_tokens, int64_t stage_bytes,
+                       int64_t out_bytes, int groups, const void* stage, const int32_t* src,
+                       const int32_t* count, const uint64_t* arrived, uint64_t* calls,
+                       uint32_t* finished, void* out, float* out_scales, int32_t* out_src,
+                       int32_t* out_count, int blocks, cudaStream_t stream) {
   recv_kernel<<<blocks, kThreads, 0, stream>>>(
-      world, locals, max_tokens, row_bytes / 16, static_cast<const int4*>(stage), src, count,
-      arrived, calls, finished, static_cast<int4*>(out), out_src, out_count);
+      world, locals, max_tokens, stage_bytes / 16, out_bytes / 16, groups,
+      static_cast<const int4*>(stage), src, count, arrived, calls, finished,
+      static_cast<int4*>(out), out_scales, out_src, out_count);
   return check(cudaGetLastError(), "moe low-latency receive");
 }
 

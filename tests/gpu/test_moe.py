@@ -22,7 +22,7 @@ def test_moe(n, scenario):
 
 
 @pytest.mark.parametrize("n", PES)
-@pytest.mark.parametrize("scenario", ["values", "hook", "graph", "badargs"])
+@pytest.mark.parametrize("scenario", ["values", "hook", "graph", "fp8", "badargs"])
 def test_moe_low_latency(n, scenario):
     launch_pes(n, str(SCRIPTS / "moe_ll_check.py"), scenario, timeout=300)
 

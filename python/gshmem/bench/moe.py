@@ -2,11 +2,11 @@
 (hidden 7168, 256 experts, top-8, bf16) over every GPU: µs per call and GB/s per GPU counted as
 DeepEP does (the bytes of the token rows a rank receives, itself included, over the call's
 time), for gshmem.moe.Buffer (its high-throughput mode, and its low-latency mode up to 256
-tokens: ``gshmem-ll``, timed as called and, ``ll+graph``, replayed from CUDA graphs) and, in
-the same run on the same routing, the way PyTorch users do it over NCCL: counts exchanged with
-``all_to_all_single`` and read on the host, then the rows (and their top-k) with
-``all_to_all_single``, the reverse for the combine. Both sides' combined outputs are checked
-against each other. JSON next to the table."""
+tokens: ``gshmem-ll``, timed as called and, ``ll+graph``, replayed from CUDA graphs, and
+``ll-fp8+g``: the same graphed with FP8 dispatch) and, in the same run on the same routing, the
+way PyTorch users do it over NCCL: counts exchanged with ``all_to_all_single`` and read on the
+host, then the rows (and their top-k) with ``all_to_all_single``, the reverse for the combine.
+Every combined output is checked against the first one's. JSON next to the table."""
 
 from __future__ import annotations
 
@@ -123,11 +123,14 @@ class GshmemMoe:
 
 
 class GshmemLowLatencyMoe(GshmemMoe):
-    """gshmem.moe.Buffer's low-latency mode: rows come as [local experts, slots, hidden]."""
+    """gshmem.moe.Buffer's low-latency mode: rows come as [local experts, slots, hidden] (with
+    ``fp8``: as e4m3 rows and their scales)."""
+
+    fp8 = False
 
     def dispatch(self, x, idx, weights):
-        d = self.buf.low_latency_dispatch(x, idx, weights)
-        return d.x, d.handle, None
+        d = self.buf.low_latency_dispatch(x, idx, weights, use_fp8=self.fp8)
+        return ((d.x, d.scales) if self.fp8 else d.x), d.handle, None
 
     def combine(self, y, handle):
         return self.buf.low_latency_combine(y, handle)
@@ -148,6 +151,9 @@ def expert_outputs(rows, per_expert, scale, first):
     one slab of rows per local expert)."""
     import torch
 
+    if isinstance(rows, tuple):  # FP8: e4m3 rows and a scale per 128 elements
+        values, scales = rows
+        rows = values.float() * scales.repeat_interleave(values.shape[-1] // scales.shape[-1], -1)
     if per_expert is None:
         return (rows.float() * scale[first][:, None, None]).to(torch.bfloat16)
     e = torch.repeat_interleave(first, torch.as_tensor(per_expert, device="cuda"))
@@ -239,13 +245,16 @@ def run(o: argparse.Namespace) -> int:
             if impl == "gshmem-ll" and tokens > LOW_LATENCY_TOKENS:
                 continue
             side = make_side(impl, comm, o, tokens)
-            ways = [(impl, measure)] + ([("ll+graph", measure_graphed)] if impl == "gshmem-ll"
-                                         else [])  # fmt: skip
-            for name, way in ways:
+            ways = [(impl, measure, False)]
+            if impl == "gshmem-ll":
+                ways += [("ll+graph", measure_graphed, False), ("ll-fp8+g", measure_graphed, True)]
+            for name, way, fp8 in ways:
+                side.fp8 = fp8
                 td, tc, out = way(side, x, idx, weights, scale, me, per, o.iters, o.warmup)
                 first = out if first is None else first
                 err = (out.float() - first.float()).abs().max().item() if out.numel() else 0.0
-                if err > 2e-2 * max(first.float().abs().max().item(), 1.0):
+                tol = 0.1 if fp8 else 2e-2  # e4m3 keeps 3 mantissa bits
+                if err > tol * max(first.float().abs().max().item(), 1.0):
                     raise RuntimeError(f"moe bench: {name}'s combine differs from the first "
                                        f"({err})")  # fmt: skip
                 rows_out.append({"tokens": tokens, "impl": name, "gpus": world,

@@ -47,8 +47,48 @@ _SIGNATURES = {
     "gshmem_moe_wait": [_P, _I, _U, _P],
     "gshmem_moe_reduce": [_P, _P, _I, _I, _I, _P, _L, _P, _P, _I, _L, _L, _P, _P, _I, _P],
     "gshmem_moe_pull": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _I, _P, _L, _P, _P, _U, _I, _P],
-    "gshmem_moe_ll_send": [_P, _P, _I, _I, _P, _L, _I, _P, _I, _I, _I, _I, _P, _P, _P, _P, _I, _P],
-    "gshmem_moe_ll_recv": [_I, _I, _I, _L, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _P],
+    "gshmem_moe_ll_send": [
+        _P,
+        _P,
+        _I,
+        _I,
+        _I,
+        _I,
+        _P,
+        _L,
+        _I,
+        _P,
+        _I,
+        _I,
+        _I,
+        _I,
+        _P,
+        _P,
+        _P,
+        _P,
+        _I,
+        _P,
+    ],  # fmt: skip
+    "gshmem_moe_ll_recv": [
+        _I,
+        _I,
+        _I,
+        _L,
+        _L,
+        _I,
+        _P,
+        _P,
+        _P,
+        _P,
+        _P,
+        _P,
+        _P,
+        _P,
+        _P,
+        _P,
+        _I,
+        _P,
+    ],  # fmt: skip
     "gshmem_moe_ll_combine_send": [_P, _P, _I, _I, _I, _I, _L, _P, _P, _P, _P, _P, _I, _P],
     "gshmem_moe_ll_combine_recv": [_I, _I, _I, _I, _P, _P, _L, _P, _P, _P, _P, _P, _I, _P],
 }
@@ -186,21 +226,25 @@ class LowLatencyBuffers:
 
 
 def ll_send(device: bytes, pes, me: int, x, topk, num_experts: int, b: LowLatencyBuffers,
-            blocks: int) -> None:  # fmt: skip
-    """Each (token, choice) pair's row into its expert's rank's stage; every expert's count."""
+            blocks: int, fp8: bool) -> None:  # fmt: skip
+    """Each (token, choice) pair's row (FP8: its e4m3 form and scales) into its expert's rank's
+    stage; every expert's count."""
     locals_, world, max_tokens = b.count.shape[0], pes.numel(), b.src.shape[2]
-    _call("gshmem_moe_ll_send", _dev(device), pes.data_ptr(), world, me, x.data_ptr(),
-          x.shape[1] * x.element_size(), x.shape[0], topk.data_ptr(), topk.shape[1],
-          num_experts, locals_, max_tokens, b.stage.data_ptr(), b.src.data_ptr(),
+    _call("gshmem_moe_ll_send", _dev(device), pes.data_ptr(), world, me, _dtype_code(x),
+          int(fp8), x.data_ptr(), x.shape[1] * x.element_size(), x.shape[0], topk.data_ptr(),
+          topk.shape[1], num_experts, locals_, max_tokens, b.stage.data_ptr(), b.src.data_ptr(),
           b.count.data_ptr(), b.arrived.data_ptr(), blocks, _stream(x.device.index))  # fmt: skip
 
 
-def ll_recv(b: LowLatencyBuffers, out, blocks: int) -> None:
-    """Waits for every sender, then packs the staged rows into ``out`` ``[locals, world*T, h]``."""
+def ll_recv(b: LowLatencyBuffers, out, scales, blocks: int) -> None:
+    """Waits for every sender, then packs the staged rows into ``out`` ``[locals, world*T, h]``
+    (FP8: and their scales into ``scales`` ``[locals, world*T, h / 128]``)."""
     locals_, world, max_tokens = b.src.shape
-    _call("gshmem_moe_ll_recv", world, locals_, max_tokens, out.shape[2] * out.element_size(),
-          b.stage.data_ptr(), b.src.data_ptr(), b.count.data_ptr(), b.arrived.data_ptr(),
-          b.calls.data_ptr(), b.finished.data_ptr(), out.data_ptr(), b.out_src.data_ptr(),
+    _call("gshmem_moe_ll_recv", world, locals_, max_tokens,
+          b.stage.shape[3] * b.stage.element_size(), out.shape[2] * out.element_size(),
+          0 if scales is None else scales.shape[2], b.stage.data_ptr(), b.src.data_ptr(),
+          b.count.data_ptr(), b.arrived.data_ptr(), b.calls.data_ptr(), b.finished.data_ptr(),
+          out.data_ptr(), None if scales is None else scales.data_ptr(), b.out_src.data_ptr(),
           b.out_count.data_ptr(), blocks, _stream(out.device.index))  # fmt: skip
 
 

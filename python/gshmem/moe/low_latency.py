@@ -11,6 +11,10 @@ contiguous with no expansion at the receiver, which packs them by source rank, t
 (token, choice). A combine returns each expert output row to its sender's slot for that
 (token, choice), and the sender sums them, times its router weights, in fp32.
 
+With ``use_fp8=True`` the send kernel quantizes each row to e4m3 with one float scale per 128
+elements (scale = the group's largest magnitude / 448; values rounded to nearest, saturated),
+half the bytes on the wire, and the receiver gets the e4m3 rows and their scales.
+
 Memory per rank: ``num_experts × max_tokens`` staged rows (each expert's rows from each rank)
 plus ``8 × max_tokens`` combine rows, all symmetric.
 """
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
     from gshmem.moe.context import Context
 
 MAX_TOKENS = 256  # src/moe/low_latency.cu: kMaxLowLatencyTokens
+FP8_GROUP = 128  # elements per FP8 scale
 
 # The calls of one round, in the order they must come (each half of a call counts).
 _STEPS = ("low_latency_dispatch", "its receive hook", "low_latency_combine", "its receive hook")
@@ -50,6 +55,7 @@ class LowLatencyDispatched(NamedTuple):
     src: torch.Tensor  # [local experts, world * max_tokens] int32: rank << 16 | token * 8 + choice
     handle: LowLatencyHandle
     recv_hook: Callable[[], None] | None  # queues the receive (None: already queued)
+    scales: torch.Tensor | None  # FP8 only: [.., hidden / 128] float32, x * scale = the token
 
     @property
     def src_rank(self) -> torch.Tensor:
@@ -107,21 +113,31 @@ class LowLatency:
         return None
 
     def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
-                 return_recv_hook: bool = False) -> LowLatencyDispatched:  # fmt: skip
+                 return_recv_hook: bool = False, use_fp8: bool = False
+                 ) -> LowLatencyDispatched:  # fmt: skip
         c = self.ctx
         c.tokens_in(x)
+        if use_fp8 and c.hidden % FP8_GROUP:
+            raise UsageError(f"moe: FP8 dispatch needs hidden to be a multiple of {FP8_GROUP} "
+                             f"(one scale per {FP8_GROUP} elements), got {c.hidden}")  # fmt: skip
         routing.check(topk_idx, topk_weights, c.num_experts, c.world)
         if topk_idx.shape[0] != x.shape[0]:
             raise UsageError("moe: topk_idx must have one row per token of x")
         self._expect(0)
         x, topk = x.contiguous(), topk_idx.long().contiguous()
-        kernels.ll_send(c.device_bytes, c.pes, c.me, x, topk, c.num_experts, self.bufs, c.blocks)
+        kernels.ll_send(c.device_bytes, c.pes, c.me, x, topk, c.num_experts, self.bufs, c.blocks,
+                        use_fp8)  # fmt: skip
         self.dispatches += 1
-        out = torch.empty((c.per_rank, c.world * c.max_tokens, c.hidden), dtype=c.dtype,
+        rows = (c.per_rank, c.world * c.max_tokens)
+        out = torch.empty((*rows, c.hidden), dtype=torch.float8_e4m3fn if use_fp8 else c.dtype,
                           device=x.device)  # fmt: skip
-        hook = self._split(lambda: kernels.ll_recv(self.bufs, out, c.blocks), 1, return_recv_hook)
+        scales = (torch.empty((*rows, c.hidden // FP8_GROUP), dtype=torch.float32,
+                              device=x.device) if use_fp8 else None)  # fmt: skip
+        hook = self._split(lambda: kernels.ll_recv(self.bufs, out, scales, c.blocks), 1,
+                           return_recv_hook)  # fmt: skip
         handle = LowLatencyHandle(topk, topk_weights.contiguous(), self.dispatches)
-        return LowLatencyDispatched(out, self.bufs.out_count, self.bufs.out_src, handle, hook)
+        return LowLatencyDispatched(out, self.bufs.out_count, self.bufs.out_src, handle, hook,
+                                    scales)  # fmt: skip
 
     def combine(self, y: torch.Tensor, handle: LowLatencyHandle, return_recv_hook: bool = False):
         c = self.ctx
@@ -144,4 +160,4 @@ class LowLatency:
         return (out, hook) if return_recv_hook else out
 
 
-__all__ = ["MAX_TOKENS", "LowLatency", "LowLatencyDispatched", "LowLatencyHandle"]
+__all__ = ["FP8_GROUP", "MAX_TOKENS", "LowLatency", "LowLatencyDispatched", "LowLatencyHandle"]

@@ -10,6 +10,9 @@ Usage: moe_ll_check.py SCENARIO
            between send and receive
   graph    a dispatch -> experts -> combine round captured in one CUDA graph and replayed with
            new tokens and new routings copied into its inputs
+  fp8      use_fp8=True: every received row's scales equal its 128-element groups' amax / 448
+           and the dequantized row is within e4m3's rounding of the token (groups of very
+           different magnitudes); the combine of dequantized experts within the summed bound
   badargs  clear UsageErrors: shapes, dtypes, too many tokens, calls out of order, the wrong
            mode, a buffer too large for low latency
   trap     rank 0 routes to an expert that does not exist: its kernel stops with a message
@@ -148,6 +151,55 @@ def graph(comm) -> None:
     torch.cuda.synchronize()
 
 
+def fp8_inputs(rank: int, tokens: int, k: int, experts: int, seed: int):
+    """inputs(), with each 128-element group of a token scaled by 10^U(-3, 3)."""
+    x, idx, w = inputs(rank, tokens, k, experts, "random", seed)
+    g = torch.Generator(device="cuda").manual_seed(seed * 100 + rank + 7)
+    mag = 10 ** (6 * torch.rand(tokens, HIDDEN // 128, 1, generator=g, device="cuda") - 3)
+    x = (x.float().view(tokens, -1, 128) * mag).view(tokens, HIDDEN).to(torch.bfloat16)
+    return x, idx, w
+
+
+def fp8(comm) -> None:
+    world, me = comm.nranks, comm.rank
+    per, k = 3, min(4, 3 * world)
+    experts = per * world
+    buf = Buffer(comm, HIDDEN, MAX_TOKENS, experts, low_latency=True)
+    for call in range(2):
+        everyone = [fp8_inputs(r, MAX_TOKENS, k, experts, 40 + call) for r in range(world)]
+        x, idx, w = everyone[me]
+        d = buf.low_latency_dispatch(x, idx, w, use_fp8=True)
+        assert d.x.dtype == torch.float8_e4m3fn
+        assert d.scales.shape == (per, world * MAX_TOKENS, HIDDEN // 128)
+        want = expected(me, world, per, everyone)
+        assert d.count.tolist() == [len(r) for r in want]
+        for e, rows in enumerate(want):
+            n = len(rows)
+            if not n:
+                continue
+            assert d.src[e, :n].tolist() == [(s << 16) | (t * 8 + c) for s, t, c in rows]
+            groups = torch.stack([everyone[s][0][t] for s, t, _ in rows]).float().view(n, -1, 128)
+            scale = d.scales[e, :n]
+            assert torch.allclose(scale, groups.abs().amax(-1) / 448, rtol=1e-6, atol=0)
+            deq = d.x[e, :n].float().view(n, -1, 128) * scale[..., None]
+            bound = groups.abs() * 2**-4 + scale[..., None] * 2**-10
+            assert ((deq - groups).abs() <= bound * (1 + 1e-6)).all(), f"expert {e} rows"
+        slots = torch.arange(d.x.shape[1], device="cuda")
+        valid = (slots[None, :] < d.count[:, None])[..., None]
+        deq_all = d.x.float() * d.scales.repeat_interleave(128, dim=-1)
+        s_local = scales(experts)[me * per : (me + 1) * per][:, None, None]
+        y = torch.where(valid, deq_all * s_local, 0.0).to(torch.bfloat16)
+        out = buf.low_latency_combine(y, d.handle)
+        ref = reference_combine(x, idx, w, experts)
+        group_scale = x.float().view(x.shape[0], -1, 128).abs().amax(-1) / 448
+        per_token = x.float().abs() * 2**-4 + group_scale.repeat_interleave(128, -1) * 2**-10
+        s = scales(experts)
+        wsum = torch.where(idx >= 0, w * s[idx.clamp(min=0)], 0.0).sum(1, keepdim=True)
+        # e4m3 per term, plus bf16's rounding of each expert output and of the sum
+        bound = wsum * (per_token * 1.01 + 2**-7 * x.float().abs()) + 2**-8 * ref.abs() + 1e-30
+        assert ((out.float() - ref).abs() <= bound).all(), "fp8 combine outside its bound"
+
+
 def badargs(comm) -> None:
     world, me = comm.nranks, comm.rank
     experts = 2 * world
@@ -173,6 +225,9 @@ def badargs(comm) -> None:
     expect_usage(lambda: buf.low_latency_combine(d2.x, d.handle), "latest dispatch")
     buf.low_latency_combine(d2.x, d2.handle)
     expect_usage(lambda: Buffer(comm, HIDDEN, 257, experts, low_latency=True), "1..256")
+    odd = Buffer(comm, 136, 8, experts, low_latency=True)
+    expect_usage(lambda: odd.low_latency_dispatch(x[:8, :136].contiguous(), idx[:8], w[:8],
+                                                  use_fp8=True), "multiple of 128")  # fmt: skip
     ht = Buffer(comm, HIDDEN, 64, experts)
     expect_usage(lambda: ht.low_latency_dispatch(x, idx, w), "high-throughput", "dispatch/combine")
 
@@ -189,7 +244,8 @@ def trap(comm) -> None:
     torch.cuda.synchronize()  # rank 0 raises here; the others wait for rank 0 until stopped
 
 
-SCENARIOS = {"values": values, "hook": hook, "graph": graph, "badargs": badargs, "trap": trap}
+SCENARIOS = {"values": values, "hook": hook, "graph": graph, "fp8": fp8, "badargs": badargs,
+             "trap": trap}  # fmt: skip
 
 
 def main() -> None:
