@@ -128,9 +128,11 @@ __global__ void layout_kernel(const int64_t* topk, int64_t tokens, int k, int nu
   if (threadIdx.x == 0) *finished = 0;
 }
 
-// One warp per token: its row to every rank it goes to, and each of its pairs there into the
-// pair's slot: slot_base[e] (expert e's first slot at its rank, plus the earlier senders' pairs
-// of e) + the earlier tiles' pairs of e + the pair's position in its tile.
+// One warp per token: its row (kFp8: its e4m3 form and scales) to every rank it goes to, and
+// each of its pairs there into the pair's slot: slot_base[e] (expert e's first slot at its rank,
+// plus the earlier senders' pairs of e) + the earlier tiles' pairs of e + the pair's position in
+// its tile.
+template <class T, bool kFp8>
 __global__ void dispatch_kernel(gshmem::Device dev, Route r, const int32_t* pair_pos,
                                 const int4* x, int64_t row_vecs, const int64_t* topk,
                                 const float* weights, int k, int per_rank, int4* recv_x,
@@ -164,7 +166,12 @@ __global__ void dispatch_kernel(gshmem::Device dev, Route r, const int32_t* pair
       const int64_t row = row_at(r, row_offset, t, q);
       if (row < 0) continue;
       const int pe = r.pes[q];
-      copy_row(gshmem::ptr(dev, recv_x, pe) + row * row_vecs, x + t * row_vecs, row_vecs, lane);
+      int4* dst = gshmem::ptr(dev, recv_x, pe) + row * row_vecs;
+      if (kFp8) {
+        quantize_row<T>(reinterpret_cast<uint8_t*>(dst), x + t * row_vecs, row_vecs, lane);
+      } else {
+        copy_row(dst, x + t * row_vecs, row_vecs, lane);
+      }
       if (lane < k) {
         const bool here = e >= 0 && e / per_rank == q;
         const int slot = here ? total[e] + tile[r.world + e] + pair_pos[t * k + lane] : -1;
@@ -289,15 +296,25 @@ int gshmem_moe_layout(const int64_t* topk, int64_t tokens, int k, int num_expert
   return check(cudaGetLastError(), "moe layout");
 }
 
+// dtype: 0 bfloat16, 1 float16; fp8: each row travels as e4m3 values, then a float scale per
+// 128 elements (hidden % 128 == 0), in the row's slot.
 int gshmem_moe_dispatch(const gshmem_device_t* dev, const int32_t* pes, const int32_t* token_pos,
                         const int32_t* tile_base, const int32_t* all_counts, int world, int me,
-                        int num_experts, int64_t tokens, const int32_t* pair_pos, const void* x,
+                        int num_experts, int64_t tokens, const int32_t* pair_pos, int dtype,
+                        int fp8, const void* x,
                         int64_t row_bytes, const int64_t* topk, const float* weights, int k,
                         int per_rank, void* recv_x, int32_t* recv_slot, int32_t* pair_row,
                         float* pair_weight, int32_t* pair_src_rank, int32_t* pair_src_token,
                         uint64_t* arrived, int blocks, cudaStream_t stream) {
+  if (fp8 && row_bytes % 256) {
+    return check(cudaErrorInvalidValue, "moe dispatch: FP8 needs hidden % 128 == 0");
+  }
   const Route r{pes, token_pos, tile_base, all_counts, world, me, num_experts, tokens};
-  dispatch_kernel<<<blocks, kThreads, 0, stream>>>(
+  using Half = __half;
+  auto* kernel = dtype == 0 ? (fp8 ? dispatch_kernel<__nv_bfloat16, true>
+                                   : dispatch_kernel<__nv_bfloat16, false>)
+                            : (fp8 ? dispatch_kernel<Half, true> : dispatch_kernel<Half, false>);
+  kernel<<<blocks, kThreads, 0, stream>>>(
       *dev, r, pair_pos, static_cast<const int4*>(x), row_bytes / 16, topk, weights, k, per_rank,
       static_cast<int4*>(recv_x), recv_slot, pair_row, pair_weight, pair_src_rank,
       pair_src_token, arrived);

@@ -27,8 +27,6 @@
 // then of a combine, then the next dispatch): e.g. a sender's next dispatch follows its combine's
 // receive, which waited for every rank's combine send, which follows that rank's dispatch receive
 // (the last reader of its stage and counts).
-#include <cuda_fp8.h>
-
 #include "common.cuh"
 
 namespace gshmem_moe {
@@ -59,38 +57,6 @@ __device__ inline void finish_call(uint64_t* calls, uint32_t* finished, uint64_t
     if (atomicAdd(finished, 1u) == gridDim.x - 1) {
       *finished = 0;
       *calls = call;
-    }
-  }
-}
-
-// A warp's FP8 copy of one row of T (row_vecs vectors of 8): e4m3 values (8 bytes per vector)
-// in dst's first row_vecs * 8 bytes, then one float scale per 128 elements (16 vectors, half a
-// warp): scale = amax / 448 (e4m3's largest finite value), each value rounded to nearest and
-// saturated. Needs row_vecs % 16 == 0 (hidden a multiple of 128).
-template <class T>
-__device__ inline void quantize_row(uint8_t* dst, const int4* src, int64_t row_vecs, int lane) {
-  constexpr float kE4m3Max = 448.0f;
-  float* scales = reinterpret_cast<float*>(dst + row_vecs * 8);
-  for (int64_t base = 0; base < row_vecs; base += kWarp) {
-    const int64_t v = base + lane;
-    float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (v < row_vecs) Vec8<T>::add(f, __ldg(src + v), 1.0f);
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
-#pragma unroll
-    for (int off = 8; off; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const float scale = fmaxf(amax, 1e-30f) / kE4m3Max, inv = 1.0f / scale;
-    uint2 packed;
-    uint16_t* pairs = reinterpret_cast<uint16_t*>(&packed);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(f[2 * i] * inv, f[2 * i + 1] * inv),
-                                          __NV_SATFINITE, __NV_E4M3);
-    }
-    if (v < row_vecs) {
-      reinterpret_cast<uint2*>(dst)[v] = packed;
-      if (lane % 16 == 0) scales[v / 16] = scale;
     }
   }
 }

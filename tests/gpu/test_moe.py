@@ -16,7 +16,7 @@ PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (1, 2, 4
 
 
 @pytest.mark.parametrize("n", PES)
-@pytest.mark.parametrize("scenario", ["values", "grad", "badargs"])
+@pytest.mark.parametrize("scenario", ["values", "grad", "fp8", "badargs"])
 def test_moe(n, scenario):
     launch_pes(n, str(SCRIPTS / "moe_check.py"), scenario, timeout=300)
 

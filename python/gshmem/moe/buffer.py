@@ -98,8 +98,8 @@ class Buffer:
         return engine
 
     # -- high throughput -------------------------------------------------------------------------
-    def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor
-                 ) -> Dispatched:  # fmt: skip
+    def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, *,
+                 use_fp8: bool = False) -> Dispatched:  # fmt: skip
         """Collective over the team: sends each token of ``x`` (``[tokens, hidden]``) to the
         ranks of its ``topk_idx`` experts (``[tokens, k]``, k <= 8, -1: none; ``topk_weights``
         float32 of the same shape) and returns what this rank received, one row per (token,
@@ -107,8 +107,10 @@ class Buffer:
         A token with several experts on one rank travels there once. Differentiable in ``x``
         (its backward is a combine). Synchronises the host once (to size the outputs and check
         every rank's expert indices: a bad index anywhere raises on every rank, before anything
-        is sent). The next call on this buffer must be ``combine``."""
-        return self._mode(False).dispatch(x, topk_idx, topk_weights)
+        is sent). The next call on this buffer must be ``combine``. ``use_fp8``: the rows travel
+        as e4m3 with a float32 scale per 128 elements (as in ``low_latency_dispatch``); ``x`` is
+        then float8_e4m3fn, ``scales`` ``[pairs, hidden / 128]``, and not differentiable."""
+        return self._mode(False).dispatch(x, topk_idx, topk_weights, use_fp8)
 
     def combine(self, y: torch.Tensor, handle: Handle) -> torch.Tensor:
         """Collective over the team: ``out[t]`` = the sum over token t's top-k choices of the

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from gshmem.team import Team
 
 
+FP8_GROUP = 128  # elements per FP8 scale (src/moe/common.cuh: quantize_row)
+
+
 @dataclass(frozen=True)
 class Context:
     """One buffer's fixed facts (experts ``e`` live on rank ``e // per_rank``)."""
@@ -51,6 +54,12 @@ class Context:
             raise UsageError(f"moe: {name} is on {t.device}; the comm's GPU is "
                              f"cuda:{self.comm.device}")  # fmt: skip
 
+    def fp8_ok(self) -> None:
+        """FP8 dispatch needs one scale per 128 elements of a row."""
+        if self.hidden % FP8_GROUP:
+            raise UsageError(f"moe: FP8 dispatch needs hidden to be a multiple of {FP8_GROUP} "
+                             f"(a scale per {FP8_GROUP} elements), got {self.hidden}")  # fmt: skip
+
     def tokens_in(self, x: torch.Tensor) -> None:
         """``x`` must be ``[tokens, hidden]`` with at most ``max_tokens`` tokens."""
         self.rows_in("x", x, None)
@@ -58,4 +67,4 @@ class Context:
             raise UsageError(f"moe: {x.shape[0]} tokens exceed the buffer's {self.max_tokens}")
 
 
-__all__ = ["Context"]
+__all__ = ["FP8_GROUP", "Context"]

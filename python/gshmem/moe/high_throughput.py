@@ -25,6 +25,7 @@ import torch
 
 from gshmem._errors import UsageError
 from gshmem.moe import arrange, kernels, routing
+from gshmem.moe.context import FP8_GROUP
 
 if TYPE_CHECKING:
     from gshmem.moe.context import Context
@@ -49,6 +50,7 @@ class Dispatched(NamedTuple):
     src_rank: torch.Tensor  # [pairs] int64: the rank each row came from
     src_token: torch.Tensor  # [pairs] int64: its token index there
     handle: Handle
+    scales: torch.Tensor | None = None  # FP8 only: [pairs, hidden / 128] float32
 
 
 class HighThroughput:
@@ -82,9 +84,9 @@ class HighThroughput:
             raise UsageError(f"moe: a {kind} now would overwrite buffers still in use; calls "
                              f"alternate dispatch, combine (a {want} is due)")  # fmt: skip
 
-    def _send(self, route: kernels.Route, x, topk, weights) -> None:
+    def _send(self, route: kernels.Route, x, topk, weights, fp8: bool = False) -> None:
         kernels.dispatch(route, x, topk, weights, self.ctx.per_rank, self.recv, self.arrived,
-                         self.ctx.blocks)  # fmt: skip
+                         self.ctx.blocks, fp8)  # fmt: skip
         self.dispatches += 1
         kernels.wait(self.arrived, self.dispatches * self.ctx.blocks)
 
@@ -96,8 +98,8 @@ class HighThroughput:
         kernels.pull(route, self.comb, out, self.ready, target, self.ctx.blocks)
         return out
 
-    def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor
-                 ) -> Dispatched:  # fmt: skip
+    def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
+                 use_fp8: bool = False) -> Dispatched:  # fmt: skip
         """Collective over the team: sends each token of ``x`` (``[tokens, hidden]``) to the
         ranks of its ``topk_idx`` experts (``[tokens, k]``, -1: none) and returns what this rank
         received, one row per (token, local expert) pair, rows of expert 0 first. Differentiable
@@ -106,6 +108,8 @@ class HighThroughput:
         self._expect("dispatch")
         c = self.ctx
         c.tokens_in(x)
+        if use_fp8:
+            c.fp8_ok()
         routing.check(topk_idx, topk_weights, c.num_experts, c.world)
         if topk_idx.shape[0] != x.shape[0]:
             raise UsageError("moe: topk_idx must have one row per token of x")
@@ -117,7 +121,7 @@ class HighThroughput:
         torch.cuda.current_stream().synchronize()  # the one host synchronisation
         all_counts = self.counts_host.view(c.world, -1)
         routing.check_counts(all_counts, c.num_experts)  # every rank raises alike
-        self._send(route, x.detach(), topk, weights)
+        self._send(route, x.detach(), topk, weights, use_fp8)
         rows = int(all_counts[:, c.me].sum())
         per_expert = routing.pairs_per_expert(all_counts, c.me, c.world, c.num_experts)
         n, k = int(per_expert.sum()), topk.shape[1]
@@ -125,8 +129,14 @@ class HighThroughput:
         pairs = arrange.Pairs(row[:n].long(), weight[:n].clone(), per_expert.long(),
                               slot[: rows * k].view(rows, k).clone())  # fmt: skip
         handle = Handle(route, topk, weights, pairs, rows, self.dispatches)
-        recv_x = _Dispatch.apply(x, self, handle)
         src_rank, src_token = src_rank[:n].long(), src_token[:n].long()
+        if use_fp8:  # each row's slot: e4m3 values, then its scales (not differentiable)
+            raw = self.recv[0].view(torch.uint8)
+            values = raw[:, : c.hidden].view(torch.float8_e4m3fn).index_select(0, pairs.row)
+            scales = raw[:, c.hidden : c.hidden + c.hidden // FP8_GROUP * 4].view(torch.float32)
+            return Dispatched(values, pairs.weight, per_expert.tolist(), src_rank, src_token,
+                              handle, scales.index_select(0, pairs.row))  # fmt: skip
+        recv_x = _Dispatch.apply(x, self, handle)
         return Dispatched(recv_x, pairs.weight, per_expert.tolist(), src_rank, src_token, handle)
 
     def combine(self, y: torch.Tensor, handle: Handle) -> torch.Tensor:

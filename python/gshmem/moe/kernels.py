@@ -178,10 +178,13 @@ def _route_args(r: Route) -> tuple:
             r.all_counts.data_ptr(), r.world, r.me, r.num_experts, r.tokens)  # fmt: skip
 
 
-def dispatch(r: Route, x, topk, weights, per_rank: int, recv, arrived, blocks: int) -> None:
-    """Rows of ``x`` into every receiver's ``recv[0]``, each pair into its slot of ``recv[1:]``
-    (slot per (row, choice), pair row, weight, source rank, source token)."""
-    _call("gshmem_moe_dispatch", *_route_args(r), r.layout.pair_pos.data_ptr(), x.data_ptr(),
+def dispatch(r: Route, x, topk, weights, per_rank: int, recv, arrived, blocks: int,
+             fp8: bool = False) -> None:  # fmt: skip
+    """Rows of ``x`` (``fp8``: their e4m3 form, then a float scale per 128 elements) into every
+    receiver's ``recv[0]``, each pair into its slot of ``recv[1:]`` (slot per (row, choice),
+    pair row, weight, source rank, source token)."""
+    _call("gshmem_moe_dispatch", *_route_args(r), r.layout.pair_pos.data_ptr(),
+          _dtype_code(x), int(fp8), x.data_ptr(),
           x.shape[1] * x.element_size(), topk.data_ptr(), weights.data_ptr(), topk.shape[1],
           per_rank, *(t.data_ptr() for t in recv), arrived.data_ptr(), blocks,
           _stream(x.device.index))  # fmt: skip

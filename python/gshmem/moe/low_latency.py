@@ -29,12 +29,12 @@ import torch
 
 from gshmem._errors import UsageError
 from gshmem.moe import kernels, routing
+from gshmem.moe.context import FP8_GROUP
 
 if TYPE_CHECKING:
     from gshmem.moe.context import Context
 
 MAX_TOKENS = 256  # src/moe/low_latency.cu: kMaxLowLatencyTokens
-FP8_GROUP = 128  # elements per FP8 scale
 
 # The calls of one round, in the order they must come (each half of a call counts).
 _STEPS = ("low_latency_dispatch", "its receive hook", "low_latency_combine", "its receive hook")
@@ -117,9 +117,8 @@ class LowLatency:
                  ) -> LowLatencyDispatched:  # fmt: skip
         c = self.ctx
         c.tokens_in(x)
-        if use_fp8 and c.hidden % FP8_GROUP:
-            raise UsageError(f"moe: FP8 dispatch needs hidden to be a multiple of {FP8_GROUP} "
-                             f"(one scale per {FP8_GROUP} elements), got {c.hidden}")  # fmt: skip
+        if use_fp8:
+            c.fp8_ok()
         routing.check(topk_idx, topk_weights, c.num_experts, c.world)
         if topk_idx.shape[0] != x.shape[0]:
             raise UsageError("moe: topk_idx must have one row per token of x")
@@ -160,4 +159,4 @@ class LowLatency:
         return (out, hook) if return_recv_hook else out
 
 
-__all__ = ["FP8_GROUP", "MAX_TOKENS", "LowLatency", "LowLatencyDispatched", "LowLatencyHandle"]
+__all__ = ["MAX_TOKENS", "LowLatency", "LowLatencyDispatched", "LowLatencyHandle"]

@@ -7,6 +7,9 @@ Usage: moe_check.py SCENARIO
            unrouted entries, every token to expert 0 (other experts empty), top-8 over few ranks
            (several experts of one rank per token), a rank with no tokens. Several calls in a row.
   grad     autograd through dispatch -> experts -> combine against the same layer in fp32
+  fp8      use_fp8=True: every received row's scales and e4m3 values against the token it came
+           from (groups of magnitudes 10^-3..10^3), the combine of dequantized experts within
+           the summed bound
   badargs  clear UsageErrors: dtype, shapes, too many tokens, expert index out of range (on
            one rank: every rank raises), calls out of order
 Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
@@ -79,6 +82,39 @@ def reference_combine(x, idx, weights, experts: int) -> torch.Tensor:
     return out
 
 
+def fp8_inputs(rank: int, tokens: int, k: int, experts: int, seed: int):
+    """inputs(), with each 128-element group of a token scaled by 10^U(-3, 3)."""
+    x, idx, w = inputs(rank, tokens, k, experts, "random", seed)
+    g = torch.Generator(device="cuda").manual_seed(seed * 100 + rank + 7)
+    mag = 10 ** (6 * torch.rand(tokens, HIDDEN // 128, 1, generator=g, device="cuda") - 3)
+    x = (x.float().view(tokens, -1, 128) * mag).view(tokens, HIDDEN).to(torch.bfloat16)
+    return x, idx, w
+
+
+def check_fp8_rows(values, row_scales, sent) -> None:
+    """e4m3 rows and their scales against the bf16 rows ``sent``: every group's scale is its
+    largest magnitude / 448, every value within e4m3's rounding (2^-4 relative, plus
+    scale x 2^-10 near zero)."""
+    n = sent.shape[0]
+    groups = sent.float().view(n, -1, 128)
+    assert torch.allclose(row_scales, groups.abs().amax(-1) / 448, rtol=1e-6, atol=0)
+    deq = values.float().view(n, -1, 128) * row_scales[..., None]
+    bound = groups.abs() * 2**-4 + row_scales[..., None] * 2**-10
+    assert ((deq - groups).abs() <= bound * (1 + 1e-6)).all(), "an e4m3 value off its rounding"
+
+
+def check_fp8_combine(out, x, idx, w, experts: int) -> None:
+    """The combine of dequantized rows against the fp32 reference: each term within e4m3's
+    rounding, plus bf16's rounding of each expert output and of the sum."""
+    ref = reference_combine(x, idx, w, experts)
+    group_scale = x.float().view(x.shape[0], -1, 128).abs().amax(-1) / 448
+    per_token = x.float().abs() * 2**-4 + group_scale.repeat_interleave(128, -1) * 2**-10
+    s = scales(experts)
+    wsum = torch.where(idx >= 0, w * s[idx.clamp(min=0)], 0.0).sum(1, keepdim=True)
+    bound = wsum * (per_token * 1.01 + 2**-7 * x.float().abs()) + 2**-8 * ref.abs() + 1e-30
+    assert ((out.float() - ref).abs() <= bound).all(), "fp8 combine outside its bound"
+
+
 CASES = [  # (tokens per rank, k, experts per rank, kind)
     (300, 4, 4, "random"),
     (200, 8, 2, "topk"),  # top-8 over 2 experts per rank: several experts of one rank
@@ -135,6 +171,26 @@ def grad(comm) -> None:
         assert err <= 3e-2 * want.abs().max().item(), err
 
 
+def fp8(comm) -> None:
+    world, me = comm.nranks, comm.rank
+    per, k, tokens = 3, min(4, 3 * world), 200
+    experts = per * world
+    buf = Buffer(comm, HIDDEN, tokens, experts)
+    for call in range(2):
+        everyone = [fp8_inputs(r, tokens, k, experts, 60 + call) for r in range(world)]
+        x, idx, w = everyone[me]
+        d = buf.dispatch(x, idx, w, use_fp8=True)
+        want_x, want_w, want_src, want_tok, want_per = expected_received(me, world, per, everyone)
+        assert d.tokens_per_expert == want_per and d.weights.tolist() == want_w
+        assert d.src_rank.tolist() == want_src and d.src_token.tolist() == want_tok
+        assert d.x.dtype == torch.float8_e4m3fn and d.scales.shape == (len(want_w), HIDDEN // 128)
+        if want_w:
+            check_fp8_rows(d.x, d.scales, want_x)
+        deq = d.x.float() * d.scales.repeat_interleave(128, dim=-1)
+        y = (deq * experts_of(d, me, per, experts)[:, None]).to(torch.bfloat16)
+        check_fp8_combine(buf.combine(y, d.handle), x, idx, w, experts)
+
+
 def badargs(comm) -> None:
     world, me = comm.nranks, comm.rank
     experts = 2 * world
@@ -156,10 +212,13 @@ def badargs(comm) -> None:
     buf.combine(d.x, d.handle)
     expect_usage(lambda: buf.combine(d.x, d.handle), "alternate")
     expect_usage(lambda: Buffer(comm, 7, 8, experts), "multiple of 16 bytes")
+    odd = Buffer(comm, 136, 8, experts)
+    expect_usage(lambda: odd.dispatch(x[:8, :136].contiguous(), idx[:8], w[:8], use_fp8=True),
+                 "multiple of 128")  # fmt: skip
     expect_usage(lambda: Buffer(comm, HIDDEN, 8, world + 1 if world > 1 else 0), "split")
 
 
-SCENARIOS = {"values": values, "grad": grad, "badargs": badargs}
+SCENARIOS = {"values": values, "grad": grad, "fp8": fp8, "badargs": badargs}
 
 
 def main() -> None:

@@ -26,7 +26,15 @@ import sys
 
 import torch
 from expect import expect_usage
-from moe_check import HIDDEN, inputs, reference_combine, scales
+from moe_check import (
+    HIDDEN,
+    check_fp8_combine,
+    check_fp8_rows,
+    fp8_inputs,
+    inputs,
+    reference_combine,
+    scales,
+)
 
 import gshmem
 from gshmem.moe import Buffer
@@ -151,15 +159,6 @@ def graph(comm) -> None:
     torch.cuda.synchronize()
 
 
-def fp8_inputs(rank: int, tokens: int, k: int, experts: int, seed: int):
-    """inputs(), with each 128-element group of a token scaled by 10^U(-3, 3)."""
-    x, idx, w = inputs(rank, tokens, k, experts, "random", seed)
-    g = torch.Generator(device="cuda").manual_seed(seed * 100 + rank + 7)
-    mag = 10 ** (6 * torch.rand(tokens, HIDDEN // 128, 1, generator=g, device="cuda") - 3)
-    x = (x.float().view(tokens, -1, 128) * mag).view(tokens, HIDDEN).to(torch.bfloat16)
-    return x, idx, w
-
-
 def fp8(comm) -> None:
     world, me = comm.nranks, comm.rank
     per, k = 3, min(4, 3 * world)
@@ -175,29 +174,16 @@ def fp8(comm) -> None:
         assert d.count.tolist() == [len(r) for r in want]
         for e, rows in enumerate(want):
             n = len(rows)
-            if not n:
-                continue
-            assert d.src[e, :n].tolist() == [(s << 16) | (t * 8 + c) for s, t, c in rows]
-            groups = torch.stack([everyone[s][0][t] for s, t, _ in rows]).float().view(n, -1, 128)
-            scale = d.scales[e, :n]
-            assert torch.allclose(scale, groups.abs().amax(-1) / 448, rtol=1e-6, atol=0)
-            deq = d.x[e, :n].float().view(n, -1, 128) * scale[..., None]
-            bound = groups.abs() * 2**-4 + scale[..., None] * 2**-10
-            assert ((deq - groups).abs() <= bound * (1 + 1e-6)).all(), f"expert {e} rows"
+            if n:
+                assert d.src[e, :n].tolist() == [(s << 16) | (t * 8 + c) for s, t, c in rows]
+                sent = torch.stack([everyone[s][0][t] for s, t, _ in rows])
+                check_fp8_rows(d.x[e, :n], d.scales[e, :n], sent)
         slots = torch.arange(d.x.shape[1], device="cuda")
         valid = (slots[None, :] < d.count[:, None])[..., None]
-        deq_all = d.x.float() * d.scales.repeat_interleave(128, dim=-1)
+        deq = d.x.float() * d.scales.repeat_interleave(128, dim=-1)
         s_local = scales(experts)[me * per : (me + 1) * per][:, None, None]
-        y = torch.where(valid, deq_all * s_local, 0.0).to(torch.bfloat16)
-        out = buf.low_latency_combine(y, d.handle)
-        ref = reference_combine(x, idx, w, experts)
-        group_scale = x.float().view(x.shape[0], -1, 128).abs().amax(-1) / 448
-        per_token = x.float().abs() * 2**-4 + group_scale.repeat_interleave(128, -1) * 2**-10
-        s = scales(experts)
-        wsum = torch.where(idx >= 0, w * s[idx.clamp(min=0)], 0.0).sum(1, keepdim=True)
-        # e4m3 per term, plus bf16's rounding of each expert output and of the sum
-        bound = wsum * (per_token * 1.01 + 2**-7 * x.float().abs()) + 2**-8 * ref.abs() + 1e-30
-        assert ((out.float() - ref).abs() <= bound).all(), "fp8 combine outside its bound"
+        y = torch.where(valid, deq * s_local, 0.0).to(torch.bfloat16)
+        check_fp8_combine(buf.low_latency_combine(y, d.handle), x, idx, w, experts)
 
 
 def badargs(comm) -> None:
