@@ -15,83 +15,22 @@ if TYPE_CHECKING:
     import torch
 
 _P, _I, _L, _U = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64
+# One C signature per entry (tests/cpu/test_moe_abi.py checks them against src/moe/*.cu).
+# fmt: off
 _SIGNATURES = {
     "gshmem_moe_layout": [_P, _L, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P],
-    "gshmem_moe_dispatch": [
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _I,
-        _I,
-        _I,
-        _L,
-        _P,
-        _P,
-        _L,
-        _P,
-        _P,
-        _I,
-        _I,
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _I,
-        _P,
-    ],  # fmt: skip
+    "gshmem_moe_dispatch": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _P, _I, _I, _P, _L, _P, _P, _I, _I,
+                            _P, _P, _P, _P, _P, _P, _P, _I, _P],
     "gshmem_moe_wait": [_P, _I, _U, _P],
     "gshmem_moe_reduce": [_P, _P, _I, _I, _I, _P, _L, _P, _P, _I, _L, _L, _P, _P, _I, _P],
     "gshmem_moe_pull": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _I, _P, _L, _P, _P, _U, _I, _P],
-    "gshmem_moe_ll_send": [
-        _P,
-        _P,
-        _I,
-        _I,
-        _I,
-        _I,
-        _P,
-        _L,
-        _I,
-        _P,
-        _I,
-        _I,
-        _I,
-        _I,
-        _P,
-        _P,
-        _P,
-        _P,
-        _I,
-        _P,
-    ],  # fmt: skip
-    "gshmem_moe_ll_recv": [
-        _I,
-        _I,
-        _I,
-        _L,
-        _L,
-        _I,
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _I,
-        _P,
-    ],  # fmt: skip
+    "gshmem_moe_ll_send": [_P, _P, _I, _I, _I, _I, _P, _L, _I, _P, _I, _I, _I, _I, _P, _P, _P, _P,
+                           _I, _P],
+    "gshmem_moe_ll_recv": [_I, _I, _I, _L, _L, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _P],
     "gshmem_moe_ll_combine_send": [_P, _P, _I, _I, _I, _I, _L, _P, _P, _P, _P, _P, _I, _P],
     "gshmem_moe_ll_combine_recv": [_I, _I, _I, _I, _P, _P, _L, _P, _P, _P, _P, _P, _I, _P],
 }
+# fmt: on
 
 
 @functools.cache
