@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -83,22 +85,23 @@ void Bootstrap::root_accept(Fd listener) {
   int connected = 0;
   int refused = 0;
   std::string mismatch;
-  while (connected < nranks_ - 1 && mismatch.empty()) {
-    Fd conn = accept_until(listener.get(), deadline);
-    if (!conn.valid()) break;  // deadline passed
+  // A connection is admitted once its whole Hello has arrived. Hellos are read concurrently: a
+  // silent or slow connection (a port scanner, a stale process) gets kHelloSeconds of its own and
+  // delays no one else.
+  struct Pending {
+    Fd fd;
+    Deadline deadline{kHelloSeconds};
     Hello hello{};
-    try {
-      Deadline hello_deadline(std::min(kHelloSeconds, std::max(deadline.remaining_ms(), 1) / 1e3));
-      recv_all(conn.get(), &hello, sizeof hello, hello_deadline, "a connecting process");
-    } catch (const Error&) {
-      ++refused;
-      continue;
-    }
+    size_t got = 0;
+  };
+  std::vector<Pending> pending;
+  auto admit = [&](Pending& p) {
+    const Hello& hello = p.hello;
     if (hello.magic != kHelloMagic || hello.version != kProtocolVersion ||
         !equal_secret(hello.secret, id_.secret, kSecretBytes)) {
       ++refused;
       log_debug(0, "bootstrap: refused a connection that did not present the job's secret");
-      continue;  // conn closes here
+      return;  // p.fd closes with p
     }
     if (hello.nranks != nranks_) {
       mismatch = "rank " + std::to_string(hello.rank) + " was started with nranks=" +
@@ -110,14 +113,51 @@ void Bootstrap::root_accept(Fd listener) {
     if (!mismatch.empty()) {
       Header h{kMsgMagic, kAck, 0, GSHMEM_ERROR_USAGE, 0, mismatch.size()};
       try {
-        send_all(conn.get(), &h, sizeof h, deadline, "a connecting process");
-        send_all(conn.get(), mismatch.data(), mismatch.size(), deadline, "a connecting process");
+        send_all(p.fd.get(), &h, sizeof h, deadline, "a connecting process");
+        send_all(p.fd.get(), mismatch.data(), mismatch.size(), deadline, "a connecting process");
       } catch (const Error&) {
       }
-      break;
+      return;
     }
-    clients_[hello.rank] = std::move(conn);
+    clients_[hello.rank] = std::move(p.fd);
     ++connected;
+  };
+  while (connected < nranks_ - 1 && mismatch.empty() && !deadline.passed()) {
+    std::vector<pollfd> fds{{listener.get(), POLLIN, 0}};
+    int wait_ms = deadline.remaining_ms();
+    for (const Pending& p : pending) {
+      fds.push_back({p.fd.get(), POLLIN, 0});
+      wait_ms = std::min(wait_ms, p.deadline.remaining_ms());
+    }
+    if (::poll(fds.data(), fds.size(), wait_ms) < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("poll() on the bootstrap's connections");
+    }
+    std::vector<Pending> still;
+    for (size_t i = 0; i < pending.size() && mismatch.empty(); ++i) {
+      Pending& p = pending[i];
+      if (fds[i + 1].revents) {
+        try {
+          p.got += recv_some(p.fd.get(), reinterpret_cast<char*>(&p.hello) + p.got,
+                             sizeof p.hello - p.got, "a connecting process");
+        } catch (const Error&) {
+          ++refused;  // closed (or failed) before its Hello was complete
+          continue;
+        }
+      }
+      if (p.got == sizeof p.hello) {
+        admit(p);
+      } else if (p.deadline.passed()) {
+        ++refused;
+      } else {
+        still.push_back(std::move(p));
+      }
+    }
+    if (fds[0].revents && mismatch.empty()) {
+      Fd conn = accept_until(listener.get(), Deadline(0));
+      if (conn.valid()) still.push_back(Pending{std::move(conn)});
+    }
+    pending = std::move(still);
   }
   if (!mismatch.empty()) {
     fail_all(GSHMEM_ERROR_USAGE, "bootstrap: " + mismatch);

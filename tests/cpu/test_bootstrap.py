@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -58,6 +61,63 @@ def test_wrong_secret_is_refused_and_the_job_still_forms():
     honest = start(uid, 1, 2, "collectives")
     assert outcome(root)["ok"]
     assert outcome(honest)["ok"]
+
+
+def rendezvous(uid: bytes) -> socket.socket:
+    """A connection to rank 0's bootstrap port, retried until rank 0 listens."""
+    host, port = _C.unique_id_describe(uid).split(":")
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return socket.create_connection((host, int(port)), timeout=5)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def hello(uid: bytes, rank: int, nranks: int, *, magic=0x42485347, version=1) -> bytes:
+    """A bootstrap Hello (tcp_bootstrap.cpp) carrying uid's secret."""
+    return struct.pack("<IIii16s", magic, version, rank, nranks, uid[SECRET])
+
+
+def test_garbage_and_silent_connections_neither_break_nor_delay_the_job():
+    """Rank 0 meets port scanners, stale processes and noise before the real rank 1: the job
+    still forms, without waiting for the silent connections' Hello deadline (5 s each)."""
+    uid = new_uid()
+    root = start(uid, 0, 2, "collectives", timeout=30.0)
+    silent = [rendezvous(uid) for _ in range(4)]  # connect, say nothing, stay open
+    noise = [b"", b"\x00", os.urandom(16), os.urandom(40), os.urandom(4096),
+             hello(uid, 1, 2)[:20],  # a Hello cut short
+             hello(uid, 1, 2, magic=0x12345678), hello(uid, 1, 2, version=99),
+             hello(bytes(64), 1, 2)]  # fmt: skip
+    for payload in noise:
+        s = rendezvous(uid)
+        s.sendall(payload)
+        s.close()
+    begin = time.monotonic()
+    honest = start(uid, 1, 2, "collectives", timeout=30.0)
+    assert outcome(root)["ok"]
+    assert outcome(honest)["ok"]
+    assert time.monotonic() - begin < 4.0, "the silent connections delayed the job"
+    for s in silent:
+        s.close()
+
+
+def test_an_authenticated_hello_with_a_bad_rank_fails_the_job_clearly():
+    """A process with the job's secret but a rank outside [1, nranks): every rank (and it) is
+    told why, nobody waits for the timeout."""
+    uid = new_uid()
+    root = start(uid, 0, 2, "collectives", timeout=30.0)
+    s = rendezvous(uid)
+    s.sendall(hello(uid, 7, 2))
+    s.settimeout(10)
+    magic, op, _, status, _, size = struct.unpack("<IIIiQQ", s.recv(32, socket.MSG_WAITALL))
+    assert (magic, op) == (0x4D485347, 4) and status != 0
+    assert b"out of range" in s.recv(size, socket.MSG_WAITALL)
+    res = outcome(root)
+    assert res["error"] == "UsageError" and "claim rank 7" in res["msg"]
+    s.close()
 
 
 def test_missing_rank_times_out_naming_it_on_every_rank():
