@@ -13,6 +13,8 @@
 //             and writes each of its pairs there into the pair's final expert-major slot
 //             (routing.expert_slots is the reference): the receiver sorts nothing. Then each
 //             block adds 1 to `arrived[me]` at every receiver.
+//   return    receiver: one float per received pair back to its sender's (token, choice) (the
+//             router weights' gradient), then `returned` signals like the others.
 //   reduce    receiver: each received row's sum of its experts' output rows (times their
 //             weights), written into this rank's symmetric combine buffer; each block then adds
 //             1 to `ready[me]` at every sender.
@@ -26,18 +28,21 @@
 namespace gshmem_moe {
 namespace {
 
-constexpr int kTile = 128;  // tokens per layout tile (routing.TILE)
+constexpr int kTile = 128;  // tokens per layout tile (kernels.TILE)
+// A rank's totals: tokens per rank, pairs per expert, then out-of-range indices and a flag the
+// host passes (whether this rank wants the router weights' gradient): kernels.Layout.
+constexpr int kTotalsExtra = 2;
 
 struct Route {  // one dispatch's layout and every rank's counts
   const int32_t* pes;         // [world] world PE of each rank of the team
   const int32_t* token_pos;   // [tokens, world] position among its tile's tokens for a rank, or -1
   const int32_t* tile_base;   // [tiles, world + E] the same counts over the earlier tiles
-  const int32_t* all_counts;  // [world, world + E + 1] every rank's totals (the exchange)
+  const int32_t* all_counts;  // [world, world + E + 2] every rank's totals (the exchange)
   int world, me, num_experts;
   int64_t tokens;
   __device__ int columns() const { return world + num_experts; }
   __device__ int count(int rank, int column) const {
-    return all_counts[rank * (columns() + 1) + column];
+    return all_counts[rank * (columns() + kTotalsExtra) + column];
   }
 };
 
@@ -59,14 +64,16 @@ __device__ inline int64_t row_at(const Route& r, const int* row_offset, int64_t 
 }
 
 __global__ void layout_kernel(const int64_t* topk, int64_t tokens, int k, int num_experts,
-                              int world, int per_rank, int32_t* token_pos, int32_t* pair_pos,
-                              int32_t* tile_counts, int32_t* totals, uint32_t* finished) {
+                              int world, int per_rank, int flag, int32_t* token_pos,
+                              int32_t* pair_pos, int32_t* tile_counts, int32_t* totals,
+                              uint32_t* finished) {
   __shared__ int32_t flat[kTile * kMaxTopk];
   __shared__ int hist[kMaxWorld + kMaxExperts];
   __shared__ uint32_t goes[kTile];  // bit q: the token goes to rank q
   const int columns = world + num_experts;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int n = static_cast<int>(tokens - first < kTile ? tokens - first : kTile);
+  const int n = static_cast<int>(tokens - first < kTile ? tokens - first : kTile);  // 0: no tokens
+  if (blockIdx.x == 0 && threadIdx.x == 0) totals[columns + 1] = flag;
   for (int c = threadIdx.x; c < columns; c += blockDim.x) hist[c] = 0;
   for (int i = threadIdx.x; i < n * k; i += blockDim.x) {
     const int64_t e = topk[first * k + i];
@@ -137,7 +144,7 @@ __global__ void dispatch_kernel(gshmem::Device dev, Route r, const int32_t* pair
                                 const int4* x, int64_t row_vecs, const int64_t* topk,
                                 const float* weights, int k, int per_rank, int4* recv_x,
                                 int32_t* recv_slot, int32_t* pair_row, float* pair_weight,
-                                int32_t* pair_src_rank, int32_t* pair_src_token,
+                                int32_t* pair_src_rank, int32_t* pair_src,
                                 uint64_t* arrived) {
   __shared__ int row_offset[kMaxWorld];
   __shared__ int total[kMaxExperts];
@@ -180,12 +187,24 @@ __global__ void dispatch_kernel(gshmem::Device dev, Route r, const int32_t* pair
           gshmem::ptr(dev, pair_row, pe)[slot] = static_cast<int32_t>(row);
           gshmem::ptr(dev, pair_weight, pe)[slot] = weights[t * k + lane];
           gshmem::ptr(dev, pair_src_rank, pe)[slot] = r.me;
-          gshmem::ptr(dev, pair_src_token, pe)[slot] = static_cast<int32_t>(t);
+          gshmem::ptr(dev, pair_src, pe)[slot] = static_cast<int32_t>(t * kMaxTopk + lane);
         }
       }
     }
   }
   add_to_all(dev, r.pes, r.world, r.me, arrived);
+}
+
+// One thread per value: to its pair's sender, at (token * 8 + choice) of `dest` there.
+__global__ void return_kernel(gshmem::Device dev, const int32_t* pes, int world, int me,
+                              const float* values, const int32_t* src_rank,
+                              const int32_t* src_code, int64_t pairs, float* dest,
+                              uint64_t* returned) {
+  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < pairs;
+       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    gshmem::ptr(dev, dest, pes[src_rank[p]])[src_code[p]] = values[p];
+  }
+  add_to_all(dev, pes, world, me, returned);
 }
 
 __global__ void wait_kernel(const uint64_t* counters, int world, uint64_t target) {
@@ -278,21 +297,21 @@ extern "C" {
 
 const char* gshmem_moe_last_error() { return gshmem_moe::last_error; }
 
+// totals: [world + num_experts + 2], its last entry set to `flag`; tile_counts: [max(1, tiles)].
 int gshmem_moe_layout(const int64_t* topk, int64_t tokens, int k, int num_experts, int world,
-                      int per_rank, int32_t* token_pos, int32_t* pair_pos, int32_t* tile_counts,
-                      int32_t* totals, uint32_t* finished, cudaStream_t stream) {
+                      int per_rank, int flag, int32_t* token_pos, int32_t* pair_pos,
+                      int32_t* tile_counts, int32_t* totals, uint32_t* finished,
+                      cudaStream_t stream) {
   if (world > kMaxWorld || num_experts > kMaxExperts || k > kMaxTopk) {
     return check(cudaErrorInvalidValue, "moe layout: over 32 ranks, 1024 experts or top-8");
   }
   const int columns = world + num_experts;
-  if (check(cudaMemsetAsync(totals, 0, (columns + 1) * sizeof(int32_t), stream), "moe layout")) {
-    return 1;
-  }
-  const int64_t tiles = (tokens + kTile - 1) / kTile;
-  if (tiles == 0) return 0;
+  const size_t bytes = (columns + kTotalsExtra) * sizeof(int32_t);
+  if (check(cudaMemsetAsync(totals, 0, bytes, stream), "moe layout")) return 1;
+  const int64_t tiles = tokens > 0 ? (tokens + kTile - 1) / kTile : 1;
   layout_kernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(
-      topk, tokens, k, num_experts, world, per_rank, token_pos, pair_pos, tile_counts, totals,
-      finished);
+      topk, tokens, k, num_experts, world, per_rank, flag, token_pos, pair_pos, tile_counts,
+      totals, finished);
   return check(cudaGetLastError(), "moe layout");
 }
 
@@ -304,7 +323,7 @@ int gshmem_moe_dispatch(const gshmem_device_t* dev, const int32_t* pes, const in
                         int fp8, const void* x,
                         int64_t row_bytes, const int64_t* topk, const float* weights, int k,
                         int per_rank, void* recv_x, int32_t* recv_slot, int32_t* pair_row,
-                        float* pair_weight, int32_t* pair_src_rank, int32_t* pair_src_token,
+                        float* pair_weight, int32_t* pair_src_rank, int32_t* pair_src,
                         uint64_t* arrived, int blocks, cudaStream_t stream) {
   if (fp8 && row_bytes % 256) {
     return check(cudaErrorInvalidValue, "moe dispatch: FP8 needs hidden % 128 == 0");
@@ -316,9 +335,19 @@ int gshmem_moe_dispatch(const gshmem_device_t* dev, const int32_t* pes, const in
                             : (fp8 ? dispatch_kernel<Half, true> : dispatch_kernel<Half, false>);
   kernel<<<blocks, kThreads, 0, stream>>>(
       *dev, r, pair_pos, static_cast<const int4*>(x), row_bytes / 16, topk, weights, k, per_rank,
-      static_cast<int4*>(recv_x), recv_slot, pair_row, pair_weight, pair_src_rank,
-      pair_src_token, arrived);
+      static_cast<int4*>(recv_x), recv_slot, pair_row, pair_weight, pair_src_rank, pair_src,
+      arrived);
   return check(cudaGetLastError(), "moe dispatch");
+}
+
+// values[p] to rank src_rank[p]'s dest[src_code[p]] (dest symmetric), then `returned` signals.
+int gshmem_moe_return(const gshmem_device_t* dev, const int32_t* pes, int world, int me,
+                      const float* values, const int32_t* src_rank, const int32_t* src_code,
+                      int64_t pairs, float* dest, uint64_t* returned, int blocks,
+                      cudaStream_t stream) {
+  return_kernel<<<blocks, kThreads, 0, stream>>>(*dev, pes, world, me, values, src_rank, src_code,
+                                                 pairs, dest, returned);
+  return check(cudaGetLastError(), "moe return");
 }
 
 int gshmem_moe_wait(const uint64_t* counters, int world, uint64_t target, cudaStream_t stream) {

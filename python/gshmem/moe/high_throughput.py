@@ -41,6 +41,8 @@ class Handle:
     pairs: arrange.Pairs
     rows: int  # rows received
     call: int  # the buffer's dispatch number that made it
+    src: tuple[torch.Tensor, torch.Tensor]  # [pairs] int32: sender, token * 8 + choice there
+    router_grad: bool  # some rank's topk_weights need a gradient: every rank returns dots
 
 
 class Dispatched(NamedTuple):
@@ -55,7 +57,8 @@ class Dispatched(NamedTuple):
 
 class HighThroughput:
     """Symmetric receive and combine buffers for ``max_tokens × world`` rows (every rank may send
-    this one every token), routing metadata and two completion counters. Collective to create."""
+    this one every token), routing metadata, a float per (token, choice) for the router weights'
+    gradient and three completion counters. Collective to create."""
 
     def __init__(self, ctx: Context) -> None:
         comm, rows = ctx.comm, ctx.max_tokens * ctx.world
@@ -70,10 +73,11 @@ class HighThroughput:
             comm.empty((pairs,), torch.int32),
         )
         self.comb = comm.empty((rows, ctx.hidden), ctx.dtype)
-        counters = comm.zeros((2, ctx.world), torch.int64)  # arrived, ready: only ever grow
-        self.arrived, self.ready = counters[0], counters[1]
-        self.dispatches = self.combines = 0
-        self.counts_host = torch.empty(ctx.world * (ctx.world + ctx.num_experts + 1),
+        self.weight_grad = comm.zeros((ctx.max_tokens * routing.MAX_TOPK,), torch.float32)
+        counters = comm.zeros((3, ctx.world), torch.int64)  # only ever grow
+        self.arrived, self.ready, self.returned = counters[0], counters[1], counters[2]
+        self.dispatches = self.combines = self.returns = 0
+        self.counts_host = torch.empty(ctx.world * (ctx.world + ctx.num_experts + 2),
                                        dtype=torch.int32, pin_memory=True)  # fmt: skip
         self.finished = torch.zeros(1, dtype=torch.int32, device=ctx.pes.device)  # layout's
 
@@ -98,6 +102,17 @@ class HighThroughput:
         kernels.pull(route, self.comb, out, self.ready, target, self.ctx.blocks)
         return out
 
+    def _return(self, h: Handle, dots: torch.Tensor) -> torch.Tensor:
+        """Each received pair's float back to its sender: ``[tokens, k]`` at this rank (zeros
+        where a choice was -1). The destination was zeroed before this backward's send, which
+        every writer waited for."""
+        kernels.return_values(h.route, dots, *h.src, self.weight_grad, self.returned,
+                              self.ctx.blocks)  # fmt: skip
+        self.returns += 1
+        kernels.wait(self.returned, self.returns * self.ctx.blocks)
+        tokens, k = h.topk.shape
+        return self.weight_grad[: tokens * routing.MAX_TOPK].view(tokens, -1)[:, :k].clone()
+
     def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
                  use_fp8: bool = False) -> Dispatched:  # fmt: skip
         """Collective over the team: sends each token of ``x`` (``[tokens, hidden]``) to the
@@ -114,22 +129,25 @@ class HighThroughput:
         if topk_idx.shape[0] != x.shape[0]:
             raise UsageError("moe: topk_idx must have one row per token of x")
         x, topk, weights = x.contiguous(), topk_idx.long().contiguous(), topk_weights.contiguous()
-        layout = kernels.layout(topk, c.num_experts, c.world, self.finished)
+        wants = torch.is_grad_enabled() and topk_weights.requires_grad
+        layout = kernels.layout(topk, c.num_experts, c.world, self.finished, int(wants))
         route = kernels.Route(c.device_bytes, c.pes, c.me, c.num_experts, layout)
         route.all_counts = c.comm.all_gather(route.layout.totals, team=c.team)
         self.counts_host.copy_(route.all_counts.view(-1), non_blocking=True)
         torch.cuda.current_stream().synchronize()  # the one host synchronisation
         all_counts = self.counts_host.view(c.world, -1)
         routing.check_counts(all_counts, c.num_experts)  # every rank raises alike
+        router_grad = bool(all_counts[:, -1].any())  # the flag: the same answer on every rank
         self._send(route, x.detach(), topk, weights, use_fp8)
         rows = int(all_counts[:, c.me].sum())
         per_expert = routing.pairs_per_expert(all_counts, c.me, c.world, c.num_experts)
         n, k = int(per_expert.sum()), topk.shape[1]
-        slot, row, weight, src_rank, src_token = self.recv[1:]
+        slot, row, weight, src_rank, src_code = self.recv[1:]
         pairs = arrange.Pairs(row[:n].long(), weight[:n].clone(), per_expert.long(),
                               slot[: rows * k].view(rows, k).clone())  # fmt: skip
-        handle = Handle(route, topk, weights, pairs, rows, self.dispatches)
-        src_rank, src_token = src_rank[:n].long(), src_token[:n].long()
+        src = (src_rank[:n].clone(), src_code[:n].clone())
+        handle = Handle(route, topk, weights, pairs, rows, self.dispatches, src, router_grad)
+        src_rank, src_token = src[0].long(), src[1].long() >> 3
         if use_fp8:  # each row's slot: e4m3 values, then its scales (not differentiable)
             raw = self.recv[0].view(torch.uint8)
             values = raw[:, : c.hidden].view(torch.float8_e4m3fn).index_select(0, pairs.row)
@@ -147,7 +165,7 @@ class HighThroughput:
         if handle.call != self.dispatches:
             raise UsageError("moe: combine takes the handle of this buffer's latest dispatch")
         self.ctx.rows_in("y", y, handle.pairs.row.numel())
-        return _Combine.apply(y, self, handle)
+        return _Combine.apply(y, handle.weights, self, handle)
 
 
 class _Dispatch(torch.autograd.Function):
@@ -168,12 +186,17 @@ class _Dispatch(torch.autograd.Function):
 
 class _Combine(torch.autograd.Function):
     """Each token's weighted sum of its experts' rows, back at its rank; backward: the output's
-    gradient travels like the dispatch, times each row's weight."""
+    gradient travels like the dispatch, times each row's weight for ``y``; for the router's
+    weights, each pair's dot product of that gradient with its row of ``y`` travels back to the
+    pair's sender (when any rank's weights need a gradient: the decision rode the count
+    exchange, so every rank takes part)."""
 
     @staticmethod
-    def forward(ctx, y, buf: HighThroughput, handle: Handle):
+    def forward(ctx, y, weights, buf: HighThroughput, handle: Handle):
         buf._expect("combine")
         ctx.buf, ctx.handle = buf, handle
+        if handle.router_grad:
+            ctx.save_for_backward(y)
         return buf._sum_back(handle.route, y, handle.pairs.slot, handle.pairs.weight,
                              handle.rows)  # fmt: skip
 
@@ -181,9 +204,16 @@ class _Combine(torch.autograd.Function):
     def backward(ctx, grad_out):
         buf, h = ctx.buf, ctx.handle
         buf._expect("dispatch")
+        if h.router_grad:
+            buf.weight_grad.zero_()  # before the send that every writer waits for
         buf._send(h.route, grad_out.contiguous(), h.topk, h.weights)
         rows = buf.recv[0].index_select(0, h.pairs.row)
-        return (rows.float() * h.pairs.weight[:, None]).to(rows.dtype), None, None
+        grad_y = (rows.float() * h.pairs.weight[:, None]).to(rows.dtype)
+        grad_w = None
+        if h.router_grad:
+            (y,) = ctx.saved_tensors
+            grad_w = buf._return(h, (rows.float() * y.float()).sum(1))
+        return grad_y, grad_w if ctx.needs_input_grad[1] else None, None, None
 
 
 __all__ = ["Dispatched", "Handle", "HighThroughput"]

@@ -18,7 +18,8 @@ _P, _I, _L, _U = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64
 # One C signature per entry (tests/cpu/test_moe_abi.py checks them against src/moe/*.cu).
 # fmt: off
 _SIGNATURES = {
-    "gshmem_moe_layout": [_P, _L, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P],
+    "gshmem_moe_layout": [_P, _L, _I, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P],
+    "gshmem_moe_return": [_P, _P, _I, _I, _P, _P, _P, _L, _P, _P, _I, _P],
     "gshmem_moe_dispatch": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _P, _I, _I, _P, _L, _P, _P, _I, _I,
                             _P, _P, _P, _P, _P, _P, _P, _I, _P],
     "gshmem_moe_wait": [_P, _I, _U, _P],
@@ -86,26 +87,28 @@ class Route:
 
 class Layout:
     """The layout kernel's outputs, carved from one int32 allocation: ``totals`` ``[world + E +
-    1]`` (this rank's tokens per rank, pairs per expert, out-of-range indices), ``token_pos``
-    ``[tokens, world]``, ``pair_pos`` ``[tokens * k]`` and ``tile_base`` ``[tiles, world + E]``."""
+    2]`` (this rank's tokens per rank, pairs per expert, out-of-range indices, the host's flag),
+    ``token_pos`` ``[tokens, world]``, ``pair_pos`` ``[tokens * k]`` and ``tile_base``
+    ``[tiles, world + E]``."""
 
     def __init__(self, tokens: int, k: int, world: int, num_experts: int, device) -> None:
         import torch
 
-        columns, tiles = world + num_experts, -(-tokens // TILE)
-        sizes = [columns + 1, tokens * world, tokens * k, tiles * columns]
+        columns, tiles = world + num_experts, max(1, -(-tokens // TILE))
+        sizes = [columns + 2, tokens * world, tokens * k, tiles * columns]
         flat = torch.empty(sum(sizes), dtype=torch.int32, device=device)
         self.totals, token_pos, self.pair_pos, tile_base = flat.split(sizes)
         self.token_pos = token_pos.view(tokens, world)
         self.tile_base = tile_base.view(tiles, columns)
 
 
-def layout(topk, num_experts: int, world: int, finished) -> Layout:
-    """Queues the layout kernel for ``topk`` (``[tokens, k]`` int64)."""
+def layout(topk, num_experts: int, world: int, finished, flag: int) -> Layout:
+    """Queues the layout kernel for ``topk`` (``[tokens, k]`` int64); ``flag`` rides along as the
+    totals' last entry."""
     tokens, k = topk.shape
     out = Layout(tokens, k, world, num_experts, topk.device)
     _call("gshmem_moe_layout", topk.data_ptr(), tokens, k, num_experts, world,
-          num_experts // world, out.token_pos.data_ptr(), out.pair_pos.data_ptr(),
+          num_experts // world, flag, out.token_pos.data_ptr(), out.pair_pos.data_ptr(),
           out.tile_base.data_ptr(), out.totals.data_ptr(), finished.data_ptr(),
           _stream(topk.device.index))  # fmt: skip
     return out
@@ -127,6 +130,13 @@ def dispatch(r: Route, x, topk, weights, per_rank: int, recv, arrived, blocks: i
           x.shape[1] * x.element_size(), topk.data_ptr(), weights.data_ptr(), topk.shape[1],
           per_rank, *(t.data_ptr() for t in recv), arrived.data_ptr(), blocks,
           _stream(x.device.index))  # fmt: skip
+
+
+def return_values(r: Route, values, src_rank, src_code, dest, returned, blocks: int) -> None:
+    """``values[p]`` (float32) to rank ``src_rank[p]``'s ``dest[src_code[p]]``; then signals."""
+    _call("gshmem_moe_return", _dev(r.device), r.pes.data_ptr(), r.world, r.me,
+          values.data_ptr(), src_rank.data_ptr(), src_code.data_ptr(), values.numel(),
+          dest.data_ptr(), returned.data_ptr(), blocks, _stream(values.device.index))  # fmt: skip
 
 
 def wait(counters, target: int) -> None:
@@ -221,5 +231,6 @@ __all__ = [
     "ll_send",
     "pull",
     "reduce",
+    "return_values",
     "wait",
 ]

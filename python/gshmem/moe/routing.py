@@ -70,8 +70,9 @@ def check(topk_idx: torch.Tensor, topk_weights: torch.Tensor, num_experts: int, 
 
 def check_counts(all_counts: torch.Tensor, num_experts: int) -> None:
     """Raises on every rank alike when any rank's ``topk_idx`` held an index outside
-    [-1, num_experts) (``all_counts``: every rank's ``counts``, on the host)."""
-    bad = all_counts[:, -1]
+    [-1, num_experts) (``all_counts``: every rank's ``counts``, on the host; columns past the
+    bad-index count are ignored)."""
+    bad = all_counts[:, all_counts.shape[0] + num_experts]
     if bool((bad > 0).any()):
         ranks = [i for i, b in enumerate(bad.tolist()) if b]
         raise UsageError(

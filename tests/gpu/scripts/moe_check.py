@@ -6,7 +6,9 @@ Usage: moe_check.py SCENARIO
            simple experts (row x scale[e]) against an fp32 reference. Routings: random with
            unrouted entries, every token to expert 0 (other experts empty), top-8 over few ranks
            (several experts of one rank per token), a rank with no tokens. Several calls in a row.
-  grad     autograd through dispatch -> experts -> combine against the same layer in fp32
+  grad     autograd through dispatch -> experts -> combine against the same layer in fp32: the
+           gradients of x and of the router weights (when every rank's need one, when only
+           rank 0's do, when none do)
   fp8      use_fp8=True: every received row's scales and e4m3 values against the token it came
            from (groups of magnitudes 10^-3..10^3), the combine of dequantized experts within
            the summed bound
@@ -156,19 +158,31 @@ def grad(comm) -> None:
     per, k, tokens = 4, 4, 256
     experts = per * world
     buf = Buffer(comm, HIDDEN, tokens, experts)
-    for step in range(2):
+    s = scales(experts)
+    # step 0: every rank's router weights need a gradient; step 1: only rank 0's (the others'
+    # must still return their dots); step 2: nobody's
+    for step in range(3):
         x, idx, w = inputs(me, tokens, k, experts, "random", 50 + step)
         g = torch.randn(tokens, HIDDEN, device="cuda")
         xr = x.detach().requires_grad_()
-        d = buf.dispatch(xr, idx, w)
+        wr = w.detach().requires_grad_(step == 0 or (step == 1 and me == 0))
+        d = buf.dispatch(xr, idx, wr)
         y = d.x * experts_of(d, me, per, experts)[:, None].to(torch.bfloat16)
         (buf.combine(y, d.handle).float() * g).sum().backward()
         # reference: d out[t] / d x[t] = sum_c w[t,c] scale[e] (elementwise experts)
-        s = scales(experts)
         factor = torch.where(idx >= 0, w * s[idx.clamp(min=0)], 0.0).sum(1)
         want = g * factor[:, None]
         err = (xr.grad.float() - want).abs().max().item()
         assert err <= 3e-2 * want.abs().max().item(), err
+        if not wr.requires_grad:
+            assert wr.grad is None
+            continue
+        # d out[t] / d w[t,c] = the expert's row: bf16(x[t] * scale[e]), dotted with g[t]
+        rows = (x.float()[:, None, :] * s[idx.clamp(min=0)][..., None]).to(torch.bfloat16)
+        terms = g[:, None, :] * rows.float()
+        want_w = torch.where(idx >= 0, terms.sum(-1), 0.0)
+        bound = 1e-2 * terms.abs().sum(-1) + 1e-6
+        assert ((wr.grad - want_w).abs() <= bound).all(), (wr.grad - want_w).abs().max()
 
 
 def fp8(comm) -> None:
