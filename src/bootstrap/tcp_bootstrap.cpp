@@ -22,6 +22,8 @@ constexpr uint32_t kProtocolVersion = 1;
 constexpr double kGraceSeconds = 5.0;
 // A new connection must present its credentials within this time.
 constexpr double kHelloSeconds = 5.0;
+// The longest error text rank 0 sends; a longer announcement is a protocol error.
+constexpr uint64_t kMaxErrorBytes = 1 << 16;
 
 enum Op : uint32_t { kAllgather = 1, kBroadcast = 2, kBarrier = 3, kAck = 4 };
 
@@ -201,6 +203,9 @@ void Bootstrap::client_connect() {
     throw_error(GSHMEM_ERROR_BOOTSTRAP, "bootstrap: rank 0 sent a malformed reply");
   }
   if (ack.status != GSHMEM_SUCCESS) {
+    if (ack.bytes > kMaxErrorBytes) {
+      throw_error(GSHMEM_ERROR_BOOTSTRAP, "bootstrap: rank 0 sent a malformed reply");
+    }
     std::string msg(ack.bytes, '\0');
     recv_all(root_.get(), msg.data(), msg.size(), ack_deadline, "rank 0");
     throw_error(static_cast<gshmem_result_t>(ack.status), msg);
@@ -279,6 +284,13 @@ std::vector<uint8_t> Bootstrap::exchange(uint32_t op, uint32_t arg, const void* 
   bool have_reply = false;
   auto receive_reply = [&](const Deadline& until) {
     recv_all(root_.get(), &reply, sizeof reply, until, "rank 0");
+    const bool fits = reply.status == GSHMEM_SUCCESS ? reply.bytes == out_bytes
+                                                     : reply.bytes <= kMaxErrorBytes;
+    if (reply.magic != kMsgMagic || reply.op != kAck || !fits) {
+      throw_error(GSHMEM_ERROR_BOOTSTRAP, "bootstrap: rank 0's reply to this " +
+                                              std::string(op_name(op)) +
+                                              " is malformed (protocol error)");
+    }
     payload.resize(reply.bytes);
     if (reply.bytes) recv_all(root_.get(), payload.data(), payload.size(), until, "rank 0");
     have_reply = true;
@@ -308,6 +320,23 @@ std::vector<uint8_t> Bootstrap::exchange(uint32_t op, uint32_t arg, const void* 
                                             std::string(op_name(op)) + " (protocol error)");
   }
   return payload;
+}
+
+void Bootstrap::check_same_call(const Header& mine, const Header& h, int r, size_t out_bytes) {
+  // Every rank must be in the same operation with compatible sizes.
+  size_t expect = mine.op == kAllgather                                             ? mine.bytes
+                  : mine.op == kBroadcast && static_cast<int>(mine.arg) == r ? out_bytes
+                                                                             : 0;
+  if (h.magic != kMsgMagic || h.op != mine.op || h.seq != mine.seq || h.arg != mine.arg ||
+      h.bytes != expect) {
+    fail_all(GSHMEM_ERROR_USAGE,
+             "bootstrap: collective mismatch: rank 0 called " + std::string(op_name(mine.op)) +
+                 " #" + std::to_string(mine.seq) + " (" + std::to_string(mine.bytes) +
+                 " bytes, arg " + std::to_string(mine.arg) + ") but rank " + std::to_string(r) +
+                 " called " + op_name(h.op) + " #" + std::to_string(h.seq) + " (" +
+                 std::to_string(h.bytes) + " bytes, arg " + std::to_string(h.arg) +
+                 "); every PE must make the same collective calls in the same order");
+  }
 }
 
 std::vector<uint8_t> Bootstrap::root_exchange(const Header& mine, const void* in,
@@ -348,11 +377,12 @@ std::vector<uint8_t> Bootstrap::root_exchange(const Header& mine, const void* in
       if (!fds[i].revents) continue;
       int r = who[i];
       Pending& p = pend[r];
+      bool header_done = false;
       try {
         if (p.got < sizeof(Header)) {
           p.got += recv_some(fds[i].fd, reinterpret_cast<char*>(&p.h) + p.got,
                              sizeof(Header) - p.got, rank_name(r));
-          if (p.got == sizeof(Header)) p.data.resize(p.h.bytes);
+          header_done = p.got == sizeof(Header);
         } else {
           size_t off = p.got - sizeof(Header);
           p.got += recv_some(fds[i].fd, p.data.data() + off, p.data.size() - off, rank_name(r));
@@ -361,30 +391,18 @@ std::vector<uint8_t> Bootstrap::root_exchange(const Header& mine, const void* in
         fail_all(GSHMEM_ERROR_BOOTSTRAP, std::string("bootstrap ") + op_name(mine.op) + ": " +
                                              e.what());
       }
+      if (header_done) {
+        // Judge the header before reading (or allocating for) the payload it announces.
+        check_same_call(mine, p.h, r, out_bytes);
+        p.data.resize(p.h.bytes);
+      }
       if (p.got == sizeof(Header) + p.data.size() && p.got >= sizeof(Header)) {
         p.done = true;
         --remaining;
       }
     }
   }
-  // Every rank must be in the same operation with compatible sizes.
   std::vector<uint8_t> out(out_bytes);
-  for (int r = 1; r < nranks_; ++r) {
-    const Header& h = pend[r].h;
-    size_t expect = mine.op == kAllgather ? mine.bytes
-                    : mine.op == kBroadcast && static_cast<int>(mine.arg) == r ? out_bytes
-                                                                               : 0;
-    if (h.magic != kMsgMagic || h.op != mine.op || h.seq != mine.seq || h.arg != mine.arg ||
-        h.bytes != expect) {
-      fail_all(GSHMEM_ERROR_USAGE,
-               "bootstrap: collective mismatch: rank 0 called " + std::string(op_name(mine.op)) +
-                   " #" + std::to_string(mine.seq) + " (" + std::to_string(mine.bytes) +
-                   " bytes, arg " + std::to_string(mine.arg) + ") but rank " + std::to_string(r) +
-                   " called " + op_name(h.op) + " #" + std::to_string(h.seq) + " (" +
-                   std::to_string(h.bytes) + " bytes, arg " + std::to_string(h.arg) +
-                   "); every PE must make the same collective calls in the same order");
-    }
-  }
   if (mine.op == kAllgather) {
     if (mine.bytes) std::memcpy(out.data(), in, mine.bytes);
     for (int r = 1; r < nranks_; ++r)

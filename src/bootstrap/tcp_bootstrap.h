@@ -43,7 +43,10 @@ class Bootstrap {
   std::vector<uint8_t> root_exchange(const Header& mine, const void* in, size_t out_bytes);
   void root_accept(Fd listener);
   void client_connect();
-  void fail_all(gshmem_result_t code, const std::string& message);
+  // Throws (after telling every rank, like fail_all) unless rank r's header h announces the
+  // same collective call as rank 0's `mine`.
+  void check_same_call(const Header& mine, const Header& h, int r, size_t out_bytes);
+  [[noreturn]] void fail_all(gshmem_result_t code, const std::string& message);
 
   UniqueId id_;
   int rank_;

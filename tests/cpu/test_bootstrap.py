@@ -120,6 +120,32 @@ def test_an_authenticated_hello_with_a_bad_rank_fails_the_job_clearly():
     s.close()
 
 
+@pytest.mark.parametrize(
+    "header",
+    [
+        struct.pack("<IIIiQQ", 0x4D485347, 1, 0, 0, 1, 1 << 62),  # allgather of 2^62 bytes
+        struct.pack("<IIIiQQ", 0xDEADBEEF, 1, 0, 0, 1, 3),  # bad magic
+        os.urandom(32),
+    ],
+    ids=["huge", "magic", "random"],
+)
+def test_a_malformed_request_from_an_admitted_rank_fails_fast_and_clearly(header):
+    """Rank 1 (a process holding the secret) sends a malformed request in rank 0's allgather:
+    rank 0 must name the mismatch at once, not allocate what it announces or wait for it."""
+    uid = new_uid()
+    root = start(uid, 0, 2, "collectives", timeout=30.0)
+    s = rendezvous(uid)
+    s.sendall(hello(uid, 1, 2))
+    s.settimeout(10)
+    assert struct.unpack("<IIIiQQ", s.recv(32, socket.MSG_WAITALL))[3] == 0  # admitted
+    begin = time.monotonic()
+    s.sendall(header)
+    res = outcome(root)
+    assert res["error"] == "UsageError" and "collective mismatch" in res["msg"], res
+    assert time.monotonic() - begin < 5.0
+    s.close()
+
+
 def test_missing_rank_times_out_naming_it_on_every_rank():
     uid = new_uid()
     procs = [start(uid, r, 4, "collectives", timeout=2.0) for r in (0, 1, 3)]
