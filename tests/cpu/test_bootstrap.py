@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import struct
 import subprocess
@@ -91,6 +92,8 @@ def test_garbage_and_silent_connections_neither_break_nor_delay_the_job():
              hello(uid, 1, 2)[:20],  # a Hello cut short
              hello(uid, 1, 2, magic=0x12345678), hello(uid, 1, 2, version=99),
              hello(bytes(64), 1, 2)]  # fmt: skip
+    rng = random.Random(7)  # and random greetings: a real magic and version, the rest random
+    noise += [hello(uid, 1, 2)[:8] + os.urandom(rng.randrange(0, 64)) for _ in range(20)]
     for payload in noise:
         s = rendezvous(uid)
         s.sendall(payload)
