@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from gshmem import _C, Error
 
@@ -18,6 +19,9 @@ def run(uid: bytes, rank: int, nranks: int, timeout: float, scenario: str) -> ob
         return None
     if scenario == "exit-after-connect":
         os._exit(0)  # vanish without closing anything politely
+    if scenario == "stall":  # connected, then never calls anything (the test kills it)
+        print(json.dumps({"connected": True}), flush=True)
+        time.sleep(600)
     if scenario == "mismatch" and rank == 1:
         bs.barrier()
         return None

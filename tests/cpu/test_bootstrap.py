@@ -184,6 +184,28 @@ def test_a_rank_that_dies_is_named():
     assert "rank 1" in other["msg"]
 
 
+@pytest.mark.parametrize("victim", [0, 1])
+def test_a_rank_killed_while_the_others_wait_is_named_at_once(victim):
+    """kill -9 of a rank (rank 0, the hub, or another) while the others wait in a collective:
+    they fail naming it within seconds, not after GSHMEM_TIMEOUT (60 s here)."""
+    uid = new_uid()
+    procs = [start(uid, r, 3, "stall" if r == victim else "survivor", timeout=60.0)
+             for r in range(3)]  # fmt: skip
+    stalled = procs[victim]
+    assert json.loads(stalled.stdout.readline())["connected"]
+    time.sleep(0.5)  # the others are inside their first collective by now
+    begin = time.monotonic()
+    stalled.kill()
+    stalled.wait(10)
+    for r, p in enumerate(procs):
+        if r == victim:
+            continue
+        res = outcome(p)
+        assert res["error"] == "BootstrapError", res
+        assert f"rank {victim}" in res["msg"], res
+    assert time.monotonic() - begin < 10.0
+
+
 def test_nranks_disagreement_is_a_usage_error():
     uid = new_uid()
     a, b = start(uid, 0, 2, "connect-only"), start(uid, 1, 3, "connect-only")
