@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gshmem._errors import UsageError
+from gshmem.moe import routing
 
 if TYPE_CHECKING:
     import torch
@@ -59,6 +60,18 @@ class Context:
         if self.hidden % FP8_GROUP:
             raise UsageError(f"moe: FP8 dispatch needs hidden to be a multiple of {FP8_GROUP} "
                              f"(a scale per {FP8_GROUP} elements), got {self.hidden}")  # fmt: skip
+
+    def dispatch_args(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
+                      use_fp8: bool) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        """Checks a dispatch's arguments (either mode); returns x, topk_idx as int64 and
+        topk_weights, each contiguous."""
+        self.tokens_in(x)
+        if use_fp8:
+            self.fp8_ok()
+        routing.check(topk_idx, topk_weights, self.num_experts, self.world)
+        if topk_idx.shape[0] != x.shape[0]:
+            raise UsageError("moe: topk_idx must have one row per token of x")
+        return x.contiguous(), topk_idx.long().contiguous(), topk_weights.contiguous()
 
     def tokens_in(self, x: torch.Tensor) -> None:
         """``x`` must be ``[tokens, hidden]`` with at most ``max_tokens`` tokens."""

@@ -122,13 +122,7 @@ class HighThroughput:
         the next call on this buffer must be ``combine``."""
         self._expect("dispatch")
         c = self.ctx
-        c.tokens_in(x)
-        if use_fp8:
-            c.fp8_ok()
-        routing.check(topk_idx, topk_weights, c.num_experts, c.world)
-        if topk_idx.shape[0] != x.shape[0]:
-            raise UsageError("moe: topk_idx must have one row per token of x")
-        x, topk, weights = x.contiguous(), topk_idx.long().contiguous(), topk_weights.contiguous()
+        x, topk, weights = c.dispatch_args(x, topk_idx, topk_weights, use_fp8)
         wants = torch.is_grad_enabled() and topk_weights.requires_grad
         layout = kernels.layout(topk, c.num_experts, c.world, self.finished, int(wants))
         route = kernels.Route(c.device_bytes, c.pes, c.me, c.num_experts, layout)

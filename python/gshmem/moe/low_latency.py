@@ -116,14 +116,8 @@ class LowLatency:
                  return_recv_hook: bool = False, use_fp8: bool = False
                  ) -> LowLatencyDispatched:  # fmt: skip
         c = self.ctx
-        c.tokens_in(x)
-        if use_fp8:
-            c.fp8_ok()
-        routing.check(topk_idx, topk_weights, c.num_experts, c.world)
-        if topk_idx.shape[0] != x.shape[0]:
-            raise UsageError("moe: topk_idx must have one row per token of x")
+        x, topk, weights = c.dispatch_args(x, topk_idx, topk_weights, use_fp8)
         self._expect(0)
-        x, topk = x.contiguous(), topk_idx.long().contiguous()
         kernels.ll_send(c.device_bytes, c.pes, c.me, x, topk, c.num_experts, self.bufs, c.blocks,
                         use_fp8)  # fmt: skip
         self.dispatches += 1
@@ -134,7 +128,7 @@ class LowLatency:
                               device=x.device) if use_fp8 else None)  # fmt: skip
         hook = self._split(lambda: kernels.ll_recv(self.bufs, out, scales, c.blocks), 1,
                            return_recv_hook)  # fmt: skip
-        handle = LowLatencyHandle(topk, topk_weights.contiguous(), self.dispatches)
+        handle = LowLatencyHandle(topk, weights, self.dispatches)
         return LowLatencyDispatched(out, self.bufs.out_count, self.bufs.out_src, handle, hook,
                                     scales)  # fmt: skip
 

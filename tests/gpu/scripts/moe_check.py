@@ -235,10 +235,11 @@ def badargs(comm) -> None:
 SCENARIOS = {"values": values, "grad": grad, "fp8": fp8, "badargs": badargs}
 
 
-def main() -> None:
+def main(scenarios: dict = SCENARIOS) -> None:
+    """Runs the scenario named by argv[1] as this rank; every rank prints PASS on success."""
     scenario = sys.argv[1]
     comm = gshmem.init()
-    SCENARIOS[scenario](comm)
+    scenarios[scenario](comm)
     torch.cuda.synchronize()
     comm.barrier()
     print(f"PASS {scenario}", flush=True)

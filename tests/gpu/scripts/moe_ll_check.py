@@ -22,8 +22,6 @@ Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
 
 from __future__ import annotations
 
-import sys
-
 import torch
 from expect import expect_usage
 from moe_check import (
@@ -32,11 +30,11 @@ from moe_check import (
     check_fp8_rows,
     fp8_inputs,
     inputs,
+    main,
     reference_combine,
     scales,
 )
 
-import gshmem
 from gshmem.moe import Buffer
 
 MAX_TOKENS = 96
@@ -234,15 +232,5 @@ SCENARIOS = {"values": values, "hook": hook, "graph": graph, "fp8": fp8, "badarg
              "trap": trap}  # fmt: skip
 
 
-def main() -> None:
-    scenario = sys.argv[1]
-    comm = gshmem.init()
-    SCENARIOS[scenario](comm)
-    torch.cuda.synchronize()
-    comm.barrier()
-    print(f"PASS {scenario}", flush=True)
-    comm.finalize()
-
-
 if __name__ == "__main__":
-    main()
+    main(SCENARIOS)
