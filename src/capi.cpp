@@ -68,6 +68,10 @@ gshmem_result_t gshmem_comm_abort(gshmem_comm_t comm) {
   });
 }
 
+gshmem_result_t gshmem_comm_check(gshmem_comm_t comm) {
+  return guarded([&] { live(comm); });
+}
+
 gshmem_result_t gshmem_comm_info(gshmem_comm_t comm, gshmem_comm_info_t* info) {
   return guarded([&] {
     require_out(info, "info");

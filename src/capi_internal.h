@@ -41,8 +41,11 @@ gshmem_result_t guarded(F&& body) {
   }
 }
 
+// The comm behind a handle, for every call but abort: raises GSHMEM_ERROR_FAULT once a peer
+// died or a device wait gave up (the comm can then only be aborted).
 inline gshmem::Comm& live(gshmem_comm_t comm) {
   GSHMEM_REQUIRE(comm != nullptr && comm->impl != nullptr, "comm is NULL or already finalized");
+  comm->impl->check_faults();
   return *comm->impl;
 }
 

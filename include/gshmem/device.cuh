@@ -6,6 +6,7 @@
 //   device/types.cuh    Device, Team, Cmp, SignalOp, my_pe, n_pes
 //   device/scope.cuh    Thread, Warp, Block: who makes a scoped call
 //   device/ptr.cuh      ptr, team_ptr: peers' addresses of symmetric objects
+//   device/deadline.cuh Deadline, failed: how the bounded waits give up (GSHMEM_TIMEOUT, abort)
 //   device/order.cuh    fence, quiet
 //   device/rma.cuh      put, get, put_nbi, get_nbi, p, g, iput, iget
 //   device/signal.cuh   put_signal(_nbi), signal_op, signal_fetch, signal_wait_until
@@ -20,6 +21,7 @@
 #include "device/atomic.cuh"
 #include "device/barrier.cuh"
 #include "device/coll.cuh"
+#include "device/deadline.cuh"
 #include "device/order.cuh"
 #include "device/ptr.cuh"
 #include "device/reduce.cuh"

@@ -33,7 +33,39 @@ typedef decltype(static_cast<char*>(0) - static_cast<char*>(0)) ptrdiff_t;
 extern "C" {
 #endif
 
-#define GSHMEM_DEVICE_STATE_VERSION 1
+#define GSHMEM_DEVICE_STATE_VERSION 2
+
+/* What gave up waiting (gshmem_fault_t.op). */
+#define GSHMEM_WAIT_SIGNAL 1     /* signal_wait_until */
+#define GSHMEM_WAIT_VALUE 2      /* wait_until and its _all/_any/_some forms */
+#define GSHMEM_WAIT_BARRIER 3    /* sync, barrier (device API, on-stream barrier) */
+#define GSHMEM_WAIT_COLLECTIVE 4 /* gshmem's collective kernels */
+#define GSHMEM_WAIT_MOE 5        /* gshmem.moe's dispatch and combine kernels */
+
+/* Why (gshmem_fault_t.cause). */
+#define GSHMEM_FAULT_TIMEOUT 1 /* the wait lasted longer than GSHMEM_TIMEOUT */
+#define GSHMEM_FAULT_ABORT 2   /* the comm was aborted (comm.abort(), the watchdog) */
+#define GSHMEM_FAULT_OTHER 3   /* another wait of this comm had already failed */
+
+/* The first bounded device wait of a comm that gives up records here what it waited for
+ * (docs/reliability.md). It lives in host memory mapped into the GPU, so the host reads it
+ * without synchronising with kernels that may still run, and sets `abort` for kernels that spin.
+ * Kernels elect the one writer with an atomic on dev.fault_claim (GPU memory: atomics to host
+ * memory are not atomic with the host's), then store the fields and, last, `recorded`. */
+typedef struct gshmem_fault {
+  uint32_t abort;     /* written by the host: nonzero makes every bounded wait give up */
+  uint32_t recorded;  /* written last by the device: the fields below are complete */
+  int32_t op;         /* GSHMEM_WAIT_* */
+  int32_t cause;      /* GSHMEM_FAULT_* */
+  int32_t pe;         /* world PE waited for, -1 when the wait has no single peer */
+  int32_t cmp;        /* the comparison (gshmem_cmp_t order: EQ NE GT GE LT LE), -1 none */
+  int32_t block;      /* blockIdx.x and threadIdx.x of the thread that gave up */
+  int32_t thread;
+  uint64_t addr;      /* the word polled */
+  uint64_t expected;  /* the value compared against */
+  uint64_t seen;      /* the last value read */
+  uint64_t waited_ns; /* how long it waited */
+} gshmem_fault_t;
 
 /* A team: the PEs start, start + stride, ..., start + (size - 1) * stride of the world (world
  * ranks). Teams are values: creating one is local arithmetic, never a collective, and a team
@@ -61,6 +93,10 @@ typedef struct gshmem_device {
   gshmem_team_t world;  /* every PE */
   gshmem_team_t node;   /* the PEs this PE reaches by loads/stores (same host, P2P on); size 0
                            when they are not evenly strided in the world */
+  /* version 2: bounded waits (device/deadline.cuh) */
+  uint64_t timeout_ns;  /* GSHMEM_TIMEOUT: how long a bounded wait polls before it gives up */
+  uint64_t fault;       /* gshmem_fault_t* (host memory mapped into this GPU) */
+  uint64_t fault_claim; /* uint32_t in GPU memory: 0 until a wait claims the fault record */
 } gshmem_device_t;
 
 /* World rank of team PE `pe` (0 <= pe < team->size). */

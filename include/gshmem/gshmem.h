@@ -38,6 +38,8 @@ typedef enum {
   GSHMEM_ERROR_HEAP = 4,      /* heap exhausted, or PEs allocated differently */
   GSHMEM_ERROR_CUDA = 5,      /* a CUDA call failed (no GPU, driver too old, out of memory...) */
   GSHMEM_ERROR_SYSTEM = 6,    /* an operating-system call failed */
+  GSHMEM_ERROR_FAULT = 7,     /* a peer died, or a device wait gave up (GSHMEM_TIMEOUT, abort): the
+                                 message names the PE and the wait; the comm can only be aborted */
 } gshmem_result_t;
 
 /* The message for the last failed call on this thread ("" if none). */
@@ -82,9 +84,17 @@ gshmem_result_t gshmem_comm_init(gshmem_comm_t* comm, const gshmem_unique_id_t* 
  * live are released too. The handle is invalid afterwards. */
 gshmem_result_t gshmem_comm_finalize(gshmem_comm_t comm);
 
-/* Not collective. Releases everything this PE holds without waiting for the others (for error
- * paths: peers will see this PE disappear and fail their next collective with a clear error). */
+/* Not collective. Makes every bounded device wait of this comm give up and every on-stream wait
+ * go on (their results are undefined), then releases everything this PE holds without waiting
+ * for the others (for error paths: peers will see this PE disappear and fail their next call with
+ * a clear error). */
 gshmem_result_t gshmem_comm_abort(gshmem_comm_t comm);
+
+/* Not collective, not blocking (one load from host memory). GSHMEM_ERROR_FAULT, with a message
+ * naming the PE and the wait, once a peer on this host died (the comm's watchdog) or a bounded
+ * device wait gave up (GSHMEM_TIMEOUT); GSHMEM_SUCCESS otherwise. Every other call but abort
+ * makes the same check first, so a failed comm fails every call; only abort is left to do. */
+gshmem_result_t gshmem_comm_check(gshmem_comm_t comm);
 
 typedef struct {
   int rank;        /* this PE */

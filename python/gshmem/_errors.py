@@ -29,4 +29,17 @@ class CudaError(Error):
     """A CUDA call failed (no GPU, driver too old, out of device memory, ...)."""
 
 
-__all__ = ["Error", "UsageError", "BootstrapError", "TimeoutError", "HeapError", "CudaError"]
+class FaultError(Error):
+    """A peer died, or a device-side wait gave up (GSHMEM_TIMEOUT, abort): the message names the
+    PE and the wait. The comm fails every later call; abort it (docs/reliability.md)."""
+
+
+__all__ = [
+    "Error",
+    "UsageError",
+    "BootstrapError",
+    "TimeoutError",
+    "HeapError",
+    "CudaError",
+    "FaultError",
+]

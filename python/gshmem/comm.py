@@ -132,9 +132,19 @@ class Comm:
         self._handle.finalize()
 
     def abort(self) -> None:
-        """Not collective: releases everything now; peers' next collective fails clearly."""
+        """Not collective, like ``ncclCommAbort``: makes every bounded device wait of this comm
+        give up and every on-stream wait go on (their results are undefined), then releases the
+        heap, file descriptors and sockets without waiting for peers, whose next call fails
+        naming this PE."""
         self._live.clear()
         self._handle.abort()
+
+    def check(self) -> None:
+        """Not collective, not blocking: raises ``gshmem.FaultError`` naming the PE and the wait
+        once a peer on this host died (the comm's watchdog) or a bounded device wait gave up
+        (``GSHMEM_TIMEOUT``). Every other call of the comm makes this check first; call it after
+        synchronising a stream to learn whether the kernels on it completed their waits."""
+        self._handle.check()
 
     def __enter__(self) -> Comm:
         return self

@@ -44,6 +44,29 @@ class DeviceStruct(ctypes.Structure):
         ("sync", ctypes.c_uint64),
         ("world", TeamStruct),
         ("node", TeamStruct),
+        ("timeout_ns", ctypes.c_uint64),
+        ("fault", ctypes.c_uint64),
+        ("fault_claim", ctypes.c_uint64),
+    ]
+
+
+class FaultStruct(ctypes.Structure):
+    """The C ``gshmem_fault_t``: what the first bounded device wait that gave up recorded
+    (docs/reliability.md); checked against the C layout when this module is imported."""
+
+    _fields_ = [
+        ("abort", ctypes.c_uint32),
+        ("recorded", ctypes.c_uint32),
+        ("op", ctypes.c_int32),
+        ("cause", ctypes.c_int32),
+        ("pe", ctypes.c_int32),
+        ("cmp", ctypes.c_int32),
+        ("block", ctypes.c_int32),
+        ("thread", ctypes.c_int32),
+        ("addr", ctypes.c_uint64),
+        ("expected", ctypes.c_uint64),
+        ("seen", ctypes.c_uint64),
+        ("waited_ns", ctypes.c_uint64),
     ]
 
 
@@ -56,6 +79,9 @@ def _check_layout() -> None:
             "gshmem.device: DeviceStruct does not match gshmem_device_t in the native library "
             f"(python {offsets}, C {dict(_C.DEVICE_STATE_OFFSETS)}); reinstall gshmem"
         )
+    fault = {name: getattr(FaultStruct, name).offset for name, _ in FaultStruct._fields_}
+    if fault != dict(_C.FAULT_OFFSETS) or ctypes.sizeof(FaultStruct) != _C.FAULT_SIZE:
+        raise ImportError("gshmem.device: FaultStruct does not match gshmem_fault_t; reinstall")
     if ctypes.sizeof(TeamStruct) != _C.TEAM_SIZE:
         raise ImportError("gshmem.device: TeamStruct does not match gshmem_team_t; reinstall")
 
@@ -127,4 +153,4 @@ def peer_bases(comm: Comm) -> torch.Tensor:
     return torch.tensor(bases, dtype=torch.int64, device=f"cuda:{comm.device}")
 
 
-__all__ = ["DeviceHandle", "DeviceStruct", "device_handle", "peer_bases"]
+__all__ = ["DeviceHandle", "DeviceStruct", "FaultStruct", "device_handle", "peer_bases"]

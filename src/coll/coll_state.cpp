@@ -85,7 +85,6 @@ CollState::CollState(Comm& comm) {
   sync_.descs = reinterpret_cast<uint64_t*>(sync_.packets + packets);
   sync_.slot_bytes = mine.slot_bytes;
   sync_.packet_bytes = kPacketSlotBytes;
-  sync_.timeout_ns = static_cast<uint64_t>(env::timeout_seconds() * 1e9);
   sync_.ctas = static_cast<int32_t>(mine.ctas);
   sync_.n_pes = static_cast<int32_t>(n);
   check_ = mine.check != 0;

@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kThreads)
       const int q = world(team, t);
       if (q == dev.my_pe) continue;
       store8(out + t * stride, i, bytes,
-             load_packet(s, dev, local_packet_slot(s, q) + i, epoch(s, q), q));
+             load_packet(dev, local_packet_slot(s, q) + i, epoch(s, q), q));
     }
   }
   end_call(s, dev, team, 0);

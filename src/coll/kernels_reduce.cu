@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kThreads)
       const int q = world(team, t);
       const unsigned long long v =
           q == dev.my_pe ? load8(block(t), i, bytes)
-                         : load_packet(s, dev, local_packet_slot(s, q) + i, epoch(s, q), q);
+                         : load_packet(dev, local_packet_slot(s, q) + i, epoch(s, q), q);
       if (t == 0) {
         acc.set(v);
       } else {

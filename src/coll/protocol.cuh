@@ -29,8 +29,10 @@
 // cannot pass for new (an epoch value comes back only after 2^32 - 1 calls with that peer, into
 // the other parity's slot).
 //
-// Every wait is bounded: after Sync::timeout_ns (GSHMEM_TIMEOUT) it prints which PE and CTA
-// waited for whom and traps, which fails the stream with an error instead of hanging.
+// Every wait is bounded (gshmem/device/deadline.cuh): after GSHMEM_TIMEOUT, on comm.abort() or
+// once another wait of the comm failed, it records what it waited for and from whom, and goes on
+// as if it had arrived: the kernel ends (every later wait gives up at its first check), its
+// results are undefined, and the host raises gshmem.FaultError at the comm's next call.
 //
 // Argument check (GSHMEM_COLL_CHECK=1): in phase 1, CTA 0 stores the call's descriptor (which
 // collective, dtype, operator, root, count) into each receiver's descs[parity][me] before its
@@ -43,6 +45,7 @@
 
 #include "coll/sync.h"
 #include "gshmem/device/copy.cuh"
+#include "gshmem/device/deadline.cuh"
 #include "gshmem/device/ptr.cuh"
 #include "gshmem/device/ptx.cuh"
 #include "gshmem/device/scope.cuh"
@@ -74,30 +77,6 @@ __device__ inline int push_target(const Team& team, int k) {
   const int others = team.size - 1;
   return (team.my_pe + 1 + (k + static_cast<int>(blockIdx.x)) % others) % team.size;
 }
-
-__device__ inline unsigned long long globaltimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// Called in a polling loop: traps once the wait has lasted longer than the comm's timeout.
-struct Deadline {
-  unsigned long long start = 0;
-  unsigned spins = 0;
-  __device__ void check(const Sync& s, const Device& dev, const char* what, int from) {
-    if ((++spins & 1023u) != 0) return;
-    const unsigned long long now = globaltimer();
-    if (start == 0) {
-      start = now;
-    } else if (now - start > s.timeout_ns) {
-      printf("gshmem collective: PE %d CTA %d waited more than GSHMEM_TIMEOUT for %s from PE %d "
-             "(did every member make the same collective calls in the same order?)\n",
-             dev.my_pe, static_cast<int>(blockIdx.x), what, from);
-      __trap();
-    }
-  }
-};
 
 // This CTA's counters for world PE q.
 __device__ inline size_t counter(const Sync& s, int q) {
@@ -163,8 +142,13 @@ __device__ inline void arrive_and_wait(const Sync& s, const Device& dev, const T
     const unsigned long long want = s.tallies[counter(s, q)] + phase;
     const unsigned long long* arrived =
         reinterpret_cast<const unsigned long long*>(s.arrivals) + counter(s, q);
-    Deadline deadline;
-    while (gshmem::detail::ld_acquire(arrived) < want) deadline.check(s, dev, "a signal", q);
+    const gshmem::detail::Waited what{GSHMEM_WAIT_COLLECTIVE, q, static_cast<int>(Cmp::GE),
+                                      arrived, want};
+    gshmem::Deadline deadline;
+    unsigned long long seen;
+    while ((seen = gshmem::detail::ld_acquire(arrived)) < want) {
+      if (deadline.expired(dev, what, seen)) break;
+    }
     if (check) {
       const uint64_t theirs = *desc_slot(s, parity(s, q), q);
       if (theirs != s.desc) {
@@ -219,17 +203,19 @@ __device__ inline void store_packet(uint4* p, unsigned long long data, unsigned 
                : "memory");
 }
 
-__device__ inline unsigned long long load_packet(const Sync& s, const Device& dev,
+__device__ inline unsigned long long load_packet(const Device& dev,
                                                  const uint4* p, unsigned flag, int from) {
   unsigned lo, f1, hi, f2;
-  Deadline deadline;
+  const gshmem::detail::Waited what{GSHMEM_WAIT_COLLECTIVE, from, static_cast<int>(Cmp::EQ), p,
+                                    flag};
+  gshmem::Deadline deadline;
   do {
     asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(lo), "=r"(f1), "=r"(hi), "=r"(f2)
                  : "l"(p)
                  : "memory");
     if (f1 == flag && f2 == flag) break;
-    deadline.check(s, dev, "a packet", from);
+    if (deadline.expired(dev, what, f1 == flag ? f2 : f1)) break;
   } while (true);
   return (static_cast<unsigned long long>(hi) << 32) | lo;
 }

@@ -35,7 +35,6 @@ struct Sync {
   uint64_t packet_bytes;  // bytes of one packet slot (16-byte packets, 8 data bytes each)
   uint64_t* descs;
   uint64_t desc;          // this call's descriptor (describe() in ops.cpp), 0: no check
-  uint64_t timeout_ns;    // a device wait longer than this traps (GSHMEM_TIMEOUT)
   int32_t ctas;           // this launch's grid (CollState: the comm's maximum, GSHMEM_COLL_CTAS;
                           // ops.cpp lowers it per launch from the launch's size, alike on all PEs)
   int32_t n_pes;

@@ -62,6 +62,7 @@ double timeout_seconds() {
   return t;
 }
 
+bool watchdog() { return get_bool("GSHMEM_WATCHDOG", true); }
 bool check_alloc() { return get_bool("GSHMEM_CHECK_ALLOC", true); }
 bool disable_p2p() { return get_bool("GSHMEM_DISABLE_P2P", false); }
 bool debug() { return get_bool("GSHMEM_DEBUG", false); }

@@ -9,6 +9,8 @@ namespace gshmem::env {
 
 // GSHMEM_TIMEOUT: seconds any host-side wait may take before failing (default 120).
 double timeout_seconds();
+// GSHMEM_WATCHDOG (default on): whether each comm runs its watchdog thread (core/watchdog.h).
+bool watchdog();
 // GSHMEM_CHECK_ALLOC: compare the allocation sequence across PEs at each heap call (default 1).
 bool check_alloc();
 // GSHMEM_DISABLE_P2P: treat no peer as load/store-reachable, even on the same host (default 0).

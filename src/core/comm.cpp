@@ -23,6 +23,9 @@ struct PeerInfo {
   uint64_t reserve;       // heap bytes this PE asks to reserve
   int32_t error_code;     // GSHMEM_SUCCESS, or why this PE cannot take part
   int32_t p2p_disabled;
+  int32_t pid;
+  uint64_t pid_namespace;  // where `pid` means this process (the watchdog's /proc checks)
+  uint64_t start_time;     // process_start_time(pid)
   char error[224];
 };
 
@@ -41,6 +44,12 @@ uint64_t host_identity() {
   ssize_t n = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
   if (n > 0) id += "|" + std::string(ns, static_cast<size_t>(n));
   return hash_bytes(id.data(), id.size(), 0);
+}
+
+uint64_t pid_namespace() {
+  char ns[128] = {};
+  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  return n > 0 ? hash_bytes(ns, static_cast<size_t>(n), 0) : 0;
 }
 
 uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -103,6 +112,9 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
   PeerInfo mine{};
   mine.host = host_identity();
   mine.p2p_disabled = env::disable_p2p();
+  mine.pid = static_cast<int32_t>(getpid());
+  mine.pid_namespace = pid_namespace();
+  mine.start_time = process_start_time(mine.pid);
   try {
     probe_device(device, mine);
   } catch (const Error& e) {
@@ -144,6 +156,7 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
     config.local_index[rank] = 0;
   }
   const double setup_ms = ms_since(t_start) - bootstrap_ms;
+  faults_ = std::make_unique<FaultState>(device);
   heap_ = std::make_unique<SymmetricHeap>(*bootstrap_, channel_.get(), std::move(config));
   log_debug(rank, "comm ready: %d PEs, %d on this host (local rank %d), device %d, p2p %s, "
                   "heap reserve %llu MiB; bootstrap %.1f ms (includes waiting for the last "
@@ -154,9 +167,35 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
   device_state_ = std::make_unique<DeviceState>(*this);
   stream_state_ = std::make_unique<stream::StreamState>(*this);
   coll_state_ = std::make_unique<coll::CollState>(*this);
+  if (env::watchdog()) {
+    std::vector<PeerProcess> peers;
+    for (int r : local_ranks_) {
+      if (r != rank && all[r].pid_namespace == mine.pid_namespace && mine.pid_namespace != 0) {
+        peers.push_back({r, all[r].pid, all[r].start_time});
+      }
+    }
+    watchdog_ = std::make_unique<Watchdog>(
+        std::move(peers), [this] { return faults_->failed(); },
+        [this](const std::string& reason) { stop_waits(reason); }, std::chrono::milliseconds(100));
+  }
+}
+
+void Comm::stop_waits(const std::string& reason) noexcept {
+  if (!reason.empty()) faults_->record_host(reason);
+  faults_->request_abort();
+  if (stream_state_) stream_state_->release_waits();
+}
+
+void Comm::check_faults() const {
+  if (faults_) faults_->check(rank_);
 }
 
 Comm::~Comm() { abort(); }
+
+FaultState& Comm::faults() {
+  GSHMEM_REQUIRE(faults_ != nullptr, "this comm has been finalized");
+  return *faults_;
+}
 
 Bootstrap& Comm::bootstrap() {
   GSHMEM_REQUIRE(bootstrap_ != nullptr, "this comm has been finalized");
@@ -199,11 +238,14 @@ void Comm::finalize() {
 }
 
 void Comm::abort() noexcept {
+  watchdog_.reset();
+  if (faults_) stop_waits("");
   nccl_.reset();
   coll_state_.reset();
   stream_state_.reset();
   device_state_.reset();
   heap_.reset();
+  faults_.reset();
   if (channel_) channel_->close();
   channel_.reset();
   if (bootstrap_) bootstrap_->close();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "bootstrap/local_channel.h"
@@ -11,6 +12,8 @@
 #include "coll/coll_state.h"
 #include "coll/nccl.h"
 #include "core/device_state.h"
+#include "core/fault.h"
+#include "core/watchdog.h"
 #include "heap/symmetric_heap.h"
 #include "stream/stream_state.h"
 
@@ -26,8 +29,14 @@ class Comm {
 
   // Collective: waits for this device's work and for every PE, then releases everything.
   void finalize();
-  // Releases everything now, without waiting for anyone.
+  // Makes every bounded device wait give up and every on-stream wait go on (their results are
+  // undefined), then releases everything now, without waiting for anyone.
   void abort() noexcept;
+  // Throws GSHMEM_ERROR_FAULT once a device wait gave up or a peer died (FaultState).
+  void check_faults() const;
+  // Records `reason` (unless empty) as this comm's fault, makes every bounded device wait give
+  // up and every noted on-stream wait go on. Any thread (the watchdog calls it).
+  void stop_waits(const std::string& reason) noexcept;
 
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
@@ -37,6 +46,7 @@ class Comm {
   bool finalized() const { return heap_ == nullptr; }
 
   Bootstrap& bootstrap();
+  FaultState& faults();
   SymmetricHeap& heap();
   DeviceState& device_state();
   stream::StreamState& stream_state();
@@ -53,11 +63,13 @@ class Comm {
   std::vector<int> local_ranks_;  // world ranks on this host, increasing
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<LocalChannel> channel_;
+  std::unique_ptr<FaultState> faults_;  // before device_state_, which hands out its addresses
   std::unique_ptr<SymmetricHeap> heap_;
   std::unique_ptr<DeviceState> device_state_;  // after heap_: destroyed first
   std::unique_ptr<stream::StreamState> stream_state_;  // on-stream operations (src/stream/)
   std::unique_ptr<coll::CollState> coll_state_;  // gshmem's collectives (src/coll/)
   std::unique_ptr<coll::NcclBackend> nccl_;  // src/coll/nccl.h; released first in abort()
+  std::unique_ptr<Watchdog> watchdog_;       // last: it uses faults_ and stream_state_
 };
 
 }  // namespace gshmem

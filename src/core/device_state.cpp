@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/cuda_api.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "core/comm.h"
 #include "team/team.h"
@@ -49,6 +50,9 @@ DeviceState::DeviceState(Comm& comm) : local_index_(nullptr, DeviceFree{comm.dev
   state_.sync = reinterpret_cast<uint64_t>(sync);
   state_.world = team::world(comm.rank(), n);
   state_.node = team::from_members(reachable, comm.rank());
+  state_.timeout_ns = static_cast<uint64_t>(env::timeout_seconds() * 1e9);
+  state_.fault = comm.faults().record_address();
+  state_.fault_claim = comm.faults().claim_address();
 }
 
 }  // namespace gshmem

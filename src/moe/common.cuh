@@ -30,9 +30,20 @@ constexpr int kMaxExperts = 1024;  // routing.MAX_EXPERTS: a block scans every e
 // Records `what` and the error in the library's last-error text; 0 if `e` is success, else 1.
 int check(cudaError_t e, const char* what);
 
-__device__ inline void wait_counters(const uint64_t* counters, int world, uint64_t target) {
+// Waits until every rank's counter reached `target` (thread t polls rank t's). Bounded like the
+// device API's waits (gshmem/device/deadline.cuh): after GSHMEM_TIMEOUT, on comm.abort() or once
+// another wait of the comm failed, the wait for world PE pes[t] is recorded and the block goes on
+// (results undefined); the host raises gshmem.FaultError at the comm's next call.
+__device__ inline void wait_counters(const gshmem::Device& dev, const int32_t* pes,
+                                     const uint64_t* counters, int world, uint64_t target) {
   if (threadIdx.x < world) {
-    while (gshmem::signal_fetch(counters + threadIdx.x) < target) {
+    const uint64_t* counter = counters + threadIdx.x;
+    const gshmem::detail::Waited what{GSHMEM_WAIT_MOE, pes[threadIdx.x],
+                                      static_cast<int>(gshmem::Cmp::GE), counter, target};
+    gshmem::Deadline deadline;
+    uint64_t seen;
+    while ((seen = gshmem::signal_fetch(counter)) < target) {
+      if (deadline.expired(dev, what, seen)) break;
     }
   }
   __syncthreads();  // extends every waiter's acquire to the whole block

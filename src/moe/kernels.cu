@@ -207,8 +207,9 @@ __global__ void return_kernel(gshmem::Device dev, const int32_t* pes, int world,
   add_to_all(dev, pes, world, me, returned);
 }
 
-__global__ void wait_kernel(const uint64_t* counters, int world, uint64_t target) {
-  wait_counters(counters, world, target);
+__global__ void wait_kernel(gshmem::Device dev, const int32_t* pes, const uint64_t* counters,
+                            int world, uint64_t target) {
+  wait_counters(dev, pes, counters, world, target);
 }
 
 // One warp per received row: the sum of its pairs' rows of y (weighted), in fp32, stored once.
@@ -255,7 +256,7 @@ __global__ void pull_kernel(gshmem::Device dev, Route r, const int4* comb, int64
                             int4* out, const uint64_t* ready, uint64_t target) {
   __shared__ int row_offset[kMaxWorld];
   row_offsets(r, row_offset);
-  wait_counters(ready, r.world, target);
+  wait_counters(dev, r.pes, ready, r.world, target);
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
   const int4* base = lane < r.world ? gshmem::ptr(dev, comb, r.pes[lane]) : nullptr;
@@ -350,8 +351,9 @@ int gshmem_moe_return(const gshmem_device_t* dev, const int32_t* pes, int world,
   return check(cudaGetLastError(), "moe return");
 }
 
-int gshmem_moe_wait(const uint64_t* counters, int world, uint64_t target, cudaStream_t stream) {
-  wait_kernel<<<1, kWarp, 0, stream>>>(counters, world, target);
+int gshmem_moe_wait(const gshmem_device_t* dev, const int32_t* pes, const uint64_t* counters,
+                    int world, uint64_t target, cudaStream_t stream) {
+  wait_kernel<<<1, kWarp, 0, stream>>>(*dev, pes, counters, world, target);
   return check(cudaGetLastError(), "moe wait");
 }
 

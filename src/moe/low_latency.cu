@@ -111,14 +111,14 @@ __global__ void send_kernel(gshmem::Device dev, Team team, const int4* x, int64_
 
 // One warp per received row: the rows of every (expert, sender) segment, one after the other.
 // A staged row is out_vecs vectors for `out`, then (FP8) `groups` float scales for out_scales.
-__global__ void recv_kernel(int world, int locals, int max_tokens, int64_t stage_vecs,
-                            int64_t out_vecs, int groups, const int4* stage, const int32_t* src,
-                            const int32_t* count, const uint64_t* arrived, uint64_t* calls,
+__global__ void recv_kernel(gshmem::Device dev, const int32_t* pes, int world, int locals,
+                            int max_tokens, int64_t stage_vecs, int64_t out_vecs, int groups,
+                            const int4* stage, const int32_t* src, const int32_t* count, const uint64_t* arrived, uint64_t* calls,
                             uint32_t* finished, int4* out, float* out_scales, int32_t* out_src,
                             int32_t* out_count) {
   __shared__ int start[kMaxExperts + 1];  // by (local expert, sender)
   const uint64_t call = *calls + 1;
-  wait_counters(arrived, world, call * gridDim.x);
+  wait_counters(dev, pes, arrived, world, call * gridDim.x);
   const int segments = locals * world;
   scan_counts(count, segments, start);
   if (blockIdx.x == 0) {
@@ -167,12 +167,12 @@ __global__ void combine_send_kernel(gshmem::Device dev, Team team, int locals, i
 // Each token's weighted sum of its choices' returned rows, in fp32, rounded once. A warp takes
 // one part of one token's row (parts chosen so every warp of the grid has work at 128 tokens).
 template <class T>
-__global__ void combine_recv_kernel(int world, int tokens, int k, const int64_t* topk,
-                                    const float* weights, int64_t row_vecs, const int4* comb,
-                                    const uint64_t* ready, uint64_t* calls, uint32_t* finished,
+__global__ void combine_recv_kernel(gshmem::Device dev, const int32_t* pes, int world,
+                                    int tokens, int k, const int64_t* topk, const float* weights,
+                                    int64_t row_vecs, const int4* comb, const uint64_t* ready, uint64_t* calls, uint32_t* finished,
                                     int4* out) {
   const uint64_t call = *calls + 1;
-  wait_counters(ready, world, call * gridDim.x);
+  wait_counters(dev, pes, ready, world, call * gridDim.x);
   const int lane = threadIdx.x % kWarp;
   const int warps = gridDim.x * (blockDim.x / kWarp);
   const int64_t most_parts = (row_vecs + kWarp - 1) / kWarp;
@@ -243,13 +243,13 @@ int gshmem_moe_ll_send(const gshmem_device_t* dev, const int32_t* pes, int world
 
 // stage rows hold stage_bytes (the buffer's row); each received row's first out_bytes go to
 // `out`, then `groups` floats to `out_scales` (FP8; else groups is 0 and out_scales null).
-int gshmem_moe_ll_recv(int world, int locals, int max_tokens, int64_t stage_bytes,
-                       int64_t out_bytes, int groups, const void* stage, const int32_t* src,
-                       const int32_t* count, const uint64_t* arrived, uint64_t* calls,
+int gshmem_moe_ll_recv(const gshmem_device_t* dev, const int32_t* pes, int world, int locals,
+                       int max_tokens, int64_t stage_bytes, int64_t out_bytes, int groups,
+                       const void* stage, const int32_t* src, const int32_t* count, const uint64_t* arrived, uint64_t* calls,
                        uint32_t* finished, void* out, float* out_scales, int32_t* out_src,
                        int32_t* out_count, int blocks, cudaStream_t stream) {
   recv_kernel<<<blocks, kThreads, 0, stream>>>(
-      world, locals, max_tokens, stage_bytes / 16, out_bytes / 16, groups,
+      *dev, pes, world, locals, max_tokens, stage_bytes / 16, out_bytes / 16, groups,
       static_cast<const int4*>(stage), src, count, arrived, calls, finished,
       static_cast<int4*>(out), out_scales, out_src, out_count);
   return check(cudaGetLastError(), "moe low-latency receive");
@@ -266,14 +266,15 @@ int gshmem_moe_ll_combine_send(const gshmem_device_t* dev, const int32_t* pes, i
 }
 
 // dtype: 0 bfloat16, 1 float16.
-int gshmem_moe_ll_combine_recv(int dtype, int world, int tokens, int k, const int64_t* topk,
+int gshmem_moe_ll_combine_recv(const gshmem_device_t* dev, const int32_t* pes, int dtype,
+                               int world, int tokens, int k, const int64_t* topk,
                                const float* weights, int64_t row_bytes, const void* comb,
                                const uint64_t* ready, uint64_t* calls, uint32_t* finished,
                                void* out, int blocks, cudaStream_t stream) {
   auto* kernel = dtype == 0 ? combine_recv_kernel<__nv_bfloat16> : combine_recv_kernel<__half>;
-  kernel<<<blocks, kThreads, 0, stream>>>(world, tokens, k, topk, weights, row_bytes / 16,
-                                          static_cast<const int4*>(comb), ready, calls, finished,
-                                          static_cast<int4*>(out));
+  kernel<<<blocks, kThreads, 0, stream>>>(*dev, pes, world, tokens, k, topk, weights,
+                                          row_bytes / 16, static_cast<const int4*>(comb), ready,
+                                          calls, finished, static_cast<int4*>(out));
   return check(cudaGetLastError(), "moe low-latency combine receive");
 }
 

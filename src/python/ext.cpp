@@ -76,6 +76,11 @@ class CommHandle {
   void barrier() {
     call([&] { return gshmem_barrier_host(get()); });
   }
+  void check() {
+    gshmem_comm_t c = get();
+    const gshmem_result_t rc = gshmem_comm_check(c);  // not blocking: keeps the GIL
+    if (rc != GSHMEM_SUCCESS) raise(rc, gshmem_last_error());
+  }
   uintptr_t malloc(size_t size, size_t alignment, bool zero) {
     void* p = nullptr;
     call([&] { return zero ? gshmem_calloc(get(), size, alignment, &p) : gshmem_malloc(get(), size, alignment, &p); });
@@ -178,6 +183,7 @@ void gshmem::python::raise(gshmem_result_t code, const std::string& message) {
     case GSHMEM_ERROR_TIMEOUT: name = "TimeoutError"; break;
     case GSHMEM_ERROR_HEAP: name = "HeapError"; break;
     case GSHMEM_ERROR_CUDA: name = "CudaError"; break;
+    case GSHMEM_ERROR_FAULT: name = "FaultError"; break;
     default: break;
   }
   nb::object cls = nb::module_::import_("gshmem._errors").attr(name);
@@ -226,6 +232,7 @@ NB_MODULE(_C, m) {
       .def_prop_ro("alive", &CommHandle::alive)
       .def("info", &CommHandle::info)
       .def("barrier", &CommHandle::barrier)
+      .def("check", &CommHandle::check)
       .def("malloc", &CommHandle::malloc, "size"_a, "alignment"_a, "zero"_a)
       .def("free", &CommHandle::free, "ptr"_a)
       .def("ptr", &CommHandle::ptr, "ptr"_a, "pe"_a)

@@ -6,9 +6,12 @@
 #include <nanobind/stl/tuple.h>
 
 #include <cstddef>
+#include <cstring>
 #include <string>
 #include <tuple>
 
+#include "core/fault.h"
+#include "core/watchdog.h"
 #include "gshmem/gshmem.h"
 #include "python/ext_common.h"
 
@@ -47,7 +50,40 @@ void bind_device(nb::module_& m) {
   offsets["sync"] = offsetof(gshmem_device_t, sync);
   offsets["world"] = offsetof(gshmem_device_t, world);
   offsets["node"] = offsetof(gshmem_device_t, node);
+  offsets["timeout_ns"] = offsetof(gshmem_device_t, timeout_ns);
+  offsets["fault"] = offsetof(gshmem_device_t, fault);
+  offsets["fault_claim"] = offsetof(gshmem_device_t, fault_claim);
   m.attr("DEVICE_STATE_OFFSETS") = offsets;
+
+  // The fault record (gshmem_fault_t), for the Python mirror and the CPU tests of its message.
+  m.attr("FAULT_SIZE") = sizeof(gshmem_fault_t);
+  nb::dict fault;
+  fault["abort"] = offsetof(gshmem_fault_t, abort);
+  fault["recorded"] = offsetof(gshmem_fault_t, recorded);
+  fault["op"] = offsetof(gshmem_fault_t, op);
+  fault["cause"] = offsetof(gshmem_fault_t, cause);
+  fault["pe"] = offsetof(gshmem_fault_t, pe);
+  fault["cmp"] = offsetof(gshmem_fault_t, cmp);
+  fault["block"] = offsetof(gshmem_fault_t, block);
+  fault["thread"] = offsetof(gshmem_fault_t, thread);
+  fault["addr"] = offsetof(gshmem_fault_t, addr);
+  fault["expected"] = offsetof(gshmem_fault_t, expected);
+  fault["seen"] = offsetof(gshmem_fault_t, seen);
+  fault["waited_ns"] = offsetof(gshmem_fault_t, waited_ns);
+  m.attr("FAULT_OFFSETS") = fault;
+  m.def("describe_fault", [](const nb::bytes& raw, int my_pe) {
+        if (raw.size() != sizeof(gshmem_fault_t)) {
+          gshmem::python::raise(GSHMEM_ERROR_USAGE, "a gshmem_fault_t is " +
+                                                        std::to_string(sizeof(gshmem_fault_t)) +
+                                                        " bytes");
+        }
+        gshmem_fault_t f;
+        std::memcpy(&f, raw.c_str(), sizeof f);
+        return gshmem::describe_fault(f, my_pe);
+      }, "record"_a, "my_pe"_a, "The message FaultError carries for a device fault record.");
+  m.def("process_start_time", &gshmem::process_start_time, "pid"_a);
+  m.def("process_alive", &gshmem::process_alive, "pid"_a, "start_time"_a,
+        "The watchdog's liveness test of a peer process.");
 
   m.def("comm_device", [](nb::handle comm) {
         gshmem_device_t dev{};

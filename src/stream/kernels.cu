@@ -41,8 +41,8 @@ __global__ void signal_op_kernel(Device dev, uint64_t* sig, uint64_t value, int 
   gshmem::signal_op(dev, sig, value, static_cast<SignalOp>(op), pe);
 }
 
-__global__ void wait_until_kernel(const uint64_t* sig, int cmp, uint64_t value) {
-  gshmem::signal_wait_until<Thread>(sig, static_cast<Cmp>(cmp), value);
+__global__ void wait_until_kernel(Device dev, const uint64_t* sig, int cmp, uint64_t value) {
+  gshmem::signal_wait_until<Thread>(dev, sig, static_cast<Cmp>(cmp), value);
 }
 
 __global__ void barrier_kernel(Device dev) { gshmem::barrier<Block>(dev, dev.world); }
@@ -74,8 +74,9 @@ void signal_op(const gshmem_device_t& dev, uint64_t* sig_sym, uint64_t value, in
   cuda::check_launch("launching the on-stream signal kernel");
 }
 
-void wait_until(const uint64_t* sig, int cmp, uint64_t value, cudaStream_t stream) {
-  wait_until_kernel<<<1, 1, 0, stream>>>(sig, cmp, value);
+void wait_until(const gshmem_device_t& dev, const uint64_t* sig, int cmp, uint64_t value,
+                cudaStream_t stream) {
+  wait_until_kernel<<<1, 1, 0, stream>>>(dev, sig, cmp, value);
   cuda::check_launch("launching the on-stream wait kernel");
 }
 

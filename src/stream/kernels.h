@@ -8,8 +8,10 @@
 //                            put/get/put_signal<Block>.
 //   signal_op                one thread: signal ADD (no stream memory operation adds), and SET
 //                            where the GPU has no 64-bit stream memory operations.
-//   wait_until               one thread polling with acquire loads: comparisons that
-//                            cuStreamWaitValue64 cannot express (NE, LT, LE, large GE/GT).
+//   wait_until               one thread polling with acquire loads (the device API's bounded
+//                            signal_wait_until): comparisons that cuStreamWaitValue64 cannot
+//                            express (NE, LT, LE, large GE/GT), and every wait under
+//                            GSHMEM_STREAM_WAIT=kernel.
 //   barrier                  one warp: the device API's barrier<Block> over the world team,
 //                            with dev.sync pointing at the stream barriers' own counters.
 #pragma once
@@ -35,7 +37,8 @@ void put_signal(const gshmem_device_t& dev, void* dst_sym, const void* src, size
                 uint64_t* sig_sym, uint64_t value, int op, int pe, cudaStream_t stream);
 void signal_op(const gshmem_device_t& dev, uint64_t* sig_sym, uint64_t value, int op, int pe,
                cudaStream_t stream);
-void wait_until(const uint64_t* sig, int cmp, uint64_t value, cudaStream_t stream);
+void wait_until(const gshmem_device_t& dev, const uint64_t* sig, int cmp, uint64_t value,
+                cudaStream_t stream);
 void barrier(const gshmem_device_t& dev, cudaStream_t stream);
 
 // Loads every kernel above on the current device now. With lazy module loading (the default

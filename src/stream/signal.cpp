@@ -11,7 +11,12 @@
 //            compares cyclically, (int64_t)(*sig - value) >= 0, which is the unsigned comparison
 //            while the signal is below 2^63 too (gshmem.h states the contract). Larger values use
 //            the kernel, which compares unsigned.
-//   NE LT LE a one-thread kernel polling with ld.acquire.sys.
+//   NE LT LE a one-thread kernel polling with ld.acquire.sys (the device API's bounded wait).
+// No deadline bounds a stream memory operation's wait: each is noted with the value that
+// satisfies it (StreamState::note_wait), and when the comm stops (a dead peer, a failed device
+// wait, comm.abort()) the host writes those values, so no stream stays blocked. Under
+// GSHMEM_STREAM_WAIT=kernel every wait takes the bounded kernel instead (one SM slot while it
+// waits, a kernel launch more per wait).
 // After a satisfied wait, later stream work sees what the signalling PE wrote before its update:
 // that PE's update was released after its data (above), the data sits in this GPU's memory, and
 // later kernels and copies read it from there.
@@ -64,10 +69,12 @@ void signal_wait_until(Comm& comm, uint64_t* sig_sym, int cmp, uint64_t value,
   // GE 0 and LE UINT64_MAX hold for every signal value: nothing to wait for.
   if ((cmp == GSHMEM_CMP_GE && value == 0) || (cmp == GSHMEM_CMP_LE && value == UINT64_MAX)) return;
   CurrentDevice current(comm.device());
-  if (comm.stream_state().memops()) {
+  StreamState& state = comm.stream_state();
+  if (state.memops() && !state.wait_kernel()) {
     const CUstream s = reinterpret_cast<CUstream>(stream);
     const auto& d = cuda::driver();
     if (cmp == GSHMEM_CMP_EQ) {
+      state.note_wait(sig_sym, value);
       cuda::check(d.stream_wait_value64(s, device_ptr(sig_sym), value, CU_STREAM_WAIT_VALUE_EQ),
                   "cuStreamWaitValue64 (wait EQ on stream)");
       return;
@@ -75,13 +82,14 @@ void signal_wait_until(Comm& comm, uint64_t* sig_sym, int cmp, uint64_t value,
     const bool ge = cmp == GSHMEM_CMP_GE && value <= kCyclicMax;
     const bool gt = cmp == GSHMEM_CMP_GT && value < kCyclicMax;
     if (ge || gt) {
-      cuda::check(d.stream_wait_value64(s, device_ptr(sig_sym), gt ? value + 1 : value,
-                                        CU_STREAM_WAIT_VALUE_GEQ),
+      const uint64_t bound = gt ? value + 1 : value;
+      state.note_wait(sig_sym, bound);
+      cuda::check(d.stream_wait_value64(s, device_ptr(sig_sym), bound, CU_STREAM_WAIT_VALUE_GEQ),
                   "cuStreamWaitValue64 (wait GE on stream)");
       return;
     }
   }
-  kernels::wait_until(sig_sym, cmp, value, stream);
+  kernels::wait_until(comm.device_state().device(), sig_sym, cmp, value, stream);
 }
 
 }  // namespace gshmem::stream

@@ -1,9 +1,13 @@
 #include "stream/stream_state.h"
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
+#include <string>
 
 #include "common/cuda_api.h"
 #include "common/env.h"
+#include "common/error.h"
 #include "core/comm.h"
 #include "stream/kernels.h"
 
@@ -38,7 +42,51 @@ StreamState::StreamState(Comm& comm) : kernel_max_bytes_(kernel_max_bytes_from_e
     memops = 0;  // a driver that does not know the attribute: use the kernel paths
   }
   memops_ = memops != 0;
+  const char* wait = std::getenv("GSHMEM_STREAM_WAIT");
+  const std::string how = wait ? wait : "";
+  GSHMEM_REQUIRE(how.empty() || how == "memop" || how == "kernel",
+                 "GSHMEM_STREAM_WAIT='" + how + "' must be 'memop' (default) or 'kernel'");
+  wait_kernel_ = how == "kernel";
+  device_ = comm.device();
+  cuda::check(cudaStreamCreateWithFlags(&release_stream_, cudaStreamNonBlocking),
+              "creating the stream that releases on-stream waits");
   kernels::preload();
+}
+
+StreamState::~StreamState() {
+  try {
+    cuda::DeviceGuard guard(device_);
+    cudaStreamDestroy(release_stream_);  // nothing more to do if it fails during teardown
+  } catch (const Error&) {
+  }
+}
+
+void StreamState::note_wait(uint64_t* sig, uint64_t satisfying) {
+  std::lock_guard<std::mutex> lock(waits_mutex_);
+  for (const NotedWait& w : waits_) {
+    if (w.sig == sig && w.value == satisfying) return;
+  }
+  waits_[next_wait_++ % kNotedWaits] = {sig, satisfying};
+}
+
+void StreamState::release_waits() noexcept {
+  std::lock_guard<std::mutex> lock(waits_mutex_);
+  try {
+    cuda::DeviceGuard guard(device_);
+    for (const NotedWait& w : waits_) {
+      if (w.sig == nullptr) continue;
+      // Best effort: a failure here cannot be reported to anyone waiting.
+      cuda::driver().stream_write_value64(reinterpret_cast<CUstream>(release_stream_),
+                                          reinterpret_cast<CUdeviceptr>(w.sig), w.value,
+                                          CU_STREAM_WRITE_VALUE_DEFAULT);
+    }
+    // The comm may unmap the heap right after this: let the writes land first, but never wait
+    // long for a GPU that may be wedged.
+    for (int i = 0; i < 1000 && cudaStreamQuery(release_stream_) == cudaErrorNotReady; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  } catch (const Error&) {
+  }
 }
 
 }  // namespace gshmem::stream

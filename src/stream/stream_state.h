@@ -5,7 +5,11 @@
 // that may run at the same time on another stream.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
+#include <array>
 #include <cstdint>
+#include <mutex>
 
 #include "gshmem/device_state.h"
 
@@ -27,6 +31,7 @@ class StreamState {
   explicit StreamState(Comm& comm);
   // The barrier counters are released with the heap (a free would be a collective), which is
   // why the comm destroys this object before its heap.
+  ~StreamState();
   StreamState(const StreamState&) = delete;
   StreamState& operator=(const StreamState&) = delete;
 
@@ -37,11 +42,33 @@ class StreamState {
   // Whether the GPU runs 64-bit stream memory operations (cuStreamWrite/WaitValue64); when it
   // does not, signals and waits take the one-thread kernel paths instead.
   bool memops() const { return memops_; }
+  // GSHMEM_STREAM_WAIT=kernel (read at comm creation): every on-stream wait takes the bounded
+  // one-thread kernel instead of a stream memory operation.
+  bool wait_kernel() const { return wait_kernel_; }
+
+  // Remembers a stream memory operation's wait on `sig` (no deadline bounds those) with a value
+  // that satisfies it; the last kNotedWaits distinct ones are kept. Any thread.
+  void note_wait(uint64_t* sig, uint64_t satisfying);
+  // Writes every noted value into its signal, on a stream of its own, so that streams blocked on
+  // a peer that will never signal go on (with undefined data). For a comm that has stopped.
+  void release_waits() noexcept;
+
+  static constexpr size_t kNotedWaits = 64;
 
  private:
+  struct NotedWait {
+    uint64_t* sig;
+    uint64_t value;
+  };
   gshmem_device_t barrier_device_{};
   uint64_t kernel_max_bytes_ = 0;
   bool memops_ = false;
+  bool wait_kernel_ = false;
+  int device_ = 0;
+  cudaStream_t release_stream_ = nullptr;
+  std::mutex waits_mutex_;
+  std::array<NotedWait, kNotedWaits> waits_{};
+  size_t next_wait_ = 0;
 };
 
 }  // namespace stream

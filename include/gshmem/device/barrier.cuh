@@ -15,11 +15,15 @@
 // counters. The threads of the scope split the members, so a block-scoped sync of n PEs is one
 // round of n - 1 parallel remote adds and polls.
 //
+// Bounded (deadline.cuh): each returns true, or false to every thread of the scope when a wait
+// gave up (GSHMEM_TIMEOUT, comm.abort(), another failed wait); the fault names the PE.
+//
 // Contract: the calls are collective over the team; on every PE at most one scope at a time
 // may be inside sync/barrier on teams that share two or more PEs, and PEs must call them in the
 // same order (the rule OpenSHMEM states for team collectives).
 #pragma once
 
+#include "deadline.cuh"
 #include "order.cuh"
 #include "ptr.cuh"
 #include "ptx.cuh"
@@ -28,7 +32,7 @@
 namespace gshmem {
 
 template <class Scope = Block>
-__device__ inline void sync(const Device& dev, const Team& team) {
+__device__ inline bool sync(const Device& dev, const Team& team) {
   unsigned long long* arrivals = reinterpret_cast<unsigned long long*>(dev.sync);
   unsigned long long* tallies = arrivals + dev.n_pes;
   Scope::sync();
@@ -36,32 +40,41 @@ __device__ inline void sync(const Device& dev, const Team& team) {
     const int pe = gshmem_team_world_pe(&team, i);
     if (pe != dev.my_pe) detail::red_add_release(detail::peer(dev, arrivals + dev.my_pe, pe), 1ull);
   }
+  bool done = true;
   for (int i = Scope::rank(); i < team.size; i += Scope::size()) {
     const int pe = gshmem_team_world_pe(&team, i);
-    if (pe == dev.my_pe) continue;
+    if (pe == dev.my_pe || !done) continue;
     const unsigned long long expected = tallies[pe] + 1;
-    while (detail::ld_acquire(arrivals + pe) < expected) {
+    const detail::Waited what{GSHMEM_WAIT_BARRIER, pe, static_cast<int>(Cmp::GE), arrivals + pe,
+                              expected};
+    Deadline deadline;
+    unsigned long long seen;
+    while ((seen = detail::ld_acquire(arrivals + pe)) < expected) {
+      if (deadline.expired(dev, what, seen)) {
+        done = false;
+        break;
+      }
     }
     tallies[pe] = expected;
   }
-  Scope::sync();
+  return Scope::all(done);
 }
 
 template <class Scope = Block>
-__device__ inline void barrier(const Device& dev, const Team& team) {
+__device__ inline bool barrier(const Device& dev, const Team& team) {
   quiet<Scope>();
-  sync<Scope>(dev, team);
+  return sync<Scope>(dev, team);
 }
 
 // sync / barrier over every PE (dev.world).
 template <class Scope = Block>
-__device__ inline void sync_all(const Device& dev) {
-  sync<Scope>(dev, dev.world);
+__device__ inline bool sync_all(const Device& dev) {
+  return sync<Scope>(dev, dev.world);
 }
 
 template <class Scope = Block>
-__device__ inline void barrier_all(const Device& dev) {
-  barrier<Scope>(dev, dev.world);
+__device__ inline bool barrier_all(const Device& dev) {
+  return barrier<Scope>(dev, dev.world);
 }
 
 }  // namespace gshmem

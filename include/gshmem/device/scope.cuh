@@ -10,7 +10,8 @@
 //
 // Each scope tag gives its threads a rank in [0, size), a barrier (sync) and broadcast(v): every
 // thread returns rank 0's v; broadcast synchronises the scope, so what rank 0 observed before it
-// (an acquire load, for example) happens-before what every thread does after it.
+// (an acquire load, for example) happens-before what every thread does after it. all(b) returns
+// to every thread whether b was true on all of them, and synchronises the scope like sync().
 #pragma once
 
 namespace gshmem {
@@ -19,6 +20,7 @@ struct Thread {
   __device__ static unsigned rank() { return 0; }
   __device__ static unsigned size() { return 1; }
   __device__ static void sync() {}
+  __device__ static bool all(bool b) { return b; }
   template <class T>
   __device__ static T broadcast(T v) { return v; }
 };
@@ -31,6 +33,11 @@ struct Warp {
   }
   __device__ static unsigned size() { return 32; }
   __device__ static void sync() { __syncwarp(); }
+  __device__ static bool all(bool b) {
+    const bool r = __all_sync(0xffffffffu, b) != 0;
+    __syncwarp();
+    return r;
+  }
   // __shfl_sync moves the value but orders no memory accesses; the __syncwarp after it does
   // (bar.warp.sync orders memory among the lanes), so lane 0's acquire precedes every lane's
   // later loads. Without it, lanes were seen reading data older than the signal lane 0 saw.
@@ -48,6 +55,7 @@ struct Block {
   }
   __device__ static unsigned size() { return blockDim.x * blockDim.y * blockDim.z; }
   __device__ static void sync() { __syncthreads(); }
+  __device__ static bool all(bool b) { return __syncthreads_and(b) != 0; }
   template <class T>
   __device__ static T broadcast(T v) {
     __shared__ T slot;

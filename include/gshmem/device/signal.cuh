@@ -10,9 +10,11 @@
 //   signal_fetch    ld.acquire.sys of a local signal.
 //   signal_wait_until  thread 0 polls with ld.acquire.sys until the comparison holds, then the
 //                   scope's broadcast (a barrier) extends the acquire to every thread.
+// signal_wait_until has a bounded form, taking the Device first (deadline.cuh, sync.cuh).
 #pragma once
 
 #include "copy.cuh"
+#include "deadline.cuh"
 #include "ptr.cuh"
 #include "ptx.cuh"
 #include "scope.cuh"
@@ -67,6 +69,27 @@ __device__ inline uint64_t signal_wait_until(const uint64_t* sig, Cmp cmp, uint6
     } while (!detail::compare(seen, cmp, value));
   }
   return Scope::broadcast(seen);
+}
+
+// Bounded: blocks until this PE's `*sig <cmp> value` and returns true, or gives up (GSHMEM_TIMEOUT,
+// comm.abort(), another failed wait) and returns false; the same for every thread of the scope.
+// `from_pe` names the PE expected to signal, for the fault record the host reports.
+template <class Scope = Thread>
+__device__ inline bool signal_wait_until(const Device& dev, const uint64_t* sig, Cmp cmp,
+                                         uint64_t value, int from_pe = -1) {
+  bool done = true;
+  if (Scope::rank() == 0) {
+    const detail::Waited what{GSHMEM_WAIT_SIGNAL, from_pe, static_cast<int>(cmp), sig, value};
+    Deadline deadline;
+    uint64_t seen;
+    while (!detail::compare(seen = signal_fetch(sig), cmp, value)) {
+      if (deadline.expired(dev, what, seen)) {
+        done = false;
+        break;
+      }
+    }
+  }
+  return Scope::broadcast(done);
 }
 
 }  // namespace gshmem

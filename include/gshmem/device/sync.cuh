@@ -6,8 +6,15 @@
 // T is any 2-, 4- or 8-byte type with the comparison operators (int, unsigned, long long,
 // uint64_t, ...). `status` (may be nullptr) excludes element i when status[i] != 0, as in
 // OpenSHMEM. The wait_until* calls block; the test* calls do not.
+//
+// Each wait has two forms. The one that takes a Device first is bounded (deadline.cuh): it gives
+// up after GSHMEM_TIMEOUT, on comm.abort() or once another wait of the comm failed, records the
+// fault for the host, and reports it (false, SIZE_MAX, 0) to every thread of the scope. The
+// OpenSHMEM form without a Device spins until the comparison holds, however long that takes: use
+// it only where no Device is at hand.
 #pragma once
 
+#include "deadline.cuh"
 #include "ptx.cuh"
 #include "scope.cuh"
 
@@ -27,6 +34,27 @@ __device__ inline void wait_until(const T* ivar, Cmp cmp, T value) {
     }
   }
   Scope::sync();
+}
+
+// Bounded: blocks until `*ivar <cmp> value` and returns true, or gives up and returns false (the
+// same for every thread of the scope). `from_pe` names the PE expected to write, for the record.
+template <class Scope = Thread, class T>
+__device__ inline bool wait_until(const Device& dev, const T* ivar, Cmp cmp, T value,
+                                  int from_pe = -1) {
+  bool done = true;
+  if (Scope::rank() == 0) {
+    const detail::Waited what{GSHMEM_WAIT_VALUE, from_pe, static_cast<int>(cmp), ivar,
+                              detail::fault_bits(value)};
+    Deadline deadline;
+    T seen;
+    while (!detail::compare(seen = detail::load_acquire(ivar), cmp, value)) {
+      if (deadline.expired(dev, what, detail::fault_bits(seen))) {
+        done = false;
+        break;
+      }
+    }
+  }
+  return Scope::broadcast(done);
 }
 
 // Non-blocking: whether every non-excluded element satisfies the comparison.
@@ -76,6 +104,24 @@ __device__ inline void wait_until_all(const T* ivars, size_t nelems, const int* 
   Scope::sync();
 }
 
+// Bounded: as above; true when every element got there, false when a thread gave up.
+template <class Scope = Thread, class T>
+__device__ inline bool wait_until_all(const Device& dev, const T* ivars, size_t nelems,
+                                      const int* status, Cmp cmp, T value) {
+  bool done = true;
+  for (size_t i = Scope::rank(); i < nelems && done; i += Scope::size()) {
+    if (status != nullptr && status[i] != 0) continue;
+    const detail::Waited what{GSHMEM_WAIT_VALUE, -1, static_cast<int>(cmp), ivars + i,
+                              detail::fault_bits(value)};
+    Deadline deadline;
+    T seen;
+    while (done && !detail::compare(seen = detail::load_acquire(ivars + i), cmp, value)) {
+      done = !deadline.expired(dev, what, detail::fault_bits(seen));
+    }
+  }
+  return Scope::all(done);
+}
+
 // Blocks until some non-excluded element satisfies the comparison and returns its index;
 // returns SIZE_MAX at once when every element is excluded (or nelems == 0).
 template <class T>
@@ -96,6 +142,31 @@ template <class T>
 __device__ inline size_t wait_until_some(const T* ivars, size_t nelems, size_t* indices,
                                          const int* status, Cmp cmp, T value) {
   if (wait_until_any(ivars, nelems, status, cmp, value) == static_cast<size_t>(-1)) return 0;
+  return test_some(ivars, nelems, indices, status, cmp, value);
+}
+
+// Bounded: as above; SIZE_MAX also when the wait gave up. Made by one thread.
+template <class T>
+__device__ inline size_t wait_until_any(const Device& dev, const T* ivars, size_t nelems,
+                                        const int* status, Cmp cmp, T value) {
+  bool any_included = false;
+  for (size_t i = 0; i < nelems; ++i) any_included |= status == nullptr || status[i] == 0;
+  if (!any_included) return static_cast<size_t>(-1);
+  const detail::Waited what{GSHMEM_WAIT_VALUE, -1, static_cast<int>(cmp), ivars,
+                            detail::fault_bits(value)};
+  Deadline deadline;
+  size_t found;
+  while ((found = test_any(ivars, nelems, status, cmp, value)) == static_cast<size_t>(-1)) {
+    if (deadline.expired(dev, what, detail::fault_bits(detail::load_relaxed(ivars)))) break;
+  }
+  return found;
+}
+
+// Bounded: as above; 0 also when the wait gave up. Made by one thread.
+template <class T>
+__device__ inline size_t wait_until_some(const Device& dev, const T* ivars, size_t nelems,
+                                         size_t* indices, const int* status, Cmp cmp, T value) {
+  if (wait_until_any(dev, ivars, nelems, status, cmp, value) == static_cast<size_t>(-1)) return 0;
   return test_some(ivars, nelems, indices, status, cmp, value);
 }
 

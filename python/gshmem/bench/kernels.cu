@@ -49,10 +49,21 @@ __device__ void bw_loop(const gshmem::Device& dev, char* dst, const char* src, u
   gshmem::quiet<Scope>();
 }
 
+// Waits for this PE's `sig` >= v: the bounded form (GSHMEM_TIMEOUT, abort) or the OpenSHMEM one
+// that spins forever, so that one run measures what bounding the waits costs.
+template <class Scope, bool kBounded>
+__device__ void wait_round(const gshmem::Device& dev, const uint64_t* sig, uint64_t v, int peer) {
+  if (kBounded) {
+    gshmem::signal_wait_until<Scope>(dev, sig, gshmem::Cmp::GE, v, peer);
+  } else {
+    gshmem::signal_wait_until<Scope>(sig, gshmem::Cmp::GE, v);
+  }
+}
+
 // Ping-pong with put_signal: the initiator sends round i (signal value i) and waits for the
 // reply i; the responder waits for i and replies. The initiator's globaltimer over the timed
 // rounds (after `warmup` rounds) goes to out_ns[0].
-template <class Scope>
+template <class Scope, bool kBounded>
 __device__ void ping_pong(const gshmem::Device& dev, char* buf, const char* src, u64 bytes,
                           uint64_t* sig, int warmup, int iters, int peer, int initiator, u64* out_ns) {
   u64 t0 = 0;
@@ -61,9 +72,9 @@ __device__ void ping_pong(const gshmem::Device& dev, char* buf, const char* src,
     if (initiator) {
       gshmem::put_signal<Scope>(dev, buf, src, bytes, sig, static_cast<uint64_t>(i),
                                 gshmem::SignalOp::Set, peer);
-      gshmem::signal_wait_until<Scope>(sig, gshmem::Cmp::GE, static_cast<uint64_t>(i));
+      wait_round<Scope, kBounded>(dev, sig, static_cast<uint64_t>(i), peer);
     } else {
-      gshmem::signal_wait_until<Scope>(sig, gshmem::Cmp::GE, static_cast<uint64_t>(i));
+      wait_round<Scope, kBounded>(dev, sig, static_cast<uint64_t>(i), peer);
       gshmem::put_signal<Scope>(dev, buf, src, bytes, sig, static_cast<uint64_t>(i),
                                 gshmem::SignalOp::Set, peer);
     }
@@ -87,15 +98,19 @@ GSHMEM_BENCH_BW(warp, Warp)
 GSHMEM_BENCH_BW(block, Block)
 #undef GSHMEM_BENCH_BW
 
-#define GSHMEM_BENCH_PP(NAME, SCOPE)                                                          \
-  extern "C" __global__ void pingpong_##NAME(gshmem::Device dev, char* buf, const char* src, \
-                                             u64 bytes, uint64_t* sig, int warmup, int iters, \
-                                             int peer, int initiator, u64* out_ns) {          \
-    ping_pong<SCOPE>(dev, buf, src, bytes, sig, warmup, iters, peer, initiator, out_ns);      \
+#define GSHMEM_BENCH_PP(NAME, SCOPE, BOUNDED)                                                 \
+  extern "C" __global__ void NAME(gshmem::Device dev, char* buf, const char* src, u64 bytes,  \
+                                  uint64_t* sig, int warmup, int iters, int peer,            \
+                                  int initiator, u64* out_ns) {                              \
+    ping_pong<SCOPE, BOUNDED>(dev, buf, src, bytes, sig, warmup, iters, peer, initiator,     \
+                              out_ns);                                                       \
   }
-GSHMEM_BENCH_PP(thread, Thread)
-GSHMEM_BENCH_PP(warp, Warp)
-GSHMEM_BENCH_PP(block, Block)
+GSHMEM_BENCH_PP(pingpong_thread, Thread, false)
+GSHMEM_BENCH_PP(pingpong_warp, Warp, false)
+GSHMEM_BENCH_PP(pingpong_block, Block, false)
+GSHMEM_BENCH_PP(pingpong_bounded_thread, Thread, true)
+GSHMEM_BENCH_PP(pingpong_bounded_warp, Warp, true)
+GSHMEM_BENCH_PP(pingpong_bounded_block, Block, true)
 #undef GSHMEM_BENCH_PP
 
 // Element index of thread `tid`'s i-th operation: consecutive threads, consecutive elements.

@@ -306,19 +306,22 @@ class Bench:
                      min(ctas, self.sms)))  # fmt: skip
 
     # -- put-with-signal ping-pong ----------------------------------------------------------------
-    def pingpong(self, scope: str, size: int) -> None:
+    def pingpong(self, scope: str, size: int, bounded: bool) -> None:
+        """Device put_signal ping-pong; ``bounded``: the waits are the bounded form (GSHMEM_TIMEOUT,
+        abort), op ``pingpong_bounded``, so one run shows what the deadline costs."""
         np, torch = self.np, self.torch
+        name = "pingpong_bounded" if bounded else "pingpong"
         block = {"thread": 1, "warp": 32, "block": 256}[scope]
         initiator = self.rank % 2 == 0
         iters = self.o.latency_iters
         out = torch.zeros((1,), dtype=torch.int64, device=f"cuda:{self.device}")
-        what = f"ping-pong<{scope}> {size} B"
+        what = f"{name}<{scope}> {size} B"
         times = []
         for _ in range(self.o.repeats):
             self.sig.zero_()
             self.sync(f"{what}: reset")
             if self.paired:
-                self.kernel(f"pingpong_{scope}")(
+                self.kernel(f"{name}_{scope}")(
                     (1,),
                     (block,),
                     (self.dev, self.dst.data_ptr(), self.src.data_ptr(), np.uint64(size),
@@ -335,7 +338,7 @@ class Bench:
         self.check(ok, what)
         t = self.slowest(median(times) if times else None)
         us = None if t is None else t / (2 * iters) * 1e6
-        self.add(Row("gshmem", "pingpong", "device", "us", us, size, scope, 1, block, "uni", 1))
+        self.add(Row("gshmem", name, "device", "us", us, size, scope, 1, block, "uni", 1))
 
     # -- on-stream (host-issued) ------------------------------------------------------------------
     def onstream_missing(self) -> str:
@@ -516,7 +519,8 @@ class Bench:
         if "latency" in o.tests:
             for scope in o.scopes:
                 for size in o.latency_sizes:
-                    self.pingpong(scope, size)
+                    for bounded in (False, True):
+                        self.pingpong(scope, size, bounded)
         self.onstream(sizes)
         if "copy_engine" in o.compare:
             self.run_copy_engine(sizes)

@@ -89,6 +89,9 @@ class Buffer:
         comm.barrier()
 
     def _mode(self, low_latency: bool):
+        # A rank that died or never came made the kernels give up (GSHMEM_TIMEOUT): every call
+        # after that raises gshmem.FaultError naming it, before queueing anything.
+        self.ctx.comm.check()
         engine = self._ll if low_latency else self._ht
         if engine is None:
             made = "high-throughput" if low_latency else "low-latency"

@@ -92,7 +92,8 @@ class HighThroughput:
         kernels.dispatch(route, x, topk, weights, self.ctx.per_rank, self.recv, self.arrived,
                          self.ctx.blocks, fp8)  # fmt: skip
         self.dispatches += 1
-        kernels.wait(self.arrived, self.dispatches * self.ctx.blocks)
+        c = self.ctx
+        kernels.wait(c.device_bytes, c.pes, self.arrived, self.dispatches * c.blocks)
 
     def _sum_back(self, route: kernels.Route, y, slot, weight, rows: int) -> torch.Tensor:
         kernels.reduce(route, y, slot, weight, rows, self.comb, self.ready, self.ctx.blocks)
@@ -109,7 +110,8 @@ class HighThroughput:
         kernels.return_values(h.route, dots, *h.src, self.weight_grad, self.returned,
                               self.ctx.blocks)  # fmt: skip
         self.returns += 1
-        kernels.wait(self.returned, self.returns * self.ctx.blocks)
+        c = self.ctx
+        kernels.wait(c.device_bytes, c.pes, self.returned, self.returns * c.blocks)
         tokens, k = h.topk.shape
         return self.weight_grad[: tokens * routing.MAX_TOPK].view(tokens, -1)[:, :k].clone()
 

@@ -22,14 +22,16 @@ _SIGNATURES = {
     "gshmem_moe_return": [_P, _P, _I, _I, _P, _P, _P, _L, _P, _P, _I, _P],
     "gshmem_moe_dispatch": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _P, _I, _I, _P, _L, _P, _P, _I, _I,
                             _P, _P, _P, _P, _P, _P, _P, _I, _P],
-    "gshmem_moe_wait": [_P, _I, _U, _P],
+    "gshmem_moe_wait": [_P, _P, _P, _I, _U, _P],
     "gshmem_moe_reduce": [_P, _P, _I, _I, _I, _P, _L, _P, _P, _I, _L, _L, _P, _P, _I, _P],
     "gshmem_moe_pull": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _I, _P, _L, _P, _P, _U, _I, _P],
     "gshmem_moe_ll_send": [_P, _P, _I, _I, _I, _I, _P, _L, _I, _P, _I, _I, _I, _I, _P, _P, _P, _P,
                            _I, _P],
-    "gshmem_moe_ll_recv": [_I, _I, _I, _L, _L, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _P],
+    "gshmem_moe_ll_recv": [_P, _P, _I, _I, _I, _L, _L, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P,
+                           _I, _P],
     "gshmem_moe_ll_combine_send": [_P, _P, _I, _I, _I, _I, _L, _P, _P, _P, _P, _P, _I, _P],
-    "gshmem_moe_ll_combine_recv": [_I, _I, _I, _I, _P, _P, _L, _P, _P, _P, _P, _P, _I, _P],
+    "gshmem_moe_ll_combine_recv": [_P, _P, _I, _I, _I, _I, _P, _P, _L, _P, _P, _P, _P, _P, _I,
+                                   _P],
 }
 # fmt: on
 
@@ -139,10 +141,11 @@ def return_values(r: Route, values, src_rank, src_code, dest, returned, blocks: 
           dest.data_ptr(), returned.data_ptr(), blocks, _stream(values.device.index))  # fmt: skip
 
 
-def wait(counters, target: int) -> None:
-    """The stream waits until every counter (one per rank) has reached ``target``."""
-    _call("gshmem_moe_wait", counters.data_ptr(), counters.numel(), target,
-          _stream(counters.device.index))  # fmt: skip
+def wait(device: bytes, pes, counters, target: int) -> None:
+    """The stream waits until every counter (one per rank) has reached ``target`` (bounded: a
+    rank that never arrives becomes the comm's fault)."""
+    _call("gshmem_moe_wait", _dev(device), pes.data_ptr(), counters.data_ptr(), counters.numel(),
+          target, _stream(counters.device.index))  # fmt: skip
 
 
 def reduce(r: Route, y, slot, pair_weight, rows: int, comb, ready, blocks: int) -> None:
@@ -188,11 +191,11 @@ def ll_send(device: bytes, pes, me: int, x, topk, num_experts: int, b: LowLatenc
           b.count.data_ptr(), b.arrived.data_ptr(), blocks, _stream(x.device.index))  # fmt: skip
 
 
-def ll_recv(b: LowLatencyBuffers, out, scales, blocks: int) -> None:
+def ll_recv(device: bytes, pes, b: LowLatencyBuffers, out, scales, blocks: int) -> None:
     """Waits for every sender, then packs the staged rows into ``out`` ``[locals, world*T, h]``
     (FP8: and their scales into ``scales`` ``[locals, world*T, h / 128]``)."""
     locals_, world, max_tokens = b.src.shape
-    _call("gshmem_moe_ll_recv", world, locals_, max_tokens,
+    _call("gshmem_moe_ll_recv", _dev(device), pes.data_ptr(), world, locals_, max_tokens,
           b.stage.shape[3] * b.stage.element_size(), out.shape[2] * out.element_size(),
           0 if scales is None else scales.shape[2], b.stage.data_ptr(), b.src.data_ptr(),
           b.count.data_ptr(), b.arrived.data_ptr(), b.calls.data_ptr(), b.finished.data_ptr(),
@@ -209,9 +212,11 @@ def ll_combine_send(device: bytes, pes, me: int, y, b: LowLatencyBuffers, blocks
           _stream(y.device.index))  # fmt: skip
 
 
-def ll_combine_recv(b: LowLatencyBuffers, topk, weights, out, blocks: int) -> None:
+def ll_combine_recv(device: bytes, pes, b: LowLatencyBuffers, topk, weights, out,
+                    blocks: int) -> None:  # fmt: skip
     """Waits for every rank, then each token's weighted sum of its returned rows into ``out``."""
-    _call("gshmem_moe_ll_combine_recv", _dtype_code(out), b.ready.numel(), out.shape[0],
+    _call("gshmem_moe_ll_combine_recv", _dev(device), pes.data_ptr(), _dtype_code(out),
+          b.ready.numel(), out.shape[0],
           topk.shape[1], topk.data_ptr(), weights.data_ptr(), out.shape[1] * out.element_size(),
           b.comb.data_ptr(), b.ready.data_ptr(), b.calls[1:].data_ptr(),
           b.finished[1:].data_ptr(), out.data_ptr(), blocks, _stream(out.device.index))  # fmt: skip

@@ -126,8 +126,11 @@ class LowLatency:
                           device=x.device)  # fmt: skip
         scales = (torch.empty((*rows, c.hidden // FP8_GROUP), dtype=torch.float32,
                               device=x.device) if use_fp8 else None)  # fmt: skip
-        hook = self._split(lambda: kernels.ll_recv(self.bufs, out, scales, c.blocks), 1,
-                           return_recv_hook)  # fmt: skip
+        hook = self._split(
+            lambda: kernels.ll_recv(c.device_bytes, c.pes, self.bufs, out, scales, c.blocks),
+            1,
+            return_recv_hook,
+        )
         handle = LowLatencyHandle(topk, weights, self.dispatches)
         return LowLatencyDispatched(out, self.bufs.out_count, self.bufs.out_src, handle, hook,
                                     scales)  # fmt: skip
@@ -146,7 +149,9 @@ class LowLatency:
         kernels.ll_combine_send(c.device_bytes, c.pes, c.me, y, self.bufs, c.blocks)
         out = torch.empty((handle.topk.shape[0], c.hidden), dtype=c.dtype, device=y.device)
         hook = self._split(
-            lambda: kernels.ll_combine_recv(self.bufs, handle.topk, handle.weights, out, c.blocks),
+            lambda: kernels.ll_combine_recv(
+                c.device_bytes, c.pes, self.bufs, handle.topk, handle.weights, out, c.blocks
+            ),  # fmt: skip
             3,
             return_recv_hook,
         )

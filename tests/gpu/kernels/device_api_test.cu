@@ -293,6 +293,29 @@ extern "C" __global__ void wait_family(gshmem::Device dev, long long* flags, int
   out[4] = gshmem::test(flags, gshmem::Cmp::GE, value);
   out[5] = gshmem::test_some(flags, n, idx, nullptr, gshmem::Cmp::EQ, value);
   out[6] = gshmem::signal_fetch(reinterpret_cast<const uint64_t*>(flags));
+  // The bounded forms, once everything has arrived: each must report success.
+  const int left = (dev.my_pe + n - 1) % n;
+  out[7] = gshmem::wait_until(dev, flags + left, gshmem::Cmp::EQ, value, left);
+  out[8] = gshmem::wait_until_any(dev, flags, n, status, gshmem::Cmp::GE, value);
+  out[9] = gshmem::wait_until_some(dev, flags, n, idx, status, gshmem::Cmp::GT, value - 1);
+  out[10] = gshmem::wait_until_all(dev, flags, n, status, gshmem::Cmp::NE, 0ll);
+  out[11] = gshmem::signal_wait_until(dev, reinterpret_cast<const uint64_t*>(flags + left),
+                                      gshmem::Cmp::GE, static_cast<uint64_t>(value), left);
+}
+
+// ---- bounded waits that are meant to fail (tests/gpu/scripts/fault_check.py) ----
+// out[0] = what a block-scoped bounded wait for `sig` >= value (from `from_pe`) reported.
+extern "C" __global__ void bounded_signal_wait(gshmem::Device dev, const uint64_t* sig,
+                                               unsigned long long value, int from_pe, int* out) {
+  const bool done = gshmem::signal_wait_until<gshmem::Block>(dev, sig, gshmem::Cmp::GE, value,
+                                                             from_pe);
+  if (threadIdx.x == 0) out[0] = done;
+}
+
+// out[0] = what the device barrier over every PE reported.
+extern "C" __global__ void bounded_barrier(gshmem::Device dev, int* out) {
+  const bool done = gshmem::barrier_all<gshmem::Block>(dev);
+  if (threadIdx.x == 0) out[0] = done;
 }
 
 // ---- ptr / team_ptr and team arithmetic ----

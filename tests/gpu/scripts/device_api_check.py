@@ -407,7 +407,7 @@ def scenario_wait(comm: gshmem.Comm, dev: np.ndarray) -> None:
         status = torch.zeros((n,), dtype=torch.int32, device=f"cuda:{comm.device}")
         if exclude is not None:
             status[exclude] = 1
-        out = torch.full((8,), -5, dtype=torch.int64, device=f"cuda:{comm.device}")
+        out = torch.full((12,), -5, dtype=torch.int64, device=f"cuda:{comm.device}")
         sync(comm)
         kernel("wait_family")(
             (1,),
@@ -430,6 +430,9 @@ def scenario_wait(comm: gshmem.Comm, dev: np.ndarray) -> None:
             f"test family: {o}",
         )
         check(flags.tolist() == [value] * n, f"flags: {flags.tolist()}")
+        check(o[7] == 1 and o[10] == 1 and o[11] == 1, f"bounded waits: {o[7:]}")
+        check(0 <= o[8] < n and o[8] != exclude and 1 <= o[9] <= included, f"bounded: {o[7:]}")
+        comm.check()  # none of them recorded a fault
         comm.free(flags)
 
 

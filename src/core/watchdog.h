@@ -1,0 +1,59 @@
+// Watchdog: a per-comm host thread (on unless GSHMEM_WATCHDOG=0) that notices, while this PE's GPU
+// may be spinning, that a peer process on this host has died or that a device wait of the comm
+// gave up. Then it calls `stop` once, from its own thread: the comm records the fault, makes
+// every bounded device wait give up and lets the on-stream waits go on (Comm::stop_waits), so no
+// part of this PE keeps waiting for a peer that will never come.
+//
+// Peers are watched through /proc: a PE is gone when its pid no longer names the process that
+// started at the recorded time, or names a zombie. That covers the PEs this PE reaches by
+// loads/stores (same host and pid namespace), the ones its kernels wait for. Peers on other hosts
+// are seen by the bootstrap when the comm next uses it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gshmem {
+
+// A peer PE's process as this host sees it.
+struct PeerProcess {
+  int pe;
+  int pid;
+  uint64_t start_time;  // /proc/<pid>/stat field 22 (clock ticks since boot)
+};
+
+// This process's start time as process_alive() compares it; 0 when /proc cannot tell.
+uint64_t process_start_time(int pid);
+// Whether `pid` is a live (not zombie) process that started at `start_time` (when non-zero).
+bool process_alive(int pid, uint64_t start_time);
+
+class Watchdog {
+ public:
+  // `device_failed` is polled each period; `stop(reason)` is called at most once, with a message
+  // naming the dead PE, or with "" when a device wait gave up.
+  Watchdog(std::vector<PeerProcess> peers, std::function<bool()> device_failed,
+           std::function<void(const std::string&)> stop, std::chrono::milliseconds period);
+  ~Watchdog();  // stops the thread and joins it
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  void run();
+
+  std::vector<PeerProcess> peers_;
+  std::function<bool()> device_failed_;
+  std::function<void(const std::string&)> stop_;
+  std::chrono::milliseconds period_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool quit_ = false;
+  std::thread thread_;  // last: starts after every member it reads is ready
+};
+
+}  // namespace gshmem

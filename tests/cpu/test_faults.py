@@ -1,0 +1,103 @@
+"""Fault records and the watchdog's liveness test, on the CPU (docs/reliability.md): what
+gshmem.FaultError says for each record a bounded device wait can leave, and how a dead peer
+process is told from a live one."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import gshmem
+from gshmem import _C
+from gshmem.device import DeviceStruct, FaultStruct
+
+WAIT_SIGNAL, WAIT_BARRIER, WAIT_COLLECTIVE, WAIT_MOE = 1, 3, 4, 5
+TIMEOUT, ABORT, OTHER = 1, 2, 3
+GE = 3
+
+
+def describe(my_pe: int = 0, **fields: int) -> str:
+    record = FaultStruct(recorded=1, **fields)
+    return _C.describe_fault(bytes(record), my_pe)
+
+
+def test_device_state_carries_the_fault_record_and_timeout():
+    assert _C.DEVICE_STATE_VERSION == 2
+    names = [name for name, _ in DeviceStruct._fields_]
+    assert names[-3:] == ["timeout_ns", "fault", "fault_claim"]  # appended: the ABI grows only
+    assert ctypes.sizeof(FaultStruct) == _C.FAULT_SIZE == 64
+
+
+def test_timeout_names_the_peer_the_wait_and_the_values():
+    msg = describe(
+        2, op=WAIT_SIGNAL, cause=TIMEOUT, pe=3, cmp=GE, block=4, thread=7, addr=0x7F00001000,
+        expected=5, seen=4, waited_ns=2_500_000_000,
+    )  # fmt: skip
+    assert msg.startswith("PE 2: signal_wait_until gave up waiting for PE 3 after 2.5 s")
+    assert "GSHMEM_TIMEOUT" in msg and "is PE 3 alive" in msg
+    assert "0x7f00001000 to be >= 5; it was 4 (block 4, thread 7)" in msg
+    assert msg.endswith("The comm can only be aborted now.")
+
+
+@pytest.mark.parametrize(
+    ("op", "name"),
+    [(WAIT_BARRIER, "a device barrier"), (WAIT_COLLECTIVE, "a collective kernel"),
+     (WAIT_MOE, "a gshmem.moe kernel"), (99, "a device wait")],
+)  # fmt: skip
+def test_each_wait_is_named(op, name):
+    assert describe(op=op, cause=TIMEOUT, pe=1, cmp=GE).startswith(f"PE 0: {name} gave up")
+
+
+def test_abort_and_follow_on_failures_say_why_they_stopped():
+    aborted = describe(op=WAIT_BARRIER, cause=ABORT, pe=1, cmp=GE)
+    assert "PE 0: a device barrier waiting for PE 1 stopped because the comm was aborted" in aborted
+    other = describe(op=WAIT_COLLECTIVE, cause=OTHER, pe=3, cmp=GE)
+    assert "stopped because another wait of this comm had failed" in other
+
+
+def test_unknown_peer_and_no_comparison():
+    msg = describe(op=WAIT_SIGNAL, cause=TIMEOUT, pe=-1, cmp=-1)
+    assert "waiting for a peer" in msg and "Waited for the word" not in msg
+
+
+def test_a_record_of_the_wrong_size_is_refused():
+    with pytest.raises(gshmem.UsageError, match="gshmem_fault_t is 64 bytes"):
+        _C.describe_fault(b"\0" * 8, 0)
+
+
+def test_fault_error_is_a_gshmem_error():
+    assert issubclass(gshmem.FaultError, gshmem.Error)
+
+
+def test_liveness_of_this_process_and_of_a_stale_identity():
+    me = os.getpid()
+    start = _C.process_start_time(me)
+    assert start > 0
+    assert _C.process_alive(me, start)
+    assert _C.process_alive(me, 0)  # start time unknown: the pid alone
+    assert not _C.process_alive(me, start + 1)  # same pid, another process (pid reuse)
+    assert not _C.process_alive(-1, 0)
+    assert not _C.process_alive(0, 0)
+
+
+def test_a_killed_peer_is_dead_before_and_after_it_is_reaped():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = _C.process_start_time(child.pid)
+        assert _C.process_alive(child.pid, start)
+        os.kill(child.pid, signal.SIGKILL)
+        for _ in range(100):  # the kernel delivers SIGKILL asynchronously; then a zombie
+            if not _C.process_alive(child.pid, start):
+                break
+            time.sleep(0.01)
+        assert not _C.process_alive(child.pid, start), "a killed, unreaped child counted as alive"
+    finally:
+        child.kill()
+        child.wait()
+    assert not _C.process_alive(child.pid, start)

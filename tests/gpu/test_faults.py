@@ -1,0 +1,26 @@
+"""Faults never hang a job (docs/reliability.md): PE 1 dies (kill -9) or stays silent while PE 0
+waits for it in a kernel, a barrier, an all_reduce, an on-stream wait, a graph replay or a MoE
+dispatch; PE 0 raises gshmem.FaultError within GSHMEM_TIMEOUT + 5 s and leaves nothing behind
+(scripts/fault_check.py). Two PEs share the GPU when there is only one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parent / "scripts" / "fault_check.py"
+SCENARIOS = ["signal", "barrier", "all_reduce", "stream", "graph", "moe"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["kill", "silent"])
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_fault_is_raised_not_hung(scenario, how):
+    proc = subprocess.run([sys.executable, str(SCRIPT), scenario, how], capture_output=True,
+                          text=True, timeout=240)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert f"PASS {scenario} {how}" in out, out
