@@ -38,17 +38,23 @@ def drive(scenario: str, how: str) -> None:
     env = {**os.environ, "GSHMEM_TIMEOUT": str(TIMEOUT_S), "PYTHONUNBUFFERED": "1"}
     if scenario in ("stream", "graph") and how == "silent":
         env["GSHMEM_STREAM_WAIT"] = "kernel"
-    procs = [
-        subprocess.Popen(
+
+    def start(rank: int) -> subprocess.Popen:
+        return subprocess.Popen(
             [sys.executable, __file__, "pe", uid, str(rank), scenario, how],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
         )
-        for rank in range(2)
-    ]
+
+    # PE 1 starts once PE 0 has measured its baseline, and is gone (reaped) before PE 0 measures
+    # again: GPU memory is counted device-wide, and the two may share the GPU.
+    procs = [start(0)]
     try:
+        read_until(procs[0], "BASELINE", 120)
+        procs.append(start(1))
         waiting = read_until(procs[0], "WAITING", 120)
         read_until(procs[1], "IDLE", 30)
         killed_at = None
@@ -56,17 +62,21 @@ def drive(scenario: str, how: str) -> None:
             time.sleep(1.0)  # PE 0 is inside its wait by now
             killed_at = time.time()
             procs[1].send_signal(signal.SIGKILL)
-        out0, _ = procs[0].communicate(timeout=TIMEOUT_S + SLACK_S + 60)
+        fault = read_until(procs[0], "FAULT", TIMEOUT_S + SLACK_S + 30)
+        procs[1].kill()
+        procs[1].wait(timeout=30)
+        time.sleep(1.0)  # the driver returns a dead process's GPU memory asynchronously
+        out0, _ = procs[0].communicate("GO\n", timeout=60)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-        procs[1].wait(timeout=30)
-    print(out0, end="")
+                p.wait(timeout=30)
+    print(fault + out0, end="")
     assert procs[0].returncode == 0, f"PE 0 exited {procs[0].returncode}"
-    fault_at = float(next(ln.split()[1] for ln in out0.splitlines() if ln.startswith("FAULT")))
-    start = killed_at if killed_at is not None else float(waiting.split()[1])
-    delay = fault_at - start
+    fault_at = float(fault.split()[1])
+    since = killed_at if killed_at is not None else float(waiting.split()[1])
+    delay = fault_at - since
     limit = TIMEOUT_S + SLACK_S
     assert delay <= limit, f"detected after {delay:.1f} s, more than {limit} s"
     if how == "silent":
@@ -91,7 +101,12 @@ def read_until(proc: subprocess.Popen, word: str, timeout: float) -> str:
 def leak_baseline() -> tuple[set[str], set[str], int]:
     import torch
 
-    fds = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")}
+    fds = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except FileNotFoundError:  # the descriptor listdir itself had open
+            pass
     return fds, set(os.listdir("/dev/shm")), torch.cuda.mem_get_info()[0]
 
 
@@ -114,6 +129,8 @@ def pe(uid: str, rank: int, scenario: str, how: str) -> None:
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # the CUDA context is part of the baseline
     before = leak_baseline()
+    if rank == 0:
+        print("BASELINE", flush=True)
     comm = gshmem.init(bytes.fromhex(uid), rank, 2)
     op = prepare(comm, scenario)  # collective parts (buffers, graphs) while both PEs are here
     torch.cuda.synchronize()
@@ -144,6 +161,7 @@ def pe(uid: str, rank: int, scenario: str, how: str) -> None:
     comm.abort()
     gc.collect()
     torch.cuda.synchronize()
+    assert sys.stdin.readline().strip() == "GO"  # PE 1 is gone: its memory is not counted
     check_nothing_left(before)
 
 
