@@ -27,7 +27,8 @@ import subprocess
 import sys
 import time
 
-TIMEOUT_S = 5.0  # GSHMEM_TIMEOUT of both PEs
+TIMEOUT_S = 5.0  # GSHMEM_TIMEOUT of both PEs when PE 1 stays silent
+KILL_TIMEOUT_S = 60.0  # ... when it is killed: the watchdog, not the deadline, must notice
 SLACK_S = 5.0  # the bound the issue allows beyond GSHMEM_TIMEOUT
 
 
@@ -35,7 +36,8 @@ def drive(scenario: str, how: str) -> None:
     from gshmem import _C
 
     uid = _C.unique_id_create("127.0.0.1", 0, False).hex()
-    env = {**os.environ, "GSHMEM_TIMEOUT": str(TIMEOUT_S), "PYTHONUNBUFFERED": "1"}
+    timeout = KILL_TIMEOUT_S if how == "kill" else TIMEOUT_S
+    env = {**os.environ, "GSHMEM_TIMEOUT": str(timeout), "PYTHONUNBUFFERED": "1"}
     if scenario in ("stream", "graph") and how == "silent":
         env["GSHMEM_STREAM_WAIT"] = "kernel"
 
@@ -49,12 +51,13 @@ def drive(scenario: str, how: str) -> None:
             env=env,
         )
 
-    # PE 1 starts once PE 0 has measured its baseline, and is gone (reaped) before PE 0 measures
-    # again: GPU memory is counted device-wide, and the two may share the GPU.
-    procs = [start(0)]
+    # PE 1 touches the GPU once PE 0 has measured its baseline, and is gone (reaped) before PE 0
+    # measures again: GPU memory is counted device-wide, and the two may share the GPU.
+    procs = [start(0), start(1)]
     try:
         read_until(procs[0], "BASELINE", 120)
-        procs.append(start(1))
+        procs[1].stdin.write("GO\n")
+        procs[1].stdin.flush()
         waiting = read_until(procs[0], "WAITING", 120)
         read_until(procs[1], "IDLE", 30)
         killed_at = None
@@ -62,7 +65,7 @@ def drive(scenario: str, how: str) -> None:
             time.sleep(1.0)  # PE 0 is inside its wait by now
             killed_at = time.time()
             procs[1].send_signal(signal.SIGKILL)
-        fault = read_until(procs[0], "FAULT", TIMEOUT_S + SLACK_S + 30)
+        fault = read_until(procs[0], "FAULT", timeout + SLACK_S + 30)
         procs[1].kill()
         procs[1].wait(timeout=30)
         time.sleep(1.0)  # the driver returns a dead process's GPU memory asynchronously
@@ -77,7 +80,7 @@ def drive(scenario: str, how: str) -> None:
     fault_at = float(fault.split()[1])
     since = killed_at if killed_at is not None else float(waiting.split()[1])
     delay = fault_at - since
-    limit = TIMEOUT_S + SLACK_S
+    limit = SLACK_S if how == "kill" else TIMEOUT_S + SLACK_S
     assert delay <= limit, f"detected after {delay:.1f} s, more than {limit} s"
     if how == "silent":
         assert delay >= TIMEOUT_S * 0.9, f"gave up after {delay:.1f} s, before GSHMEM_TIMEOUT"
@@ -126,8 +129,15 @@ def pe(uid: str, rank: int, scenario: str, how: str) -> None:
 
     import gshmem
 
+    if rank == 1:
+        assert sys.stdin.readline().strip() == "GO"  # PE 0 has measured its baseline
     torch.cuda.init()
-    torch.zeros(1, device="cuda")  # the CUDA context is part of the baseline
+    y = torch.zeros(1, device="cuda")  # the CUDA context is part of the baseline
+    graph = torch.cuda.CUDAGraph()  # and so is what torch keeps once it has made a graph
+    with torch.cuda.graph(graph):
+        y.add_(1)
+    graph.replay()
+    del graph
     before = leak_baseline()
     if rank == 0:
         print("BASELINE", flush=True)
