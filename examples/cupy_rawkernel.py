@@ -23,7 +23,8 @@ extern "C" __global__ void send_right(gshmem::Device dev, const float* src, floa
     gshmem::put_signal<gshmem::Warp>(dev, dst, src, n * sizeof(float), sig, 1,
                                       gshmem::SignalOp::Set, right);
   }
-  gshmem::signal_wait_until<gshmem::Block>(sig, gshmem::Cmp::EQ, 1);
+  const int left = (gshmem::my_pe(dev) + gshmem::n_pes(dev) - 1) % gshmem::n_pes(dev);
+  gshmem::signal_wait_until<gshmem::Block>(dev, sig, gshmem::Cmp::EQ, 1, left);  // bounded
 }
 """
 
@@ -48,6 +49,7 @@ send_right(
     (device_handle(comm).numpy(), src.data_ptr(), dst.data_ptr(), np.uint64(n), sig.data_ptr()),
 )
 cp.cuda.Device().synchronize()
+comm.check()  # raises gshmem.FaultError if the bounded wait gave up (a dead or absent peer)
 
 left = (comm.rank - 1) % comm.nranks
 g = torch.Generator(device=src.device).manual_seed(left)

@@ -11,10 +11,13 @@
 __global__ void ring_kernel(gshmem::Device dev, const float* send, float* recv, size_t n,
                             uint64_t* arrived) {
   const int right = (gshmem::my_pe(dev) + 1) % gshmem::n_pes(dev);
+  const int left = (gshmem::my_pe(dev) + gshmem::n_pes(dev) - 1) % gshmem::n_pes(dev);
   // Data first, then the signal with release semantics: the receiver's acquire wait then sees it.
   gshmem::put_signal<gshmem::Block>(dev, recv, send, n * sizeof(float), arrived, 1,
                                     gshmem::SignalOp::Add, right);
-  gshmem::signal_wait_until<gshmem::Block>(arrived, gshmem::Cmp::GE, 1);
+  // Bounded waits (they take `dev`): if the left PE died or never comes, the wait gives up after
+  // GSHMEM_TIMEOUT and the host's next gshmem call raises, instead of this kernel hanging.
+  if (!gshmem::signal_wait_until<gshmem::Block>(dev, arrived, gshmem::Cmp::GE, 1, left)) return;
   gshmem::barrier_all<gshmem::Block>(dev);
 }
 
