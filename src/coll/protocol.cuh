@@ -14,8 +14,8 @@
 // slot with plain loads. A kernel with k such phases advances each tally by k.
 //
 // Reuse of staging memory without a closing barrier: slots are double-buffered by the parity of
-// seq[b][q], the number of collectives this PE's CTA b has run with q (equal on both sides, since
-// both count the same calls). When p writes (parity P) in its call j + 2 with q, it has, in call
+// seq[b][q], the number of collectives this PE has run with q (equal on both sides, since both
+// count the same calls, and equal for every CTA b: end_call). When p writes (parity P) in its call j + 2 with q, it has, in call
 // j + 1, received something from q (every call makes every member receive from every other), which
 // q sent after its kernel of call j had completed (stream order); so q has finished reading what
 // p wrote in call j with the same parity. This needs collectives on teams that share two or more
@@ -166,6 +166,15 @@ __device__ inline void arrive_and_wait(const Sync& s, const Device& dev, const T
 
 // Ends the call for this CTA: tallies advance by the `phases` consumed, seq by one. Made by the
 // whole CTA after its last read of the slots.
+//
+// seq must advance on every CTA of every call, launched or not: launches have different grids
+// (ops.cpp sizes them), so CTA b's byte range of a slot differs from call to call, and the reuse
+// rule above only holds if every range of a slot written in call j + 1 has the other parity from
+// every range read in call j. With per-CTA counts that skipped the small calls, CTA 20 of a
+// 64-CTA call could write the parity that CTA 5 of the preceding 16-CTA call was still reading
+// (seen as wrong data by tests/gpu/scripts/soak_check.py mixing all_gather and broadcast sizes).
+// So the last CTA also advances the seq of the CTAs this launch did not run; nothing reads those
+// during the launch. Tallies count signals actually sent to CTA b and stay per CTA.
 __device__ inline void end_call(const Sync& s, const Device& dev, const Team& team,
                                 unsigned phases) {
   __syncthreads();  // nobody reads parity() after it changes
@@ -174,6 +183,13 @@ __device__ inline void end_call(const Sync& s, const Device& dev, const Team& te
     if (q == dev.my_pe) continue;
     s.tallies[counter(s, q)] += phases;
     s.seq[counter(s, q)] += 1;
+  }
+  if (blockIdx.x + 1 != gridDim.x) return;
+  const int idle = (kMaxCtas - static_cast<int>(gridDim.x)) * team.size;
+  for (int i = threadIdx.x; i < idle; i += blockDim.x) {
+    const int q = gshmem_team_world_pe(&team, i % team.size);
+    if (q == dev.my_pe) continue;
+    s.seq[static_cast<size_t>(gridDim.x + i / team.size) * s.n_pes + q] += 1;
   }
 }
 

@@ -6,15 +6,17 @@
 //   arrivals  uint64[kMaxCtas][n_pes]   arrivals[b][q]: signals CTA b of PE q sent to this PE's
 //                                       CTA b (written by q with red.release.sys.add)
 //   tallies   uint64[kMaxCtas][n_pes]   signals from q this PE's CTA b has consumed (local only)
-//   seq       uint64[kMaxCtas][n_pes]   collectives this PE's CTA b has run with q (local only);
+//   seq       uint64[kMaxCtas][n_pes]   collectives this PE has run with q, kept per CTA (local);
 //                                       bit 0 picks the staging buffer, seq + 1 is the packet epoch
 //   slots     [2][n_pes][slot_bytes]    staging: slot (parity, q) on this PE holds what q pushed
 //   packets   [2][n_pes][packet_bytes]  flag+data packets, same indexing, written only as packets
 //   descs     uint64[2][n_pes]          GSHMEM_COLL_CHECK: the call descriptor each member sent
 // Everything is indexed by world PE, so collectives on teams that share only this PE never touch
 // the same words; counters only grow, so a CUDA graph replays correctly with nothing host-side
-// baked into it. Counters are per CTA: a launch with fewer CTAs leaves the others' untouched, and
-// the reuse rule of protocol.cuh holds per CTA (both sides count the same launches of CTA b).
+// baked into it. Arrivals and tallies are per CTA (a launch with fewer CTAs leaves the others'
+// untouched); seq advances for every CTA at every call, launched or not, so that all CTAs of a
+// call agree on the slot parity and packet epoch whatever grid each call had (protocol.cuh,
+// end_call).
 #pragma once
 
 #include <cstdint>

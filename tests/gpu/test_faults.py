@@ -1,8 +1,8 @@
 """Faults never hang a job (docs/reliability.md): PE 1 dies (kill -9) or stays silent while PE 0
 waits for it in a kernel, a barrier, an all_reduce, an on-stream wait, a graph replay or a MoE
 dispatch; PE 0 raises gshmem.FaultError within GSHMEM_TIMEOUT + 5 s and leaves nothing behind
-(scripts/fault_check.py). And a soak of mixed calls loses nothing (scripts/soak_check.py). Two
-PEs share the GPU when there is only one."""
+(scripts/fault_check.py). Two PEs share the GPU when there is only
+one."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpu_launch import launch_pes
 
 SCRIPT = Path(__file__).parent / "scripts" / "fault_check.py"
 SCENARIOS = ["signal", "barrier", "all_reduce", "stream", "graph", "moe"]
@@ -27,11 +26,3 @@ def test_fault_is_raised_not_hung(scenario, how):
     assert proc.returncode == 0, out
     assert f"PASS {scenario} {how}" in out, out
     print(next(line for line in out.splitlines() if line.startswith("PASS")))  # the delay
-
-
-@pytest.mark.gpu
-def test_soak_of_mixed_calls_loses_nothing():
-    """10,000 calls at 2 PEs: collectives, on-stream ring steps and barriers, graph replays, on
-    two streams, every result checked (scripts/soak_check.py)."""
-    out = launch_pes(2, str(SCRIPT.parent / "soak_check.py"), "10000", timeout=400)
-    print(next(line for line in out.splitlines() if "PASS" in line))
