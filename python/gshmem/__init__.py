@@ -30,7 +30,8 @@ from gshmem._errors import (
     TimeoutError,
     UsageError,
 )
-from gshmem.comm import Buffer, Comm, for_each, run_concurrently
+from gshmem.buffer import Buffer
+from gshmem.comm import Comm, for_each, run_concurrently
 from gshmem.device import DeviceHandle
 from gshmem.team import Team
 

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING
 from gshmem._errors import UsageError
 
 if TYPE_CHECKING:
-    from gshmem.comm import Comm
+    from gshmem._comm_like import CommLike
     from gshmem.team import Team
 
 _lock = threading.Lock()
 _next = itertools.count(1)
-_by_handle: dict[int, weakref.ref[Comm]] = {}
+_by_handle: dict[int, weakref.ref[CommLike]] = {}
 _default: tuple[int, int] | None = None  # (handle, nranks) of set_default_comm's comm
 
 
-def handle(comm: Comm) -> int:
+def handle(comm: CommLike) -> int:
     """The integer handle of ``comm`` (registered on first use). After the first call it is an
     attribute read, which torch.compile traces without a graph break."""
     h = getattr(comm, "_torch_handle", None)
@@ -44,7 +44,7 @@ def handle(comm: Comm) -> int:
         return h
 
 
-def lookup(h: int) -> Comm:
+def lookup(h: int) -> CommLike:
     """The comm behind handle ``h``; UsageError when it is unknown, collected or finalized."""
     ref = _by_handle.get(int(h))
     comm = ref() if ref is not None else None
@@ -58,13 +58,13 @@ def lookup(h: int) -> Comm:
     return comm
 
 
-def set_default_comm(comm: Comm | None) -> None:
+def set_default_comm(comm: CommLike | None) -> None:
     """The comm that ``comm=None`` means in gshmem.torch (None: forget the default)."""
     global _default
     _default = None if comm is None else (handle(comm), comm.nranks)
 
 
-def resolve(comm: Comm | None) -> int:
+def resolve(comm: CommLike | None) -> int:
     """The handle for a ``comm=`` argument (None: the default comm, see the module doc)."""
     if comm is not None:
         return handle(comm)
@@ -80,7 +80,7 @@ def resolve(comm: Comm | None) -> int:
     )
 
 
-def call_args(comm: Comm | None, team: Team | None) -> tuple[int, list[int]]:
+def call_args(comm: CommLike | None, team: Team | None) -> tuple[int, list[int]]:
     """(handle, [start, stride, size]) for a call's ``comm=`` and ``team=``: what the custom ops'
     schemas take. torch.compile traces it without a graph break when ``comm`` is given or a
     default is set (attribute reads only); the only-live-comm fallback is for eager code."""

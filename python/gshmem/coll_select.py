@@ -19,7 +19,7 @@ from gshmem import _C
 from gshmem._errors import UsageError
 
 if TYPE_CHECKING:
-    from gshmem.comm import Comm
+    from gshmem._comm_like import CommLike
 
 OPS: tuple[str, ...] = tuple(_C.COLL_SELECT_OPS)
 
@@ -53,7 +53,7 @@ def _point_at_wheel() -> None:
         os.environ["GSHMEM_NCCL_SEARCH_PATH"] = ":".join(dirs)
 
 
-def enable_nccl(comm: Comm) -> None:
+def enable_nccl(comm: CommLike) -> None:
     """Collective: loads NCCL (never required) and creates its communicator over ``comm``'s
     bootstrap, so that later collectives on the world team may choose it. Every PE raises the
     same ``gshmem.UsageError`` when any PE cannot load it; gshmem's own collectives keep
@@ -63,7 +63,7 @@ def enable_nccl(comm: Comm) -> None:
 
 
 def explain(
-    comm: Comm, op: str, nbytes: int, npes: int | None = None, symmetric: bool = False
+    comm: CommLike, op: str, nbytes: int, npes: int | None = None, symmetric: bool = False
 ) -> str:
     """Which backend and algorithm a collective ``op`` with ``nbytes`` of input per PE over
     ``npes`` PEs (default: every PE) would use on ``comm``, and why; ``symmetric``: its output

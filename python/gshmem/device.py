@@ -25,7 +25,7 @@ from gshmem.team import Team, TeamStruct
 if TYPE_CHECKING:
     import torch
 
-    from gshmem.comm import Comm
+    from gshmem._comm_like import CommLike
 
 
 class DeviceStruct(ctypes.Structure):
@@ -138,12 +138,12 @@ class DeviceHandle:
         return Team(t.start, t.stride, t.size, t.my_pe)
 
 
-def device_handle(comm: Comm) -> DeviceHandle:
+def device_handle(comm: CommLike) -> DeviceHandle:
     """The ``gshmem::Device`` of ``comm`` (not collective)."""
     return DeviceHandle(_C.comm_device(comm._handle))
 
 
-def peer_bases(comm: Comm) -> torch.Tensor:
+def peer_bases(comm: CommLike) -> torch.Tensor:
     """int64 tensor on ``comm``'s GPU: entry ``q`` is PE ``q``'s heap base as this GPU sees it,
     0 when ``q`` is not load/store-reachable (not collective)."""
     import torch

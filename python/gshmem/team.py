@@ -18,7 +18,7 @@ import numpy as np
 from gshmem import _C
 
 if TYPE_CHECKING:
-    from gshmem.comm import Comm
+    from gshmem._comm_like import CommLike
 
 
 class TeamStruct(ctypes.Structure):
@@ -40,12 +40,12 @@ class Team:
     rank: int  # this PE's index in the team, -1 when it is not a member
 
     @classmethod
-    def world(cls, comm: Comm) -> Team:
+    def world(cls, comm: CommLike) -> Team:
         """Every PE of ``comm``."""
         return cls(*_C.team_world(comm._handle))
 
     @classmethod
-    def node(cls, comm: Comm) -> Team:
+    def node(cls, comm: CommLike) -> Team:
         """The PEs ``comm`` reaches by loads and stores (raises UsageError when they are not
         evenly strided in the world)."""
         return cls(*_C.team_node(comm._handle))

@@ -10,44 +10,45 @@ import pytest
 
 import gshmem
 from gshmem import _C
-from gshmem.comm import _cmp, _same_size, _signal_op, _span, _stream_handle, _u64
+from gshmem._scalars import u64
+from gshmem._stream_args import cmp_code, same_size, signal_op_code, span, stream_handle
 
 
 @pytest.mark.parametrize(
     ("name", "code"), [("eq", 0), ("ne", 1), ("gt", 2), ("ge", 3), ("lt", 4), ("le", 5)]
 )
 def test_cmp_names_match_the_c_abi(name, code):
-    assert _cmp(name) == code
-    assert _cmp(name.upper()) == code
+    assert cmp_code(name) == code
+    assert cmp_code(name.upper()) == code
 
 
 @pytest.mark.parametrize("bad", ["gte", "", "==", 3, None])
 def test_bad_cmp_is_a_usage_error(bad):
     with pytest.raises(gshmem.UsageError, match="cmp must be one of 'eq', 'ne'"):
-        _cmp(bad)
+        cmp_code(bad)
 
 
 def test_signal_ops():
-    assert _signal_op("set") == _C.SIGNAL_SET == 0
-    assert _signal_op("ADD") == _C.SIGNAL_ADD == 1
+    assert signal_op_code("set") == _C.SIGNAL_SET == 0
+    assert signal_op_code("ADD") == _C.SIGNAL_ADD == 1
     for bad in ("xor", "", 1, None):
         with pytest.raises(gshmem.UsageError, match="op must be 'set' or 'add'"):
-            _signal_op(bad)
+            signal_op_code(bad)
 
 
 def test_values_are_unsigned_64_bit():
-    assert _u64(0, "value") == 0
-    assert _u64((1 << 64) - 1, "value") == (1 << 64) - 1
+    assert u64(0, "value") == 0
+    assert u64((1 << 64) - 1, "value") == (1 << 64) - 1
     for bad in (-1, 1 << 64):
         with pytest.raises(gshmem.UsageError, match="unsigned 64-bit"):
-            _u64(bad, "value")
+            u64(bad, "value")
     for bad in (1.0, True, "1"):
         with pytest.raises(gshmem.UsageError, match="must be an int"):
-            _u64(bad, "value")
+            u64(bad, "value")
 
 
 class FakeStream:
-    """What _stream_handle reads from a torch.cuda.Stream: cuda_stream and device.index."""
+    """What stream_handle reads from a torch.cuda.Stream: cuda_stream and device.index."""
 
     def __init__(self, handle: object, index: int | None) -> None:
         self.cuda_stream = handle
@@ -55,21 +56,21 @@ class FakeStream:
 
 
 def test_stream_handles():
-    assert _stream_handle(0, 0) == 0
-    assert _stream_handle(0x1234, 3) == 0x1234
-    assert _stream_handle(FakeStream(0x5678, 2), 2) == 0x5678
+    assert stream_handle(0, 0) == 0
+    assert stream_handle(0x1234, 3) == 0x1234
+    assert stream_handle(FakeStream(0x5678, 2), 2) == 0x5678
     with pytest.raises(gshmem.UsageError, match="belongs to cuda:1 but this comm's GPU is cuda:2"):
-        _stream_handle(FakeStream(0x5678, 1), 2)
+        stream_handle(FakeStream(0x5678, 1), 2)
     with pytest.raises(gshmem.UsageError, match="must not be negative"):
-        _stream_handle(-5, 0)
+        stream_handle(-5, 0)
     for bad in (True, "default", 1.5, FakeStream("x", 0), object()):
         with pytest.raises(gshmem.UsageError, match="stream must be a torch.cuda.Stream"):
-            _stream_handle(bad, 0)
+            stream_handle(bad, 0)
 
 
 def test_default_stream_without_torch_is_the_legacy_stream(monkeypatch):
     monkeypatch.delitem(sys.modules, "torch", raising=False)
-    assert _stream_handle(None, 0) == 0
+    assert stream_handle(None, 0) == 0
 
 
 def test_default_stream_is_torchs_current_stream(monkeypatch):
@@ -81,21 +82,21 @@ def test_default_stream_is_torchs_current_stream(monkeypatch):
 
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(current_stream=current_stream))
     monkeypatch.setitem(sys.modules, "torch", fake)
-    assert _stream_handle(None, 3) == 0xBEEF
+    assert stream_handle(None, 3) == 0xBEEF
     assert seen == [3]
 
 
 def test_span_of_buffers_and_tensors():
     comm = types.SimpleNamespace(device=1)
     buf = gshmem.Buffer(comm, 0x1000, 64, 0)
-    assert _span(buf, "dst", 1) == (0x1000, 64)
+    assert span(buf, "dst", 1) == (0x1000, 64)
     with pytest.raises(gshmem.UsageError, match="Buffer on cuda:1, not on cuda:0"):
-        _span(buf, "dst", 0)
+        span(buf, "dst", 0)
     with pytest.raises(gshmem.UsageError, match="torch.Tensor or a gshmem.Buffer"):
-        _span(b"bytes", "dst", 0)
+        span(b"bytes", "dst", 0)
     torch = pytest.importorskip("torch")
     with pytest.raises(gshmem.UsageError, match="put: src is on cpu; it must be on cuda:0"):
-        _span(torch.zeros(4), "put: src", 0)
+        span(torch.zeros(4), "put: src", 0)
 
 
 def test_buffer_views_are_sub_ranges_of_one_pe():
@@ -103,7 +104,7 @@ def test_buffer_views_are_sub_ranges_of_one_pe():
     buf = gshmem.Buffer(comm, 0x1000, 64, 3)
     sub = buf.view(16, 8)
     assert (sub.ptr, sub.nbytes, sub.pe, sub.device) == (0x1010, 8, 3, 1)
-    assert _span(buf.view(64, 0), "dst", 1) == (0x1040, 0)
+    assert span(buf.view(64, 0), "dst", 1) == (0x1040, 0)
     for offset, nbytes in ((60, 8), (-1, 4), (0, -1), (65, 0)):
         with pytest.raises(gshmem.UsageError, match="outside the buffer's 64 bytes"):
             buf.view(offset, nbytes)
@@ -112,9 +113,9 @@ def test_buffer_views_are_sub_ranges_of_one_pe():
 
 
 def test_sizes_must_match():
-    _same_size("put", 8, 8)
+    same_size("put", 8, 8)
     with pytest.raises(gshmem.UsageError, match="dst has 8 bytes but src has 9"):
-        _same_size("put", 8, 9)
+        same_size("put", 8, 9)
 
 
 def test_comm_methods_check_before_calling_the_runtime():

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from gshmem.comm import Comm
+    from gshmem import Comm
     from gshmem.team import Team
 
 DEFAULT_NAME = "gshmem_ring"

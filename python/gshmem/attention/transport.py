@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from gshmem.comm import Buffer, Comm
+    from gshmem import Buffer, Comm
     from gshmem.team import Team
 
 
@@ -63,7 +63,7 @@ def _held_by(comm: Comm, buf: Buffer) -> Buffer:
     """``buf`` referring to its comm through ``comm``, the ring's weak proxy: what a channel owns
     (and the tensors viewing it) must not keep the comm alive, or a dropped comm and its rings
     would never be collected."""
-    from gshmem.comm import Buffer
+    from gshmem import Buffer
 
     return Buffer(comm, buf.ptr, buf.nbytes, buf.pe)
 

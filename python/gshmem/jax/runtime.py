@@ -17,7 +17,7 @@ from gshmem._errors import UsageError
 from gshmem.jax import _library
 
 if TYPE_CHECKING:
-    from gshmem.comm import Buffer, Comm
+    from gshmem import Buffer, Comm
 
 DEFAULT_SLOT_BYTES = 64 << 20
 FLAG_BYTES = 16  # ready, arrived (registry.h)

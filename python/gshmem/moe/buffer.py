@@ -25,7 +25,7 @@ from gshmem.moe.high_throughput import Dispatched, Handle, HighThroughput
 from gshmem.moe.low_latency import LowLatency, LowLatencyDispatched, LowLatencyHandle
 
 if TYPE_CHECKING:
-    from gshmem.comm import Comm
+    from gshmem import Comm
     from gshmem.team import Team
 
 DTYPES = (torch.bfloat16, torch.float16)

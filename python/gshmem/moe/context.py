@@ -12,7 +12,7 @@ from gshmem.moe import routing
 if TYPE_CHECKING:
     import torch
 
-    from gshmem.comm import Comm
+    from gshmem import Comm
     from gshmem.team import Team
 
 

@@ -34,7 +34,7 @@ from gshmem._registry import set_default_comm
 from gshmem.torch import functional, ops
 
 if TYPE_CHECKING:
-    from gshmem.comm import Comm
+    from gshmem import Comm
     from gshmem.team import Team
 
 

@@ -10,7 +10,7 @@ import torch
 from gshmem._registry import call_args as _args
 
 if TYPE_CHECKING:
-    from gshmem.comm import Comm
+    from gshmem import Comm
     from gshmem.team import Team
 
 
