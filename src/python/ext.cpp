@@ -199,6 +199,7 @@ void bind_device(nb::module_& m);  // ext_device.cpp
 void bind_stream(nb::module_& m);  // ext_stream.cpp
 void bind_coll(nb::module_& m);  // ext_coll.cpp
 void bind_coll_select(nb::module_& m);  // ext_coll_select.cpp
+void bind_proxy(nb::module_& m);  // ext_proxy.cpp
 
 NB_MODULE(_C, m) {
   m.doc() = "gshmem native core (use the gshmem package, not this module directly)";
@@ -269,4 +270,5 @@ NB_MODULE(_C, m) {
   bind_stream(m);
   bind_coll(m);
   bind_coll_select(m);
+  bind_proxy(m);
 }

@@ -1,0 +1,60 @@
+"""The proxy path's descriptor queue (src/proxy/descriptor_queue.h) on the CPU: host threads as
+producers, one consumer, as the GPU and the proxy thread will use it."""
+
+from __future__ import annotations
+
+import pytest
+
+import gshmem
+from gshmem import _C
+
+
+def words(i: int) -> list[int]:
+    return [i, *(i * 10 + k for k in range(1, 7))]
+
+
+def test_descriptors_come_out_in_order_and_whole():
+    q = _C.ProxyQueue(8)
+    assert q.try_pop() is None  # empty
+    for i in range(5):
+        assert q.try_push(words(i))
+    assert [q.try_pop() for _ in range(5)] == [words(i) for i in range(5)]
+    assert q.try_pop() is None
+
+
+def test_a_full_queue_refuses_until_the_consumer_frees_a_slot():
+    q = _C.ProxyQueue(4)
+    assert all(q.try_push(words(i)) for i in range(4))
+    assert not q.try_push(words(99)), "a fifth descriptor would overwrite an unread slot"
+    assert q.try_pop() == words(0)
+    assert q.try_push(words(4))
+    assert not q.try_push(words(5))
+    assert [q.try_pop() for _ in range(4)] == [words(i) for i in range(1, 5)]
+
+
+def test_slots_wrap_around_many_times():
+    q = _C.ProxyQueue(2)
+    for i in range(1000):
+        assert q.try_push(words(i))
+        assert q.try_pop() == words(i)
+
+
+@pytest.mark.parametrize(("producers", "capacity"), [(1, 2), (4, 4), (16, 8), (64, 64)])
+def test_many_producers_one_consumer_lose_nothing(producers, capacity):
+    count = 20_000 // producers
+    stats = _C.proxy_queue_stress(producers, count, capacity)
+    assert stats["popped"] == producers * count
+    assert stats["wraps"] >= producers * count // capacity - 1
+    if producers > capacity:  # more producers than slots: some must have found it full
+        assert stats["full_waits"] > 0
+
+
+@pytest.mark.parametrize("capacity", [0, 1, 3, 100])
+def test_capacity_must_be_a_power_of_two(capacity):
+    with pytest.raises(gshmem.UsageError, match="power of two"):
+        _C.ProxyQueue(capacity)
+
+
+def test_a_descriptor_is_seven_words():
+    with pytest.raises(gshmem.UsageError, match="7 words"):
+        _C.ProxyQueue(4).try_push([1, 2, 3])
