@@ -1,11 +1,17 @@
 // gshmem._C, device part: binds the device-state and team section of the C ABI (errors and the
 // comm behind a CommHandle come from ext_common.h).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
+#include <mutex>
+#include <optional>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -29,6 +35,38 @@ TeamTuple to_tuple(const gshmem_team_t& t) { return {t.start, t.stride, t.size, 
 gshmem_team_t from_tuple(const TeamTuple& t) {
   return gshmem_team_t{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t)};
 }
+
+// A Watchdog whose stop callback records the reason for wait().
+class WatchdogProbe {
+ public:
+  WatchdogProbe(int pe, int pid, uint64_t start_time, int period_ms)
+      : dog_({{pe, pid, start_time}}, [this] { return device_failed_.load(); },
+             [this](const std::string& reason) { stopped(reason); },
+             std::chrono::milliseconds(period_ms)) {}
+  void fail_device() { device_failed_.store(true); }
+  std::optional<std::string> wait(double timeout) {
+    nb::gil_scoped_release release;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!done_.wait_for(lock, std::chrono::duration<double>(timeout), [this] { return fired_; })) {
+      return std::nullopt;
+    }
+    return reason_;
+  }
+
+ private:
+  void stopped(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reason_ = reason;
+    fired_ = true;
+    done_.notify_all();
+  }
+  std::atomic<bool> device_failed_{false};
+  std::mutex mutex_;
+  std::condition_variable done_;
+  bool fired_ = false;
+  std::string reason_;
+  gshmem::Watchdog dog_;  // last: its thread starts once the members above exist
+};
 
 }  // namespace
 
@@ -81,6 +119,13 @@ void bind_device(nb::module_& m) {
         std::memcpy(&f, raw.c_str(), sizeof f);
         return gshmem::describe_fault(f, my_pe);
       }, "record"_a, "my_pe"_a, "The message FaultError carries for a device fault record.");
+  // The comm's watchdog on its own (no GPU): one peer process to watch and a device-failure flag
+  // the test sets, for the CPU tests of what it notices and when.
+  nb::class_<WatchdogProbe>(m, "WatchdogProbe")
+      .def(nb::init<int, int, uint64_t, int>(), "pe"_a, "pid"_a, "start_time"_a, "period_ms"_a)
+      .def("fail_device", &WatchdogProbe::fail_device)
+      .def("wait", &WatchdogProbe::wait, "timeout"_a,
+           "The reason the watchdog stopped (\"\" for a device failure), or None by the timeout.");
   m.def("process_start_time", &gshmem::process_start_time, "pid"_a);
   m.def("process_alive", &gshmem::process_alive, "pid"_a, "start_time"_a,
         "The watchdog's liveness test of a peer process.");

@@ -1,0 +1,76 @@
+"""The comm's watchdog on the CPU (src/core/watchdog.cpp, docs/reliability.md): how a dead peer
+process is told from a live one, and what the watchdog thread reports, and when."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from gshmem import _C
+
+PERIOD_MS = 20
+
+
+def sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def test_liveness_of_this_process_and_of_a_stale_identity():
+    me = os.getpid()
+    start = _C.process_start_time(me)
+    assert start > 0
+    assert _C.process_alive(me, start)
+    assert _C.process_alive(me, 0)  # start time unknown: the pid alone
+    assert not _C.process_alive(me, start + 1)  # same pid, another process (pid reuse)
+    assert not _C.process_alive(-1, 0)
+    assert not _C.process_alive(0, 0)
+
+
+def test_a_killed_peer_is_dead_before_and_after_it_is_reaped():
+    child = sleeper()
+    try:
+        start = _C.process_start_time(child.pid)
+        assert _C.process_alive(child.pid, start)
+        os.kill(child.pid, signal.SIGKILL)
+        for _ in range(100):  # the kernel delivers SIGKILL asynchronously; then a zombie
+            if not _C.process_alive(child.pid, start):
+                break
+            time.sleep(0.01)
+        assert not _C.process_alive(child.pid, start), "a killed, unreaped child counted as alive"
+    finally:
+        child.kill()
+        child.wait()
+    assert not _C.process_alive(child.pid, start)
+
+
+def test_the_watchdog_names_a_peer_that_was_killed():
+    child = sleeper()
+    try:
+        probe = _C.WatchdogProbe(3, child.pid, _C.process_start_time(child.pid), PERIOD_MS)
+        assert probe.wait(0.3) is None, "fired while the peer was alive"
+        killed = time.monotonic()
+        os.kill(child.pid, signal.SIGKILL)
+        reason = probe.wait(5.0)
+        delay = time.monotonic() - killed
+    finally:
+        child.kill()
+        child.wait()
+    assert reason is not None, "the watchdog did not notice the peer's death"
+    assert f"PE 3 (pid {child.pid}, this host) exited" in reason
+    assert delay < 1.0, f"noticed after {delay:.2f} s with a {PERIOD_MS} ms period"
+
+
+def test_the_watchdog_reports_a_failed_device_wait():
+    probe = _C.WatchdogProbe(1, os.getpid(), _C.process_start_time(os.getpid()), PERIOD_MS)
+    assert probe.wait(0.1) is None
+    probe.fail_device()
+    assert probe.wait(5.0) == ""
+
+
+def test_a_reused_pid_counts_as_dead():
+    me = os.getpid()
+    probe = _C.WatchdogProbe(2, me, _C.process_start_time(me) + 1, PERIOD_MS)
+    assert "PE 2" in (probe.wait(5.0) or "")
