@@ -6,7 +6,7 @@
 //   device/types.cuh    Device, Team, Cmp, SignalOp, my_pe, n_pes
 //   device/scope.cuh    Thread, Warp, Block: who makes a scoped call
 //   device/ptr.cuh      ptr, team_ptr: peers' addresses of symmetric objects
-//   device/deadline.cuh Deadline, failed: how the bounded waits give up (GSHMEM_TIMEOUT, abort)
+//   device/deadline.cuh Deadline: how the bounded waits give up (GSHMEM_TIMEOUT, abort)
 //   device/order.cuh    fence, quiet
 //   device/rma.cuh      put, get, put_nbi, get_nbi, p, g, iput, iget
 //   device/signal.cuh   put_signal(_nbi), signal_op, signal_fetch, signal_wait_until

@@ -97,12 +97,4 @@ class Deadline {
   unsigned polls_ = 0;
 };
 
-// Whether a wait of this comm has given up or the comm was aborted (reads host memory: a PCIe
-// round trip, so not for polling loops). Any thread; not blocking.
-__device__ inline bool failed(const Device& dev) {
-  if (dev.fault == 0) return false;
-  const volatile gshmem_fault_t* f = reinterpret_cast<const volatile gshmem_fault_t*>(dev.fault);
-  return f->abort != 0 || f->recorded != 0;
-}
-
 }  // namespace gshmem
