@@ -28,6 +28,12 @@ sys.exit(0 if any(hits) or glob.glob("/usr/local/cuda/lib64/libnvrtc.so*") else 
 PYEOF
   fi
   if [ ${#want[@]} -gt 0 ]; then "$PY" -m pip install -q "${want[@]}"; fi
+  # UCX for the proxy path's network engine (its headers at build time, libucp at run time).
+  # Optional: where no registry is reachable (offline GPU hosts) its tests skip.
+  if [ -n "${1:-}" ] && ! has libucx; then
+    "$PY" -m pip install -q "libucx-cu13==1.22.*" ||
+      echo "dev.sh: libucx-cu13 could not be installed; the network-engine tests will skip" >&2
+  fi
   "$PY" -m pip install -q --no-build-isolation --no-deps -e .
 }
 

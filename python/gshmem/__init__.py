@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gshmem import _C
+from gshmem import _C, _ucx
 from gshmem._errors import (
     BootstrapError,
     CudaError,
@@ -34,6 +34,8 @@ from gshmem.buffer import Buffer
 from gshmem.comm import Comm, for_each, run_concurrently
 from gshmem.device import DeviceHandle
 from gshmem.team import Team
+
+_ucx.name_wheel_library()
 
 __version__ = "0.1.0"
 log = logging.getLogger("gshmem")

@@ -1,6 +1,7 @@
-// gshmem._C, proxy part: the descriptor queue (src/proxy/descriptor_queue.h) with host memory and
-// host threads as producers, for the CPU tests: a queue object to drive step by step, and a
-// stress run of many producer threads against one consumer that checks every descriptor.
+// gshmem._C, proxy part, for the CPU tests: the descriptor queue (src/proxy/descriptor_queue.h)
+// with host memory and host threads as producers (a queue to drive step by step, and a stress
+// run of many producers against one consumer that checks every descriptor); the network engine
+// (src/proxy/net_engine.h) on a test bootstrap; and a proxy thread fed by host producers.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
@@ -14,11 +15,16 @@
 #include <thread>
 #include <vector>
 
+#include "proxy/command.h"
 #include "proxy/descriptor_queue.h"
+#include "proxy/net_engine.h"
+#include "proxy/proxy.h"
+#include "python/ext_bootstrap.h"
 #include "python/ext_common.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
+using gshmem::python::call_internal;
 using gshmem::proxy::Descriptor;
 using gshmem::proxy::kPayloadWords;
 
@@ -141,6 +147,123 @@ nb::dict stress(int producers, uint64_t count, uint64_t capacity) {
   return d;
 }
 
+// The network engine on a test bootstrap (which must outlive it). Addresses are plain integers:
+// the tests use numpy arrays' host memory.
+class EngineHandle {
+ public:
+  EngineHandle(gshmem::python::BootstrapHandle& bs, std::optional<double> timeout) {
+    const double t = timeout.value_or(bs.timeout());
+    engine_ = call_internal([&] { return gshmem::proxy::make_ucx_engine(bs.bs(), t); });
+  }
+  gshmem::proxy::NetEngine& engine() {
+    if (!engine_) gshmem::python::raise(GSHMEM_ERROR_USAGE, "this network engine is closed");
+    return *engine_;
+  }
+  int register_region(uintptr_t base, size_t bytes) {
+    return call_internal([&] { return engine().register_region(reinterpret_cast<void*>(base), bytes); });
+  }
+  void deregister_region(int region) {
+    call_internal([&] { engine().deregister_region(region); });
+  }
+  size_t region_bytes(int region, int pe) {
+    return call_internal([&] { return engine().region_bytes(region, pe); });
+  }
+  void put(int pe, uintptr_t src, size_t bytes, int region, uint64_t offset) {
+    call_internal([&] {
+      engine().put(pe, reinterpret_cast<const void*>(src), bytes, region, offset, nullptr,
+                   nullptr, 0);
+    });
+  }
+  void get(int pe, uintptr_t dst, size_t bytes, int region, uint64_t offset) {
+    call_internal([&] {
+      engine().get(pe, reinterpret_cast<void*>(dst), bytes, region, offset, nullptr, nullptr, 0);
+    });
+  }
+  void signal_add(int pe, int region, uint64_t offset, uint64_t value) {
+    call_internal([&] { engine().signal_add(pe, region, offset, value); });
+  }
+  void fence() { call_internal([&] { engine().fence(); }); }
+  void barrier() { call_internal([&] { engine().barrier(); }); }
+  void flush() { call_internal([&] { engine().flush(); }); }
+  bool progress() { return call_internal([&] { return engine().progress(); }); }
+  void close() { engine_.reset(); }
+
+ private:
+  std::unique_ptr<gshmem::proxy::NetEngine> engine_;
+};
+
+// A proxy thread on an engine, fed by host producers, with its queue and completion words in
+// host memory.
+class HostProxy {
+ public:
+  HostProxy(EngineHandle& engine, uint64_t capacity, uint64_t counters)
+      : queue_(capacity), counters_(counters, 0) {
+    gshmem::proxy::CompletionWords words{&retired_, &failed_, counters_.data(), counters};
+    proxy_ = call_internal(
+        [&] { return std::make_unique<gshmem::proxy::Proxy>(engine.engine(), queue_.view(), words); });
+  }
+  // One descriptor (command.h); false when the queue is full.
+  bool try_push(int op, uint32_t pe, uint16_t region, uintptr_t local, uint64_t offset,
+                uint64_t bytes, uint16_t signal_region, uint64_t signal_offset,
+                uint64_t signal_value, int64_t counter) {
+    gshmem::proxy::Command c;
+    c.op = static_cast<gshmem::proxy::Op>(op);
+    c.pe = pe;
+    c.region = region;
+    c.signal_region = signal_region;
+    c.local = local;
+    c.offset = offset;
+    c.bytes = bytes;
+    c.signal_offset = signal_offset;
+    c.signal_value = signal_value;
+    c.counter = counter < 0 ? 0 : static_cast<uint64_t>(counter) + 1;
+    uint64_t w[kPayloadWords];
+    gshmem::proxy::encode(c, w);
+    uint64_t ticket = 0;
+    if (!gshmem::proxy::try_reserve(queue_.view(), ticket)) return false;
+    gshmem::proxy::publish(queue_.view(), ticket, w);
+    return true;
+  }
+  uint64_t retired() const { return __atomic_load_n(&retired_, __ATOMIC_ACQUIRE); }
+  uint64_t counter(uint64_t i) const {
+    if (i >= counters_.size()) gshmem::python::raise(GSHMEM_ERROR_USAGE, "no such counter");
+    return __atomic_load_n(&counters_[i], __ATOMIC_ACQUIRE);
+  }
+  // Blocks until `n` descriptors retired; raises the proxy's error, or TimeoutError.
+  void wait_retired(uint64_t n, double timeout) {
+    call_internal([&] {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+      while (retired() < n) {
+        check_locked();
+        if (std::chrono::steady_clock::now() > end) {
+          gshmem::throw_error(GSHMEM_ERROR_TIMEOUT,
+                              "proxy retired " + std::to_string(retired()) + " of " +
+                                  std::to_string(n) + " descriptors in " +
+                                  std::to_string(timeout) + " s");
+        }
+        std::this_thread::yield();
+      }
+    });
+  }
+  void check() { call_internal([&] { check_locked(); }); }
+  bool failed_word() const { return __atomic_load_n(&failed_, __ATOMIC_ACQUIRE) != 0; }
+  void stop() {
+    call_internal([&] { proxy_->stop(); });
+  }
+
+ private:
+  void check_locked() {
+    gshmem_result_t code;
+    std::string message;
+    if (proxy_->failed(&code, &message)) gshmem::throw_error(code, message);
+  }
+  HostQueue queue_;
+  std::vector<uint64_t> counters_;
+  uint64_t retired_ = 0;
+  uint64_t failed_ = 0;
+  std::unique_ptr<gshmem::proxy::Proxy> proxy_;  // last: stops before the words it writes go
+};
+
 }  // namespace
 
 void bind_proxy(nb::module_& m) {
@@ -149,4 +272,40 @@ void bind_proxy(nb::module_& m) {
       .def("try_push", &HostQueue::try_push, "words"_a)
       .def("try_pop", &HostQueue::try_pop);
   m.def("proxy_queue_stress", &stress, "producers"_a, "count"_a, "capacity"_a);
+
+  nb::class_<EngineHandle>(m, "NetEngine")
+      .def(nb::init<gshmem::python::BootstrapHandle&, std::optional<double>>(), "bootstrap"_a,
+           "timeout"_a = nb::none(), nb::keep_alive<1, 2>())
+      .def("register", &EngineHandle::register_region, "base"_a, "bytes"_a)
+      .def("deregister", &EngineHandle::deregister_region, "region"_a)
+      .def("region_bytes", &EngineHandle::region_bytes, "region"_a, "pe"_a)
+      .def("put", &EngineHandle::put, "pe"_a, "src"_a, "bytes"_a, "region"_a, "offset"_a)
+      .def("get", &EngineHandle::get, "pe"_a, "dst"_a, "bytes"_a, "region"_a, "offset"_a)
+      .def("signal_add", &EngineHandle::signal_add, "pe"_a, "region"_a, "offset"_a, "value"_a)
+      .def("fence", &EngineHandle::fence)
+      .def("barrier", &EngineHandle::barrier)
+      .def("flush", &EngineHandle::flush)
+      .def("progress", &EngineHandle::progress)
+      .def("close", &EngineHandle::close);
+
+  nb::class_<HostProxy>(m, "HostProxy")
+      .def(nb::init<EngineHandle&, uint64_t, uint64_t>(), "engine"_a, "capacity"_a,
+           "counters"_a, nb::keep_alive<1, 2>())
+      .def("try_push", &HostProxy::try_push, "op"_a, "pe"_a, "region"_a = 0, "local"_a = 0,
+           "offset"_a = 0, "bytes"_a = 0, "signal_region"_a = 0, "signal_offset"_a = 0,
+           "signal_value"_a = 0, "counter"_a = -1)
+      .def("retired", &HostProxy::retired)
+      .def("counter", &HostProxy::counter, "index"_a)
+      .def("wait_retired", &HostProxy::wait_retired, "count"_a, "timeout"_a)
+      .def("check", &HostProxy::check)
+      .def("failed_word", &HostProxy::failed_word)
+      .def("stop", &HostProxy::stop);
+  nb::dict ops;
+  ops["put"] = static_cast<int>(gshmem::proxy::Op::kPut);
+  ops["put_signal"] = static_cast<int>(gshmem::proxy::Op::kPutSignal);
+  ops["signal"] = static_cast<int>(gshmem::proxy::Op::kSignal);
+  ops["get"] = static_cast<int>(gshmem::proxy::Op::kGet);
+  ops["fence"] = static_cast<int>(gshmem::proxy::Op::kFence);
+  ops["quiet"] = static_cast<int>(gshmem::proxy::Op::kQuiet);
+  m.attr("PROXY_OPS") = ops;
 }

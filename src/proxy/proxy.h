@@ -1,0 +1,61 @@
+// The proxy: one CPU thread per comm that takes descriptors from the queue in ticket order and
+// executes them on the network engine (the GIN paper's Proxy backend, over UCX). Completion
+// flows back through words the producers can read:
+//   retired    descriptors taken and issued, in ticket order; a kQuiet descriptor retires only
+//              once every earlier operation is complete at its target, so "retired > t" after a
+//              quiet with ticket t means everything before it has landed;
+//   counters   local completion counts (command.h word 6);
+//   failed     0 while healthy; 1 once the thread stopped on an error (error() says which).
+// The memory of the queue and of these words belongs to the caller (host memory, or pinned
+// host memory mapped into the GPU when kernels produce); it must outlive the Proxy.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "gshmem/gshmem.h"
+#include "proxy/command.h"
+#include "proxy/descriptor_queue.h"
+#include "proxy/net_engine.h"
+
+namespace gshmem::proxy {
+
+struct CompletionWords {
+  uint64_t* retired;
+  uint64_t* failed;
+  uint64_t* counters;
+  uint64_t n_counters;
+};
+
+class Proxy {
+ public:
+  // Starts the thread. The queue must be empty (head == tail == 0).
+  Proxy(NetEngine& engine, QueueView queue, CompletionWords completion);
+  ~Proxy();  // stop()
+  Proxy(const Proxy&) = delete;
+  Proxy& operator=(const Proxy&) = delete;
+
+  // Stops the thread after the descriptors it already took; what is still queued stays there.
+  void stop();
+  // Whether the thread stopped on an error; if so, its code and message.
+  bool failed(gshmem_result_t* code, std::string* message) const;
+
+ private:
+  void run();
+  void execute(const Command& c);
+  static void counted(void* self, uint64_t counter);
+
+  NetEngine& engine_;
+  QueueView queue_;
+  CompletionWords completion_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex error_mu_;
+  gshmem_result_t error_code_ = GSHMEM_SUCCESS;
+  std::string error_;
+  std::thread thread_;
+};
+
+}  // namespace gshmem::proxy

@@ -1,0 +1,13 @@
+// make_ucx_engine for builds that found no UCX headers: the proxy path reports why it is absent.
+#include "common/error.h"
+#include "proxy/net_engine.h"
+
+namespace gshmem::proxy {
+
+std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap&, double) {
+  throw_error(GSHMEM_ERROR_SYSTEM,
+              "this gshmem was built without UCX, which peers beyond load/store reach need: "
+              "install the libucx-cu13 wheel (or a system UCX with headers) and rebuild gshmem");
+}
+
+}  // namespace gshmem::proxy

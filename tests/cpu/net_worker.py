@@ -1,0 +1,180 @@
+"""One rank of a network-engine test (test_net_engine.py): joins the bootstrap, builds the UCX
+engine on host memory and runs a scenario; prints one JSON line {"ok": ..., ...}.
+
+    python net_worker.py <uid-hex> <rank> <nranks> <timeout> <scenario>
+
+Scenarios:
+  rma       puts, gets and atomic adds between every pair of ranks into regions of different
+            sizes per rank, checked byte for byte; an overrun and a self-put are refused
+  proxy     the same traffic through a proxy thread fed by host producer threads: put_signal
+            of random sizes, signals, counters and quiet; every byte and count checked
+  die       rank 1 exits abruptly once set up; rank 0 keeps sending and must get a clear
+            error (not a hang) within its timeout
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+from gshmem import _C, Error
+
+REGION_BASE = 1 << 16  # rank r registers REGION_BASE + 4096 * r bytes
+SIGNALS = 64
+
+
+def region_bytes(rank: int) -> int:
+    return REGION_BASE + 4096 * rank
+
+
+def pattern(src: int, dst: int, nbytes: int) -> np.ndarray:
+    return np.random.default_rng(1000 * src + dst).integers(0, 256, nbytes, dtype=np.uint8)
+
+
+def addr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def rma(bs, rank: int, n: int) -> dict:
+    eng = _C.NetEngine(bs)
+    mem = np.zeros(region_bytes(rank), np.uint8)
+    sig = np.zeros(SIGNALS, np.uint64)
+    data, signals = eng.register(addr(mem), mem.nbytes), eng.register(addr(sig), sig.nbytes)
+    sizes = [eng.region_bytes(data, q) for q in range(n)]
+    # Rank r writes pattern(r, q) into slot r of each peer q, then (fenced after it) adds r + 1
+    # to q's signal word r; the last 4096 * q bytes of q's region only q has.
+    slot = REGION_BASE // n
+    sources = {q: pattern(rank, q, slot) for q in range(n) if q != rank}
+    for q, payload in sources.items():
+        eng.put(q, addr(payload), slot, data, slot * rank)
+        eng.fence()
+        eng.signal_add(q, signals, 8 * rank, rank + 1)
+    eng.flush()
+    eng.barrier()
+    # Signals are applied by this rank's engine as it progresses (no proxy thread here).
+    deadline = time.monotonic() + 10
+    while any(int(sig[q]) != q + 1 for q in sources) and time.monotonic() < deadline:
+        eng.progress()
+    errors = []
+    for q in sources:
+        if not np.array_equal(mem[slot * q : slot * (q + 1)], pattern(q, rank, slot)):
+            errors.append(f"bytes from rank {q} wrong")
+        if int(sig[q]) != q + 1:
+            errors.append(f"signal from rank {q} is {int(sig[q])}")
+    # get: read back the slot this rank wrote into each peer, and the peer's private tail
+    for q, payload in sources.items():
+        back = np.full(slot, 0xEE, np.uint8)
+        eng.get(q, addr(back), slot, data, slot * rank)
+        eng.flush()
+        if not np.array_equal(back, payload):
+            errors.append(f"get from rank {q} wrong")
+    refused = []
+    peer = (rank + 1) % n
+    for what, call in [
+        ("overrun", lambda: eng.put(peer, addr(mem), 65, data, sizes[peer] - 64)),
+        ("self", lambda: eng.put(rank, addr(mem), 8, data, 0)),
+        ("misaligned signal", lambda: eng.signal_add(peer, signals, 4, 1)),
+        ("no region", lambda: eng.put(peer, addr(mem), 8, 99, 0)),
+    ]:
+        try:
+            call()
+        except Error as e:
+            refused.append(f"{what}: {type(e).__name__}: {e}")
+    eng.barrier()
+    eng.deregister(data)
+    eng.deregister(signals)
+    eng.close()
+    return {"errors": errors, "refused": refused, "sizes": sizes}
+
+
+def proxy(bs, rank: int, n: int) -> dict:
+    eng = _C.NetEngine(bs)
+    ops = _C.PROXY_OPS
+    mem = np.zeros(region_bytes(rank), np.uint8)
+    sig = np.zeros(SIGNALS, np.uint64)
+    data, signals = eng.register(addr(mem), mem.nbytes), eng.register(addr(sig), sig.nbytes)
+    prox = _C.HostProxy(eng, 64, 2)  # a small queue: producers meet a full queue and wrap
+    per_peer = 200
+    rng = np.random.default_rng(rank)
+    peers = [q for q in range(n) if q != rank]
+    # Rank r writes into peer q's slot r (slot = REGION_BASE // n bytes); message i of size
+    # s_i carries pattern bytes; the last message to each peer is the full slot, so its content
+    # is known; the signal word r counts messages.
+    slot = REGION_BASE // n
+    payloads = {q: pattern(rank, q, slot) for q in peers}
+    sizes = rng.integers(1, slot + 1, per_peer)
+    sizes[-1] = slot
+
+    def produce(q: int) -> None:
+        for i in range(per_peer):
+            while not prox.try_push(ops["put_signal"], q, data, addr(payloads[q]), slot * rank,
+                                    int(sizes[i]), signals, 8 * rank, 1, counter=0):  # fmt: skip
+                time.sleep(0)
+        while not prox.try_push(ops["signal"], q, signal_region=signals,
+                                signal_offset=8 * (SIGNALS - 1), signal_value=7):  # fmt: skip
+            time.sleep(0)
+
+    threads = [threading.Thread(target=produce, args=(q,)) for q in peers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    total = len(peers) * (per_peer + 1)
+    while not prox.try_push(ops["quiet"], 0):
+        time.sleep(0)
+    prox.wait_retired(total + 1, 30.0)
+    eng.barrier()  # every rank's quiet retired: everything it sent has landed
+    errors = []
+    for q in peers:
+        if not np.array_equal(mem[slot * q : slot * (q + 1)], pattern(q, rank, slot)):
+            errors.append(f"bytes from rank {q} wrong")
+        if int(sig[q]) != per_peer:
+            errors.append(f"signal from rank {q} is {int(sig[q])}, want {per_peer}")
+    if int(sig[SIGNALS - 1]) != 7 * len(peers):
+        errors.append(f"plain signals sum to {int(sig[SIGNALS - 1])}")
+    deadline = time.monotonic() + 10
+    while prox.counter(0) < len(peers) * per_peer and time.monotonic() < deadline:
+        time.sleep(0.001)
+    if prox.counter(0) != len(peers) * per_peer:
+        errors.append(f"counter 0 is {prox.counter(0)}, want {len(peers) * per_peer}")
+    prox.stop()
+    eng.barrier()
+    eng.close()
+    return {"errors": errors, "retired": prox.retired()}
+
+
+def die(bs, rank: int, n: int) -> dict:
+    eng = _C.NetEngine(bs, timeout=5.0)
+    mem = np.zeros(1 << 20, np.uint8)
+    data = eng.register(addr(mem), mem.nbytes)
+    eng.barrier()
+    if rank == 1:
+        os._exit(0)  # no goodbye: sockets close as the process goes
+    start = time.monotonic()
+    try:
+        for _ in range(100_000):
+            eng.put(1, addr(mem), mem.nbytes, data, 0)
+            eng.flush()
+    except Error as e:
+        return {"error": type(e).__name__, "message": str(e), "after": time.monotonic() - start}
+    return {"error": None, "after": time.monotonic() - start}
+
+
+def main() -> None:
+    uid, rank, n, timeout, scenario = bytes.fromhex(sys.argv[1]), *map(int, sys.argv[2:4]), \
+        float(sys.argv[4]), sys.argv[5]  # fmt: skip
+    try:
+        bs = _C.BootstrapHandle(uid, rank, n, timeout)
+        result = {"rma": rma, "proxy": proxy, "die": die}[scenario](bs, rank, n)
+        print(json.dumps({"ok": True, "result": result}), flush=True)
+    except Error as e:
+        print(json.dumps({"ok": False, "error": type(e).__name__, "message": str(e)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""The proxy path's network engine (UCX) and proxy thread between real processes, on host memory:
+on loopback, across two network namespaces joined by a veth pair (two "hosts" on one machine),
+and when UCX is missing or a peer dies (net_worker.py runs each rank)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gshmem import _ucx
+
+WORKER = str(Path(__file__).with_name("net_worker.py"))
+
+pytestmark = pytest.mark.skipif(
+    _ucx.wheel_library() is None and not os.environ.get("GSHMEM_UCX_LIB"),
+    reason="no UCX here (pip install libucx-cu13, or set GSHMEM_UCX_LIB)",
+)
+
+
+def run_ranks(
+    scenario: str,
+    nranks: int,
+    *,
+    address: str = "127.0.0.1",
+    timeout: float = 20.0,
+    prefix: list[list[str]] | None = None,
+    env: dict | None = None,
+) -> list[dict]:
+    """Runs every rank of `scenario` (rank r under prefix[r], e.g. `ip netns exec ns`)."""
+    # The id picks a free port on rank 0's host, so it is made where rank 0 runs.
+    make = f"from gshmem import _C; print(_C.unique_id_create({address!r}, 0, False).hex())"
+    uid = subprocess.run([*(prefix[0] if prefix else []), sys.executable, "-c", make],
+                         check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    full_env = {**os.environ, **(env or {})}
+    procs = []
+    for r in range(nranks):
+        rank_args = [WORKER, uid, str(r), str(nranks), str(timeout), scenario]
+        cmd = [*(prefix[r] if prefix else []), sys.executable, *rank_args]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=full_env))  # fmt: skip
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout + 60)
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        results.append(json.loads(lines[-1]) if lines else {"ok": False, "rc": p.returncode,
+                                                           "stderr": err[-2000:]})  # fmt: skip
+    return results
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_put_get_signal_between_processes(nranks):
+    for rank, res in enumerate(run_ranks("rma", nranks)):
+        assert res["ok"], (rank, res)
+        got = res["result"]
+        assert got["errors"] == [], (rank, got)
+        assert got["sizes"] == [(1 << 16) + 4096 * r for r in range(nranks)]
+        assert [r.split(":")[0] for r in got["refused"]] == [
+            "overrun", "self", "misaligned signal", "no region"]  # fmt: skip
+        assert all("UsageError" in r for r in got["refused"]), got["refused"]
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_proxy_thread_executes_host_descriptors(nranks):
+    for rank, res in enumerate(run_ranks("proxy", nranks)):
+        assert res["ok"], (rank, res)
+        assert res["result"]["errors"] == [], (rank, res)
+        assert res["result"]["retired"] == (nranks - 1) * 201 + 1
+
+
+def test_dead_peer_is_a_fault_not_a_hang():
+    survivor, _ = run_ranks("die", 2, timeout=10.0)
+    assert survivor["ok"], survivor
+    got = survivor["result"]
+    assert got["error"] in ("FaultError", "TimeoutError"), got
+    assert "rank 1" in got["message"], got
+    assert got["after"] < 10.0 + 5.0, got
+
+
+def test_missing_ucx_is_a_clear_error():
+    results = run_ranks("rma", 2, env={"GSHMEM_UCX_LIB": "/nonexistent/libucp.so"})
+    for res in results:
+        assert not res["ok"], res
+        assert "could not be loaded from /nonexistent/libucp.so" in res["message"], res
+        assert "libucx-cu13" in res["message"], res
+
+
+def can_make_namespaces() -> str | None:
+    """None when this process may create network namespaces, else why not."""
+    if shutil.which("ip") is None:
+        return "no `ip` command (iproute2)"
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    probe = f"gsh{uuid.uuid4().hex[:8]}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"`ip netns add` refused: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+@pytest.fixture
+def two_hosts():
+    """Two network namespaces joined by a veth pair, 10.251.0.1 and 10.251.0.2; yields the
+    command prefix that runs a process on each."""
+    why = can_make_namespaces()
+    if why is not None:
+        pytest.skip(why)
+    tag = uuid.uuid4().hex[:6]
+    names = [f"gsh{tag}a", f"gsh{tag}b"]
+    links = [f"vg{tag}a", f"vg{tag}b"]
+
+    def ip(*args: str, ns: str | None = None) -> None:
+        cmd = ["ip", *(["-n", ns] if ns else []), *args]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+
+    try:
+        for ns in names:
+            ip("netns", "add", ns)
+        ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
+        for i, (ns, link) in enumerate(zip(names, links, strict=True)):
+            ip("link", "set", link, "netns", ns)
+            ip("addr", "add", f"10.251.0.{i + 1}/24", "dev", link, ns=ns)
+            ip("link", "set", link, "up", ns=ns)
+            ip("link", "set", "lo", "up", ns=ns)
+        yield [["ip", "netns", "exec", ns] for ns in names]
+    finally:
+        for ns in names:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.mark.parametrize("scenario", ["rma", "proxy"])
+def test_two_hosts_bootstrap_and_move_data_over_tcp(two_hosts, scenario):
+    # UCX_TLS=tcp: the namespaces share this machine's memory, so without it UCX could take a
+    # shared-memory path; the test is about what crosses the network.
+    env = {"UCX_TLS": "tcp", "GSHMEM_BOOTSTRAP_ADDR": "10.251.0.1"}
+    results = run_ranks(scenario, 2, address="10.251.0.1", prefix=two_hosts, env=env)
+    for rank, res in enumerate(results):
+        assert res["ok"], (rank, res)
+        assert res["result"]["errors"] == [], (rank, res)
