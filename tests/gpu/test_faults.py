@@ -1,7 +1,7 @@
 """Faults never hang a job (docs/reliability.md): PE 1 dies (kill -9) or stays silent while PE 0
-waits for it in a kernel, a barrier, an all_reduce, an on-stream wait, a graph replay or a MoE
-dispatch; PE 0 raises gshmem.FaultError within GSHMEM_TIMEOUT + 5 s and leaves nothing behind
-(scripts/fault_check.py). Two PEs share the GPU when there is only
+waits for it in a kernel, a barrier, an all_reduce, an on-stream wait, a graph replay, a MoE
+dispatch or a ring-attention step; PE 0 raises gshmem.FaultError within GSHMEM_TIMEOUT + 5 s and
+leaves nothing behind (scripts/fault_check.py). Two PEs share the GPU when there is only
 one."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).parent / "scripts" / "fault_check.py"
-SCENARIOS = ["signal", "barrier", "all_reduce", "stream", "graph", "moe"]
+SCENARIOS = ["signal", "barrier", "all_reduce", "stream", "graph", "moe", "attention"]
 
 
 @pytest.mark.gpu

@@ -15,6 +15,14 @@ scenario (PE 0's operation):
               kernel, GSHMEM_STREAM_WAIT=kernel, since a memory operation has no deadline)
       graph   a CUDA graph replay of an on-stream wait and a kernel after it (silent: as stream)
       moe     a gshmem.moe low-latency dispatch (its receive waits for every rank)
+      attention  a causal bf16 gshmem.attention.ring_attention step, forward and backward,
+              over the comm's PEs: PE 1 made the first call with PE 0 (the collective setup:
+              the problem's agreement, the ring's symmetric channels), so PE 0's next call waits
+              on its stream for K/V PE 1 never sends. The ring's waits are on-stream ones
+              (stream memory operations): silent runs with GSHMEM_STREAM_WAIT=kernel, as stream;
+              GSHMEM_ATTENTION_GRAPHS=0 keeps every call eager (a small problem's second call
+              is otherwise captured, and the backward's capture synchronises the device behind
+              the forward's blocked wait: the host, not the GPU, would wait there)
 Prints "PASS <scenario> <how>" and the detection time when everything held.
 """
 
@@ -30,6 +38,11 @@ import time
 TIMEOUT_S = 5.0  # GSHMEM_TIMEOUT of both PEs when PE 1 stays silent
 KILL_TIMEOUT_S = 60.0  # ... when it is killed: the watchdog, not the deadline, must notice
 SLACK_S = 5.0  # the bound the issue allows beyond GSHMEM_TIMEOUT
+# Scenarios whose wait is an on-stream one: a stream memory operation, which only the watchdog
+# releases (a dead peer); a silent peer needs the bounded kernel, whose error names no peer.
+ON_STREAM = ("stream", "graph", "attention")
+# attention: (heads, tokens per PE, head dim) of each PE's q, k and v shard (batch 1, bf16)
+ATTENTION_SHAPE = (4, 256, 64)
 
 
 def drive(scenario: str, how: str) -> None:
@@ -38,8 +51,10 @@ def drive(scenario: str, how: str) -> None:
     uid = _C.unique_id_create("127.0.0.1", 0, False).hex()
     timeout = KILL_TIMEOUT_S if how == "kill" else TIMEOUT_S
     env = {**os.environ, "GSHMEM_TIMEOUT": str(timeout), "PYTHONUNBUFFERED": "1"}
-    if scenario in ("stream", "graph") and how == "silent":
+    if scenario in ON_STREAM and how == "silent":
         env["GSHMEM_STREAM_WAIT"] = "kernel"
+    if scenario == "attention":
+        env["GSHMEM_ATTENTION_GRAPHS"] = "0"
 
     def start(rank: int) -> subprocess.Popen:
         return subprocess.Popen(
@@ -138,6 +153,9 @@ def pe(uid: str, rank: int, scenario: str, how: str) -> None:
         y.add_(1)
     graph.replay()
     del graph
+    if scenario == "attention":
+        warm_attention_kernels()
+        torch.cuda.empty_cache()  # what it allocated goes back; what it loaded stays
     before = leak_baseline()
     if rank == 0:
         print("BASELINE", flush=True)
@@ -158,7 +176,7 @@ def pe(uid: str, rank: int, scenario: str, how: str) -> None:
     except gshmem.FaultError as e:
         print(f"FAULT {time.time()} {e}", flush=True)
         # An on-stream wait does not know who will signal; everything else names the peer.
-        unknown = scenario in ("stream", "graph") and how == "silent"
+        unknown = scenario in ON_STREAM and how == "silent"
         named = "signal_wait_until" if unknown else "PE 1"
         assert named in str(e), f"the error does not name {named}: {e}"
     try:
@@ -173,6 +191,31 @@ def pe(uid: str, rank: int, scenario: str, how: str) -> None:
     torch.cuda.synchronize()
     assert sys.stdin.readline().strip() == "GO"  # PE 1 is gone: its memory is not counted
     check_nothing_left(before)
+
+
+def warm_attention_kernels() -> None:
+    """Runs ring attention's local kernels once, as a 2-PE causal zigzag ring's blocks call them
+    (the cuDNN forward and backward of the diagonal block and of the half blocks, the Triton
+    log-sum-exp merge), before the baseline: it then holds what the libraries load, since the
+    check is about the comm's memory. Compiling here also keeps the JIT out of the ring's waits,
+    which GSHMEM_TIMEOUT bounds to 5 s under `silent`."""
+    import torch
+
+    from gshmem.attention.local import Dense
+    from gshmem.attention.merge import merge
+
+    kernel, (h, s, d) = Dense("cuda"), ATTENTION_SHAPE
+    q, k, v, dout = torch.randn(4, 1, h, s, d, device="cuda", dtype=torch.bfloat16)
+    every, front, back = slice(None), slice(0, s // 2), slice(s // 2, s)
+    blocks = []  # (query rows, key rows, causal): the diagonal, then what each PE's step 1 runs
+    for rows, keys, causal in ((every, every, True), (back, every, False), (every, front, False)):
+        x = (q[:, :, rows], k[:, :, keys], v[:, :, keys])
+        out, lse = kernel.forward(*x, causal, d**-0.5)
+        kernel.backward(dout[:, :, rows], *x, out, lse, causal, d**-0.5)
+        blocks.append((out, lse))
+    (out, lse), (b, lse_b) = blocks[:2]
+    merge(out[:, :, back], lse[:, :, back], b, lse_b, out[:, :, back], lse[:, :, back])
+    torch.cuda.synchronize()
 
 
 def prepare(comm, scenario: str):
@@ -226,6 +269,32 @@ def prepare(comm, scenario: str):
         idx = torch.randint(0, 4, (8, 2), device="cuda")
         w = torch.rand(8, 2, device="cuda")
         return lambda: buf.low_latency_dispatch(x, idx, w)
+    if scenario == "attention":
+        from gshmem.attention import ring_attention, zigzag_shard
+
+        h, s, d = ATTENTION_SHAPE
+        n, me = comm.nranks, comm.rank
+        g = torch.Generator(device="cuda").manual_seed(0)  # every PE shards the same sequence
+        full = [torch.randn(1, h, s * n, d, generator=g, device="cuda", dtype=torch.bfloat16)
+                for _ in range(4)]  # fmt: skip
+        q, k, v, dout = (zigzag_shard(t, n, me) for t in full)
+        for t in (q, k, v):
+            t.requires_grad_()
+
+        def step() -> None:
+            # over the comm's world team, on gshmem's transport (copy-engine puts, on-stream waits)
+            out = ring_attention(q, k, v, comm=comm, causal=True, backend="gshmem")
+            out.backward(dout)
+
+        # Both PEs: the first call agrees on the problem across the ring and allocates its
+        # channels (collective), then runs the whole ring; PE 0's next call waits for PE 1.
+        step()
+        torch.cuda.synchronize()
+        grads = [t.grad for t in (q, k, v)]
+        assert all(gr is not None and bool(gr.isfinite().all()) for gr in grads), (
+            "the setup call of ring attention gave no or non-finite gradients"
+        )
+        return step
     raise SystemExit(f"unknown scenario {scenario}")
 
 
