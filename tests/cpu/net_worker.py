@@ -10,6 +10,8 @@ Scenarios:
             of random sizes, signals, counters and quiet; every byte and count checked
   die       rank 1 exits abruptly once set up; rank 0 keeps sending and must get a clear
             error (not a hang) within its timeout
+  gpu       puts and gets between GPU memory regions (torch CUDA tensors, every rank on
+            GPU rank % device_count), signals into host memory; needs a GPU
 """
 
 from __future__ import annotations
@@ -165,12 +167,53 @@ def die(bs, rank: int, n: int) -> dict:
     return {"error": None, "after": time.monotonic() - start}
 
 
+def gpu(bs, rank: int, n: int) -> dict:
+    import torch
+
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    eng = _C.NetEngine(bs)
+    slot = 1 << 20
+    mem = torch.full((slot * n,), 0xEE, dtype=torch.uint8, device="cuda")
+    sig = np.zeros(SIGNALS, np.uint64)
+    data = eng.register(mem.data_ptr(), mem.numel())
+    signals = eng.register(addr(sig), sig.nbytes)
+    sources = {q: torch.from_numpy(pattern(rank, q, slot)).cuda() for q in range(n) if q != rank}
+    torch.cuda.synchronize()
+    for q, payload in sources.items():
+        eng.put(q, payload.data_ptr(), slot, data, slot * rank)
+        eng.fence()
+        eng.signal_add(q, signals, 8 * rank, rank + 1)
+    eng.flush()
+    eng.barrier()
+    deadline = time.monotonic() + 10
+    while any(int(sig[q]) != q + 1 for q in sources) and time.monotonic() < deadline:
+        eng.progress()
+    errors = []
+    host = mem.cpu().numpy()
+    for q in sources:
+        if not np.array_equal(host[slot * q : slot * (q + 1)], pattern(q, rank, slot)):
+            errors.append(f"bytes from rank {q} wrong")
+        if int(sig[q]) != q + 1:
+            errors.append(f"signal from rank {q} is {int(sig[q])}")
+    for q, payload in sources.items():
+        back = torch.full((slot,), 0x11, dtype=torch.uint8, device="cuda")
+        eng.get(q, back.data_ptr(), slot, data, slot * rank)
+        eng.flush()
+        if not torch.equal(back, payload):
+            errors.append(f"get from rank {q} wrong")
+    eng.barrier()
+    eng.deregister(data)
+    eng.deregister(signals)
+    eng.close()
+    return {"errors": errors}
+
+
 def main() -> None:
     uid, rank, n, timeout, scenario = bytes.fromhex(sys.argv[1]), *map(int, sys.argv[2:4]), \
         float(sys.argv[4]), sys.argv[5]  # fmt: skip
     try:
         bs = _C.BootstrapHandle(uid, rank, n, timeout)
-        result = {"rma": rma, "proxy": proxy, "die": die}[scenario](bs, rank, n)
+        result = {"rma": rma, "proxy": proxy, "die": die, "gpu": gpu}[scenario](bs, rank, n)
         print(json.dumps({"ok": True, "result": result}), flush=True)
     except Error as e:
         print(json.dumps({"ok": False, "error": type(e).__name__, "message": str(e)}), flush=True)

@@ -1,0 +1,22 @@
+"""The proxy path's network engine (UCX) with GPU memory: puts and gets between CUDA regions of
+two processes (on two GPUs, or sharing one), signals into host memory (net_worker.py "gpu")."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "cpu"))
+from _net_ranks import run_ranks  # noqa: E402  (the CPU tests' launcher)
+
+from gshmem import _ucx  # noqa: E402
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_ucx.wheel_library() is None, reason="no UCX here (pip install libucx-cu13)")
+def test_put_get_between_gpu_regions():
+    for rank, res in enumerate(run_ranks("gpu", 2, timeout=60.0)):
+        assert res["ok"], (rank, res)
+        assert res["result"]["errors"] == [], (rank, res)
