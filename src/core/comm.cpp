@@ -176,7 +176,11 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
     }
     watchdog_ = std::make_unique<Watchdog>(
         std::move(peers), [this] { return faults_->failed(); },
-        [this](const std::string& reason) { stop_waits(reason); }, std::chrono::milliseconds(100));
+        [this](const std::string& reason) { stop_waits(reason); },
+        [this] {
+          if (stream_state_) stream_state_->release_waits();
+        },
+        std::chrono::milliseconds(100));
   }
 }
 

@@ -43,10 +43,12 @@ bool process_alive(int pid, uint64_t start_time) {
 }
 
 Watchdog::Watchdog(std::vector<PeerProcess> peers, std::function<bool()> device_failed,
-                   std::function<void(const std::string&)> stop, std::chrono::milliseconds period)
+                   std::function<void(const std::string&)> stop, std::function<void()> release,
+                   std::chrono::milliseconds period)
     : peers_(std::move(peers)),
       device_failed_(std::move(device_failed)),
       stop_(std::move(stop)),
+      release_(std::move(release)),
       period_(period),
       thread_([this] { run(); }) {}
 
@@ -61,17 +63,24 @@ Watchdog::~Watchdog() {
 
 void Watchdog::run() {
   std::unique_lock<std::mutex> lock(mutex_);
+  bool stopped = false;
   while (!wake_.wait_for(lock, period_, [this] { return quit_; })) {
+    if (stopped) {
+      release_();
+      continue;
+    }
     if (device_failed_()) {
       stop_("");
-      return;
+      stopped = true;
+      continue;
     }
     for (const PeerProcess& p : peers_) {
       if (!process_alive(p.pid, p.start_time)) {
         stop_("PE " + std::to_string(p.pe) + " (pid " + std::to_string(p.pid) +
               ", this host) exited while this comm was in use: every wait for it was stopped. "
               "The comm can only be aborted now.");
-        return;
+        stopped = true;
+        break;
       }
     }
   }

@@ -2,7 +2,9 @@
 // may be spinning, that a peer process on this host has died or that a device wait of the comm
 // gave up. Then it calls `stop` once, from its own thread: the comm records the fault, makes
 // every bounded device wait give up and lets the on-stream waits go on (Comm::stop_waits), so no
-// part of this PE keeps waiting for a peer that will never come.
+// part of this PE keeps waiting for a peer that will never come. From then on it calls `release`
+// every period: a stream may re-arm a flag it waited on (wait, reset, ... wait again, as a ring
+// does) with the later waits already queued, and those must go on too.
 //
 // Peers are watched through /proc: a PE is gone when its pid no longer names the process that
 // started at the recorded time, or names a zombie. That covers the PEs this PE reaches by
@@ -36,9 +38,10 @@ bool process_alive(int pid, uint64_t start_time);
 class Watchdog {
  public:
   // `device_failed` is polled each period; `stop(reason)` is called at most once, with a message
-  // naming the dead PE, or with "" when a device wait gave up.
+  // naming the dead PE, or with "" when a device wait gave up; `release` every period after it.
   Watchdog(std::vector<PeerProcess> peers, std::function<bool()> device_failed,
-           std::function<void(const std::string&)> stop, std::chrono::milliseconds period);
+           std::function<void(const std::string&)> stop, std::function<void()> release,
+           std::chrono::milliseconds period);
   ~Watchdog();  // stops the thread and joins it
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -49,6 +52,7 @@ class Watchdog {
   std::vector<PeerProcess> peers_;
   std::function<bool()> device_failed_;
   std::function<void(const std::string&)> stop_;
+  std::function<void()> release_;
   std::chrono::milliseconds period_;
   std::mutex mutex_;
   std::condition_variable wake_;

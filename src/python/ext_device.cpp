@@ -42,8 +42,10 @@ class WatchdogProbe {
   WatchdogProbe(int pe, int pid, uint64_t start_time, int period_ms)
       : dog_({{pe, pid, start_time}}, [this] { return device_failed_.load(); },
              [this](const std::string& reason) { stopped(reason); },
-             std::chrono::milliseconds(period_ms)) {}
+             [this] { releases_.fetch_add(1); }, std::chrono::milliseconds(period_ms)) {}
   void fail_device() { device_failed_.store(true); }
+  // How often the watchdog released the on-stream waits again since it stopped.
+  int releases() const { return releases_.load(); }
   std::optional<std::string> wait(double timeout) {
     nb::gil_scoped_release release;
     std::unique_lock<std::mutex> lock(mutex_);
@@ -61,6 +63,7 @@ class WatchdogProbe {
     done_.notify_all();
   }
   std::atomic<bool> device_failed_{false};
+  std::atomic<int> releases_{0};
   std::mutex mutex_;
   std::condition_variable done_;
   bool fired_ = false;
@@ -125,7 +128,8 @@ void bind_device(nb::module_& m) {
       .def(nb::init<int, int, uint64_t, int>(), "pe"_a, "pid"_a, "start_time"_a, "period_ms"_a)
       .def("fail_device", &WatchdogProbe::fail_device)
       .def("wait", &WatchdogProbe::wait, "timeout"_a,
-           "The reason the watchdog stopped (\"\" for a device failure), or None by the timeout.");
+           "The reason the watchdog stopped (\"\" for a device failure), or None by the timeout.")
+      .def("releases", &WatchdogProbe::releases);
   m.def("process_start_time", &gshmem::process_start_time, "pid"_a);
   m.def("process_alive", &gshmem::process_alive, "pid"_a, "start_time"_a,
         "The watchdog's liveness test of a peer process.");

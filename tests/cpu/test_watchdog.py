@@ -70,6 +70,19 @@ def test_the_watchdog_reports_a_failed_device_wait():
     assert probe.wait(5.0) == ""
 
 
+def test_after_stopping_the_watchdog_keeps_releasing_waits():
+    # A ring re-arms its flags (wait, reset, wait again) with the later waits already queued:
+    # one release at the stop would leave those blocked, so it releases every period after it.
+    probe = _C.WatchdogProbe(1, os.getpid(), _C.process_start_time(os.getpid()), PERIOD_MS)
+    time.sleep(0.2)
+    assert probe.releases() == 0, "released before anything failed"
+    probe.fail_device()
+    assert probe.wait(5.0) == ""
+    first = probe.releases()
+    time.sleep(0.5)
+    assert probe.releases() >= first + 5, (first, probe.releases())
+
+
 def test_a_reused_pid_counts_as_dead():
     me = os.getpid()
     probe = _C.WatchdogProbe(2, me, _C.process_start_time(me) + 1, PERIOD_MS)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gc
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -106,6 +107,9 @@ def read_until(proc: subprocess.Popen, word: str, timeout: float) -> str:
     """The first line of `proc` starting with `word` (other lines are echoed)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
+        # select first: a silent PE must fail this check at the deadline, not block readline
+        if not select.select([proc.stdout], [], [], max(0.0, deadline - time.time()))[0]:
+            break
         line = proc.stdout.readline()
         if not line:
             raise AssertionError(f"the PE exited before printing {word}")
