@@ -1,6 +1,13 @@
 #include "proxy/proxy.h"
 
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 
 #include "common/error.h"
 
@@ -12,13 +19,46 @@ constexpr int kSpinsBeforeSleep = 1024;  // idle polls before the thread starts 
 
 }  // namespace
 
-Proxy::Proxy(NetEngine& engine, QueueView queue, CompletionWords completion)
+Proxy::Proxy(NetEngine& engine, QueueView queue, CompletionWords completion,
+             std::vector<int> cpus)
     : engine_(engine), queue_(queue), completion_(completion) {
   GSHMEM_REQUIRE(valid_capacity(queue.capacity), "a proxy queue's capacity must be a power of two");
   GSHMEM_REQUIRE(*queue.head == 0 && *queue.tail == 0, "a proxy starts on an empty queue");
   __atomic_store_n(completion_.retired, 0, __ATOMIC_RELEASE);
   __atomic_store_n(completion_.failed, 0, __ATOMIC_RELEASE);
   thread_ = std::thread([this] { run(); });
+  if (!cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : cpus) {
+      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+    }
+    // Best effort: a cpuset that excludes those cores (a container) leaves the thread unpinned.
+    pthread_setaffinity_np(thread_.native_handle(), sizeof set, &set);
+  }
+}
+
+std::vector<int> cpus_near_pci_device(const std::string& bus_id, const std::string& sysfs) {
+  std::string id = bus_id;
+  std::transform(id.begin(), id.end(), id.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::ifstream in(sysfs + "/bus/pci/devices/" + id + "/local_cpulist");
+  std::string list;
+  if (!in || !std::getline(in, list)) return {};
+  std::vector<int> cpus;
+  std::stringstream ranges(list);
+  std::string range;
+  while (std::getline(ranges, range, ',')) {
+    const size_t dash = range.find('-');
+    try {
+      const int first = std::stoi(range.substr(0, dash));
+      const int last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
+      for (int c = first; c <= last; ++c) cpus.push_back(c);
+    } catch (const std::exception&) {
+      return {};  // not a cpulist: no opinion rather than a wrong one
+    }
+  }
+  return cpus;
 }
 
 Proxy::~Proxy() { stop(); }

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gshmem/gshmem.h"
 #include "proxy/command.h"
@@ -32,8 +33,10 @@ struct CompletionWords {
 
 class Proxy {
  public:
-  // Starts the thread. The queue must be empty (head == tail == 0).
-  Proxy(NetEngine& engine, QueueView queue, CompletionWords completion);
+  // Starts the thread, on `cpus` when not empty (the cores near the comm's GPU and NIC:
+  // cpus_near_pci_device). The queue must be empty (head == tail == 0).
+  Proxy(NetEngine& engine, QueueView queue, CompletionWords completion,
+        std::vector<int> cpus = {});
   ~Proxy();  // stop()
   Proxy(const Proxy&) = delete;
   Proxy& operator=(const Proxy&) = delete;
@@ -57,5 +60,10 @@ class Proxy {
   std::string error_;
   std::thread thread_;
 };
+
+// The CPUs the kernel lists as local to PCI device `bus_id` ("0000:1b:00.0"; any case) in
+// <sysfs>/bus/pci/devices/<bus_id>/local_cpulist; empty when it lists none or cannot tell.
+std::vector<int> cpus_near_pci_device(const std::string& bus_id,
+                                      const std::string& sysfs = "/sys");
 
 }  // namespace gshmem::proxy

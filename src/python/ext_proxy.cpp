@@ -4,6 +4,7 @@
 // (src/proxy/net_engine.h) on a test bootstrap; and a proxy thread fed by host producers.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
@@ -196,11 +197,12 @@ class EngineHandle {
 // host memory.
 class HostProxy {
  public:
-  HostProxy(EngineHandle& engine, uint64_t capacity, uint64_t counters)
+  HostProxy(EngineHandle& engine, uint64_t capacity, uint64_t counters, std::vector<int> cpus)
       : queue_(capacity), counters_(counters, 0) {
     gshmem::proxy::CompletionWords words{&retired_, &failed_, counters_.data(), counters};
-    proxy_ = call_internal(
-        [&] { return std::make_unique<gshmem::proxy::Proxy>(engine.engine(), queue_.view(), words); });
+    proxy_ = call_internal([&] {
+      return std::make_unique<gshmem::proxy::Proxy>(engine.engine(), queue_.view(), words, cpus);
+    });
   }
   // One descriptor (command.h); false when the queue is full.
   bool try_push(int op, uint32_t pe, uint16_t region, uintptr_t local, uint64_t offset,
@@ -272,6 +274,8 @@ void bind_proxy(nb::module_& m) {
       .def("try_push", &HostQueue::try_push, "words"_a)
       .def("try_pop", &HostQueue::try_pop);
   m.def("proxy_queue_stress", &stress, "producers"_a, "count"_a, "capacity"_a);
+  m.def("cpus_near_pci_device", &gshmem::proxy::cpus_near_pci_device, "bus_id"_a,
+        "sysfs"_a = "/sys");
 
   nb::class_<EngineHandle>(m, "NetEngine")
       .def(nb::init<gshmem::python::BootstrapHandle&, std::optional<double>>(), "bootstrap"_a,
@@ -289,8 +293,8 @@ void bind_proxy(nb::module_& m) {
       .def("close", &EngineHandle::close);
 
   nb::class_<HostProxy>(m, "HostProxy")
-      .def(nb::init<EngineHandle&, uint64_t, uint64_t>(), "engine"_a, "capacity"_a,
-           "counters"_a, nb::keep_alive<1, 2>())
+      .def(nb::init<EngineHandle&, uint64_t, uint64_t, std::vector<int>>(), "engine"_a,
+           "capacity"_a, "counters"_a, "cpus"_a = std::vector<int>{}, nb::keep_alive<1, 2>())
       .def("try_push", &HostProxy::try_push, "op"_a, "pe"_a, "region"_a = 0, "local"_a = 0,
            "offset"_a = 0, "bytes"_a = 0, "signal_region"_a = 0, "signal_offset"_a = 0,
            "signal_value"_a = 0, "counter"_a = -1)

@@ -94,13 +94,22 @@ def rma(bs, rank: int, n: int) -> dict:
     return {"errors": errors, "refused": refused, "sizes": sizes}
 
 
+def allowed(tid: str) -> str:
+    """The CPUs thread `tid` of this process may run on, as /proc lists them."""
+    with open(f"/proc/self/task/{tid}/status") as f:
+        return next(line.split()[1] for line in f if line.startswith("Cpus_allowed_list"))
+
+
 def proxy(bs, rank: int, n: int) -> dict:
     eng = _C.NetEngine(bs)
     ops = _C.PROXY_OPS
     mem = np.zeros(region_bytes(rank), np.uint8)
     sig = np.zeros(SIGNALS, np.uint64)
     data, signals = eng.register(addr(mem), mem.nbytes), eng.register(addr(sig), sig.nbytes)
-    prox = _C.HostProxy(eng, 64, 2)  # a small queue: producers meet a full queue and wrap
+    # a small queue: producers meet a full queue and wrap; the thread pinned to one core
+    core = min(os.sched_getaffinity(0))
+    prox = _C.HostProxy(eng, 64, 2, cpus=[core])
+    pinned = [t for t in os.listdir("/proc/self/task") if allowed(t) == str(core)]
     per_peer = 200
     rng = np.random.default_rng(rank)
     peers = [q for q in range(n) if q != rank]
@@ -147,7 +156,7 @@ def proxy(bs, rank: int, n: int) -> dict:
     prox.stop()
     eng.barrier()
     eng.close()
-    return {"errors": errors, "retired": prox.retired()}
+    return {"errors": errors, "retired": prox.retired(), "pinned_threads": len(pinned)}
 
 
 def die(bs, rank: int, n: int) -> dict:

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from _net_ranks import run_ranks
 
-from gshmem import _ucx
+from gshmem import _C, _ucx
 
 pytestmark = pytest.mark.skipif(
     _ucx.wheel_library() is None and not os.environ.get("GSHMEM_UCX_LIB"),
@@ -38,6 +38,22 @@ def test_proxy_thread_executes_host_descriptors(nranks):
         assert res["ok"], (rank, res)
         assert res["result"]["errors"] == [], (rank, res)
         assert res["result"]["retired"] == (nranks - 1) * 201 + 1
+        if len(os.sched_getaffinity(0)) > 1:  # else every thread is on that one core anyway
+            assert res["result"]["pinned_threads"] == 1, res
+
+
+def test_cpus_near_a_pci_device_from_sysfs(tmp_path):
+    def device(bus_id: str, cpulist: str) -> None:
+        d = tmp_path / "bus" / "pci" / "devices" / bus_id
+        d.mkdir(parents=True)
+        (d / "local_cpulist").write_text(cpulist + "\n")
+
+    device("0000:1b:00.0", "0-3,8,10-11")
+    device("0000:3a:00.0", "not a list")
+    root = str(tmp_path)
+    assert _C.cpus_near_pci_device("0000:1B:00.0", root) == [0, 1, 2, 3, 8, 10, 11]
+    assert _C.cpus_near_pci_device("0000:3a:00.0", root) == []
+    assert _C.cpus_near_pci_device("0000:99:00.0", root) == []
 
 
 def test_dead_peer_is_a_fault_not_a_hang():
