@@ -23,6 +23,7 @@
 #include "device/coll.cuh"
 #include "device/deadline.cuh"
 #include "device/order.cuh"
+#include "device/proxy.cuh"
 #include "device/ptr.cuh"
 #include "device/reduce.cuh"
 #include "device/rma.cuh"

@@ -12,6 +12,10 @@
 #if defined(__CUDACC_RTC__)
 /* NVRTC has no standard headers: the LP64 (Linux) types glibc defines, and size_t/ptrdiff_t
  * as the compiler itself defines them (NVRTC is always C++). */
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
 typedef int int32_t;
 typedef unsigned int uint32_t;
 typedef long int64_t;

@@ -1,10 +1,10 @@
 // The proxy: one CPU thread per comm that takes descriptors from the queue in ticket order and
 // executes them on the network engine (the GIN paper's Proxy backend, over UCX). Completion
-// flows back through words the producers can read:
+// flows back through words the producers can read (descriptors: gshmem/proxy_queue.h):
 //   retired    descriptors taken and issued, in ticket order; a kQuiet descriptor retires only
 //              once every earlier operation is complete at its target, so "retired > t" after a
 //              quiet with ticket t means everything before it has landed;
-//   counters   local completion counts (command.h word 6);
+//   counters   local completion counts (gshmem/proxy_queue.h, word 6);
 //   failed     0 while healthy; 1 once the thread stopped on an error (error() says which).
 // The memory of the queue and of these words belongs to the caller (host memory, or pinned
 // host memory mapped into the GPU when kernels produce); it must outlive the Proxy.
@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "gshmem/gshmem.h"
-#include "proxy/command.h"
 #include "proxy/descriptor_queue.h"
 #include "proxy/net_engine.h"
 

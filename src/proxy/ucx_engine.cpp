@@ -61,7 +61,8 @@ struct SignalMessage {
 };
 constexpr unsigned kSignalMessage = 1;  // the active-message id
 
-// An operation UCX has not finished yet: put (with its completion callback) or get/atomic.
+// An operation UCX has not finished yet: a put or get (with its completion callback), or a
+// signal add.
 struct Pending {
   void* request;
   int pe;

@@ -1,22 +1,26 @@
 // gshmem._C, proxy part, for the CPU tests: the descriptor queue (src/proxy/descriptor_queue.h)
 // with host memory and host threads as producers (a queue to drive step by step, and a stress
 // run of many producers against one consumer that checks every descriptor); the network engine
-// (src/proxy/net_engine.h) on a test bootstrap; and a proxy thread fed by host producers.
+// (src/proxy/net_engine.h) on a test bootstrap; and a proxy thread fed by host threads or kernels.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
-#include "proxy/command.h"
+#include "common/cuda_api.h"
 #include "proxy/descriptor_queue.h"
 #include "proxy/net_engine.h"
 #include "proxy/proxy.h"
@@ -193,21 +197,83 @@ class EngineHandle {
   std::unique_ptr<gshmem::proxy::NetEngine> engine_;
 };
 
-// A proxy thread on an engine, fed by host producers, with its queue and completion words in
-// host memory.
-class HostProxy {
+// Where a test proxy's queue and completion words live. Host producers: ordinary memory (the
+// ticket counter included). GPU producers: the slots, head and completion words in pinned host
+// memory mapped into the GPU, the ticket counter in GPU memory (the producers' atomics).
+class ProxyMemory {
  public:
-  HostProxy(EngineHandle& engine, uint64_t capacity, uint64_t counters, std::vector<int> cpus)
-      : queue_(capacity), counters_(counters, 0) {
-    gshmem::proxy::CompletionWords words{&retired_, &failed_, counters_.data(), counters};
+  ProxyMemory(uint64_t capacity, uint64_t counters, bool gpu) : gpu_(gpu) {
+    if (!gshmem::proxy::valid_capacity(capacity)) {
+      gshmem::python::raise(GSHMEM_ERROR_USAGE,
+                            "a queue's capacity must be a power of two >= 2, got " +
+                                std::to_string(capacity));
+    }
+    // One block: the slots, then head, retired, failed and the counters, a cache line each
+    // for the words the two sides write.
+    const size_t words = 8 * 3 + counters;
+    bytes_ = capacity * sizeof(Descriptor) + words * sizeof(uint64_t);
+    if (gpu_) {
+      call_internal([&] {
+        gshmem::cuda::check(cudaHostAlloc(&block_, bytes_, cudaHostAllocMapped | cudaHostAllocPortable),
+                            "cudaHostAlloc (proxy queue)");
+        gshmem::cuda::check(cudaMalloc(reinterpret_cast<void**>(&tail_), sizeof(uint64_t)),
+                            "cudaMalloc (proxy tail)");
+        gshmem::cuda::check(cudaMemset(tail_, 0, sizeof(uint64_t)), "cudaMemset (proxy tail)");
+      });
+    } else {
+      block_ = std::aligned_alloc(64, (bytes_ + 63) / 64 * 64);
+      tail_ = new uint64_t(0);
+    }
+    std::memset(block_, 0, bytes_);
+    auto* after = reinterpret_cast<uint64_t*>(static_cast<Descriptor*>(block_) + capacity);
+    view_ = {static_cast<Descriptor*>(block_), tail_, after, capacity};
+    completion_ = {after + 8, after + 16, after + 24, counters};
+  }
+  ~ProxyMemory() {
+    if (gpu_) {
+      cudaFreeHost(block_);  // nothing more to do if it fails during teardown
+      cudaFree(tail_);
+    } else {
+      std::free(block_);
+      delete tail_;
+    }
+  }
+  ProxyMemory(const ProxyMemory&) = delete;
+  ProxyMemory& operator=(const ProxyMemory&) = delete;
+
+  bool gpu() const { return gpu_; }
+  const gshmem::proxy::QueueView& view() const { return view_; }
+  const gshmem::proxy::CompletionWords& completion() const { return completion_; }
+
+ private:
+  bool gpu_;
+  size_t bytes_ = 0;
+  void* block_ = nullptr;
+  uint64_t* tail_ = nullptr;
+  gshmem::proxy::QueueView view_{};
+  gshmem::proxy::CompletionWords completion_{};
+};
+
+// A proxy thread on an engine, fed by host producers (try_push) or by kernels (`gpu`: the
+// queue's addresses from queue()).
+class TestProxy {
+ public:
+  TestProxy(EngineHandle& engine, uint64_t capacity, uint64_t counters, std::vector<int> cpus,
+            bool gpu)
+      : memory_(capacity, counters, gpu) {
     proxy_ = call_internal([&] {
-      return std::make_unique<gshmem::proxy::Proxy>(engine.engine(), queue_.view(), words, cpus);
+      return std::make_unique<gshmem::proxy::Proxy>(engine.engine(), memory_.view(),
+                                                    memory_.completion(), cpus);
     });
   }
-  // One descriptor (command.h); false when the queue is full.
+  // One descriptor (gshmem/proxy_queue.h); false when the queue is full.
   bool try_push(int op, uint32_t pe, uint16_t region, uintptr_t local, uint64_t offset,
                 uint64_t bytes, uint16_t signal_region, uint64_t signal_offset,
                 uint64_t signal_value, int64_t counter) {
+    if (memory_.gpu()) {
+      gshmem::python::raise(GSHMEM_ERROR_USAGE,
+                            "this proxy's producers are kernels (its ticket counter is GPU memory)");
+    }
     gshmem::proxy::Command c;
     c.op = static_cast<gshmem::proxy::Op>(op);
     c.pe = pe;
@@ -222,14 +288,23 @@ class HostProxy {
     uint64_t w[kPayloadWords];
     gshmem::proxy::encode(c, w);
     uint64_t ticket = 0;
-    if (!gshmem::proxy::try_reserve(queue_.view(), ticket)) return false;
-    gshmem::proxy::publish(queue_.view(), ticket, w);
+    if (!gshmem::proxy::try_reserve(memory_.view(), ticket)) return false;
+    gshmem::proxy::publish(memory_.view(), ticket, w);
     return true;
   }
-  uint64_t retired() const { return __atomic_load_n(&retired_, __ATOMIC_ACQUIRE); }
+  // (slots, tail, head, capacity) for a kernel's QueueView.
+  std::tuple<uintptr_t, uintptr_t, uintptr_t, uint64_t> queue() const {
+    const gshmem::proxy::QueueView& q = memory_.view();
+    return {reinterpret_cast<uintptr_t>(q.slots), reinterpret_cast<uintptr_t>(q.tail),
+            reinterpret_cast<uintptr_t>(q.head), q.capacity};
+  }
+  uint64_t retired() const {
+    return __atomic_load_n(memory_.completion().retired, __ATOMIC_ACQUIRE);
+  }
   uint64_t counter(uint64_t i) const {
-    if (i >= counters_.size()) gshmem::python::raise(GSHMEM_ERROR_USAGE, "no such counter");
-    return __atomic_load_n(&counters_[i], __ATOMIC_ACQUIRE);
+    const gshmem::proxy::CompletionWords& c = memory_.completion();
+    if (i >= c.n_counters) gshmem::python::raise(GSHMEM_ERROR_USAGE, "no such counter");
+    return __atomic_load_n(&c.counters[i], __ATOMIC_ACQUIRE);
   }
   // Blocks until `n` descriptors retired; raises the proxy's error, or TimeoutError.
   void wait_retired(uint64_t n, double timeout) {
@@ -248,7 +323,6 @@ class HostProxy {
     });
   }
   void check() { call_internal([&] { check_locked(); }); }
-  bool failed_word() const { return __atomic_load_n(&failed_, __ATOMIC_ACQUIRE) != 0; }
   void stop() {
     call_internal([&] { proxy_->stop(); });
   }
@@ -259,10 +333,7 @@ class HostProxy {
     std::string message;
     if (proxy_->failed(&code, &message)) gshmem::throw_error(code, message);
   }
-  HostQueue queue_;
-  std::vector<uint64_t> counters_;
-  uint64_t retired_ = 0;
-  uint64_t failed_ = 0;
+  ProxyMemory memory_;
   std::unique_ptr<gshmem::proxy::Proxy> proxy_;  // last: stops before the words it writes go
 };
 
@@ -292,18 +363,19 @@ void bind_proxy(nb::module_& m) {
       .def("progress", &EngineHandle::progress)
       .def("close", &EngineHandle::close);
 
-  nb::class_<HostProxy>(m, "HostProxy")
-      .def(nb::init<EngineHandle&, uint64_t, uint64_t, std::vector<int>>(), "engine"_a,
-           "capacity"_a, "counters"_a, "cpus"_a = std::vector<int>{}, nb::keep_alive<1, 2>())
-      .def("try_push", &HostProxy::try_push, "op"_a, "pe"_a, "region"_a = 0, "local"_a = 0,
+  nb::class_<TestProxy>(m, "TestProxy")
+      .def(nb::init<EngineHandle&, uint64_t, uint64_t, std::vector<int>, bool>(), "engine"_a,
+           "capacity"_a, "counters"_a, "cpus"_a = std::vector<int>{}, "gpu"_a = false,
+           nb::keep_alive<1, 2>())
+      .def("try_push", &TestProxy::try_push, "op"_a, "pe"_a, "region"_a = 0, "local"_a = 0,
            "offset"_a = 0, "bytes"_a = 0, "signal_region"_a = 0, "signal_offset"_a = 0,
            "signal_value"_a = 0, "counter"_a = -1)
-      .def("retired", &HostProxy::retired)
-      .def("counter", &HostProxy::counter, "index"_a)
-      .def("wait_retired", &HostProxy::wait_retired, "count"_a, "timeout"_a)
-      .def("check", &HostProxy::check)
-      .def("failed_word", &HostProxy::failed_word)
-      .def("stop", &HostProxy::stop);
+      .def("queue", &TestProxy::queue)
+      .def("retired", &TestProxy::retired)
+      .def("counter", &TestProxy::counter, "index"_a)
+      .def("wait_retired", &TestProxy::wait_retired, "count"_a, "timeout"_a)
+      .def("check", &TestProxy::check)
+      .def("stop", &TestProxy::stop);
   nb::dict ops;
   ops["put"] = static_cast<int>(gshmem::proxy::Op::kPut);
   ops["put_signal"] = static_cast<int>(gshmem::proxy::Op::kPutSignal);

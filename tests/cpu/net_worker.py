@@ -12,6 +12,10 @@ Scenarios:
             error (not a hang) within its timeout
   gpu       puts and gets between GPU memory regions (torch CUDA tensors, every rank on
             GPU rank % device_count), signals into host memory; needs a GPU
+  gpu_producers  kernels as the proxy's producers (tests/gpu/kernels/proxy_test.cu): 256
+            threads each append 4 put_signals of 4 KiB pieces of a GPU buffer for the next rank
+            into a 64-slot queue in pinned host memory (so it fills and wraps), then one thread
+            a quiet; every byte, signal and completion count is checked; needs a GPU and CuPy
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -108,7 +113,7 @@ def proxy(bs, rank: int, n: int) -> dict:
     data, signals = eng.register(addr(mem), mem.nbytes), eng.register(addr(sig), sig.nbytes)
     # a small queue: producers meet a full queue and wrap; the thread pinned to one core
     core = min(os.sched_getaffinity(0))
-    prox = _C.HostProxy(eng, 64, 2, cpus=[core])
+    prox = _C.TestProxy(eng, 64, 2, cpus=[core])
     pinned = [t for t in os.listdir("/proc/self/task") if allowed(t) == str(core)]
     per_peer = 200
     rng = np.random.default_rng(rank)
@@ -217,12 +222,69 @@ def gpu(bs, rank: int, n: int) -> dict:
     return {"errors": errors}
 
 
+def gpu_producers(bs, rank: int, n: int) -> dict:
+    import cupy as cp
+
+    import gshmem
+
+    cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()
+    kernels = Path(__file__).resolve().parents[1] / "gpu" / "kernels" / "proxy_test.cu"
+    module = cp.RawModule(code=kernels.read_text(),
+                          options=(f"-I{gshmem.include_dir()}", "-std=c++17"))  # fmt: skip
+    push = module.get_function("proxy_push")
+    eng = _C.NetEngine(bs)
+    ops = _C.PROXY_OPS
+    blocks, threads, per_thread, chunk = 8, 32, 4, 4096
+    pieces = blocks * threads * per_thread
+    mem = cp.full(pieces * chunk, 0xEE, dtype=cp.uint8)
+    sig = np.zeros(SIGNALS, np.uint64)
+    data = eng.register(mem.data.ptr, mem.nbytes)
+    signals = eng.register(addr(sig), sig.nbytes)
+    src = cp.asarray(pattern(rank, (rank + 1) % n, pieces * chunk))
+    full_waits = cp.zeros(1, dtype=cp.uint64)
+    prox = _C.TestProxy(eng, 64, 1, gpu=True)
+    slots, tail, head, capacity = prox.queue()
+    peer = (rank + 1) % n
+
+    def launch(grid: int, block: int, op: str, each: int) -> None:
+        args = (np.uint64(slots), np.uint64(tail), np.uint64(head), np.uint64(capacity),
+                np.int32(ops[op]), np.int32(peer), np.int32(data), src,
+                np.uint64(chunk), np.int32(signals), np.uint64(8 * rank), np.uint64(each),
+                full_waits)  # fmt: skip
+        push((grid,), (block,), args)
+
+    cp.cuda.Device().synchronize()
+    launch(blocks, threads, "put_signal", per_thread)
+    launch(1, 1, "quiet", 1)
+    cp.cuda.Device().synchronize()
+    prox.wait_retired(pieces + 1, 60.0)
+    eng.barrier()  # every rank's quiet retired: everything it sent has landed
+    left = (rank - 1) % n
+    deadline = time.monotonic() + 10
+    while int(sig[left]) != pieces and time.monotonic() < deadline:
+        time.sleep(0.001)  # this rank's proxy thread applies the signals as they arrive
+    errors = []
+    if not np.array_equal(cp.asnumpy(mem), pattern(left, rank, pieces * chunk)):
+        errors.append(f"bytes from rank {left} wrong")
+    if int(sig[left]) != pieces:
+        errors.append(f"signal from rank {left} is {int(sig[left])}, want {pieces}")
+    if prox.counter(0) != pieces:
+        errors.append(f"counter 0 is {prox.counter(0)}, want {pieces}")
+    prox.stop()
+    eng.barrier()
+    eng.close()
+    return {"errors": errors, "full_waits": int(full_waits[0]), "retired": prox.retired()}
+
+
+SCENARIOS = {"rma": rma, "proxy": proxy, "die": die, "gpu": gpu, "gpu_producers": gpu_producers}
+
+
 def main() -> None:
     uid, rank, n, timeout, scenario = bytes.fromhex(sys.argv[1]), *map(int, sys.argv[2:4]), \
         float(sys.argv[4]), sys.argv[5]  # fmt: skip
     try:
         bs = _C.BootstrapHandle(uid, rank, n, timeout)
-        result = {"rma": rma, "proxy": proxy, "die": die, "gpu": gpu}[scenario](bs, rank, n)
+        result = SCENARIOS[scenario](bs, rank, n)
         print(json.dumps({"ok": True, "result": result}), flush=True)
     except Error as e:
         print(json.dumps({"ok": False, "error": type(e).__name__, "message": str(e)}), flush=True)

@@ -16,6 +16,7 @@ import gshmem
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "tests" / "gpu" / "kernels" / "device_api_test.cu"
+PROXY_KERNELS = ROOT / "tests" / "gpu" / "kernels" / "proxy_test.cu"
 
 
 def find_nvrtc() -> str | None:
@@ -78,6 +79,14 @@ def test_device_api_compiles_with_nvrtc(arch):
         f"--gpu-architecture={arch}",
     ]
     rc, log = nvrtc_compile(KERNELS.read_text(), "device_api_test.cu", options)
+    assert rc == 0, log
+
+
+@needs_nvrtc
+def test_proxy_queue_producer_compiles_with_nvrtc():
+    # GPU threads as proxy producers (gshmem/device/proxy.cuh), as the GPU test compiles them.
+    options = [f"-I{gshmem.include_dir()}", "-std=c++17", "--gpu-architecture=compute_80"]
+    rc, log = nvrtc_compile(PROXY_KERNELS.read_text(), "proxy_test.cu", options)
     assert rc == 0, log
 
 

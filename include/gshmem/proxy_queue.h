@@ -1,0 +1,111 @@
+// gshmem's proxy queue as both sides see it: the 64-byte descriptors that GPU threads (or host
+// threads) append and the comm's proxy thread executes on the network (src/proxy/proxy.h), and
+// what each descriptor asks for. Shared by the host runtime and device code (nvcc and NVRTC),
+// so it uses nothing but fixed-width types.
+//
+// Layout: `capacity` slots (a power of two), each one cache line: a sequence word, then 7 words
+// of payload. Slot i % capacity holds ticket i once its sequence word reads i + 1, so a slot's
+// previous generation (ticket i - capacity) can never pass for the current one.
+//
+//   reserve  a producer takes ticket t = tail by compare-and-swap, only while t - head <
+//            capacity: a full queue refuses instead of handing out a ticket that would
+//            overwrite an unread slot, so a producer can wait with a deadline.
+//   publish  the producer stores the payload, then the sequence word t + 1 with release order.
+//   pop      the consumer waits for slot h's sequence word to read h + 1 (acquire), copies the
+//            payload, then stores head = h + 1 (release): the slot is free for ticket h + capacity.
+// Many producers, one consumer; each producer's descriptors come out in the order it published
+// them (tickets grow), descriptors of different producers in ticket order.
+//
+// Where the words live: `tail` is the producers' counter (GPU memory when the producers are
+// kernels: atomics among GPU threads), `head` and the slots are host memory mapped into the GPU
+// (the consumer writes head with plain stores; producers only read it). The operations are in
+// src/proxy/descriptor_queue.h (host) and gshmem/device/proxy.cuh (device).
+//
+// Payload words:
+//   word 0   op (bits 0-7) | target PE (bits 8-31) | data region (bits 32-47)
+//            | signal region (bits 48-63)
+//   word 1   local address: the source of a put, the destination of a get
+//   word 2   offset in the target's data region
+//   word 3   bytes
+//   word 4   offset of the signal word in the target's signal region (kPutSignal, kSignal)
+//   word 5   the value added to the signal word
+//   word 6   local completion counter index + 1 (0: none), incremented once the source of a
+//            put may be reused or a get's data has arrived
+#pragma once
+
+#include "gshmem/device_state.h"
+
+namespace gshmem {
+namespace proxy {
+
+constexpr size_t kPayloadWords = 7;
+
+struct alignas(64) Descriptor {
+  uint64_t seq;  // ticket + 1 once published; anything else: not (yet) this ticket's
+  uint64_t words[kPayloadWords];
+};
+static_assert(sizeof(Descriptor) == 64, "a descriptor is one cache line");
+
+// The queue as both sides see it (by value; the memory is owned elsewhere).
+struct QueueView {
+  Descriptor* slots;
+  uint64_t* tail;     // tickets handed out
+  uint64_t* head;     // descriptors consumed
+  uint64_t capacity;  // power of two
+};
+
+// Whether `n` can be a capacity.
+GSHMEM_HOST_DEVICE inline bool valid_capacity(uint64_t n) { return n >= 2 && (n & (n - 1)) == 0; }
+
+enum class Op : uint8_t {
+  kPut = 1,        // data only
+  kPutSignal = 2,  // data, then (ordered after it) the signal add
+  kSignal = 3,     // the signal add only
+  kGet = 4,
+  kFence = 5,      // later operations to each PE land after earlier ones
+  kQuiet = 6,      // every earlier operation is complete at its target before this one retires
+};
+
+struct Command {
+  Op op = Op::kPut;
+  uint32_t pe = 0;  // < 2^24
+  uint16_t region = 0;
+  uint16_t signal_region = 0;
+  uint64_t local = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint64_t signal_offset = 0;
+  uint64_t signal_value = 0;
+  uint64_t counter = 0;  // index + 1; 0: none
+};
+
+constexpr uint32_t kMaxProxyPe = (1u << 24) - 1;
+
+GSHMEM_HOST_DEVICE inline void encode(const Command& c, uint64_t (&w)[kPayloadWords]) {
+  w[0] = static_cast<uint64_t>(c.op) | (static_cast<uint64_t>(c.pe & kMaxProxyPe) << 8) |
+         (static_cast<uint64_t>(c.region) << 32) | (static_cast<uint64_t>(c.signal_region) << 48);
+  w[1] = c.local;
+  w[2] = c.offset;
+  w[3] = c.bytes;
+  w[4] = c.signal_offset;
+  w[5] = c.signal_value;
+  w[6] = c.counter;
+}
+
+GSHMEM_HOST_DEVICE inline Command decode(const uint64_t (&w)[kPayloadWords]) {
+  Command c;
+  c.op = static_cast<Op>(w[0] & 0xff);
+  c.pe = static_cast<uint32_t>((w[0] >> 8) & kMaxProxyPe);
+  c.region = static_cast<uint16_t>(w[0] >> 32);
+  c.signal_region = static_cast<uint16_t>(w[0] >> 48);
+  c.local = w[1];
+  c.offset = w[2];
+  c.bytes = w[3];
+  c.signal_offset = w[4];
+  c.signal_value = w[5];
+  c.counter = w[6];
+  return c;
+}
+
+}  // namespace proxy
+}  // namespace gshmem
