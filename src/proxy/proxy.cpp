@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/cuda_api.h"
 #include "common/error.h"
 
 namespace gshmem::proxy {
@@ -20,13 +21,13 @@ constexpr int kSpinsBeforeSleep = 1024;  // idle polls before the thread starts 
 }  // namespace
 
 Proxy::Proxy(NetEngine& engine, QueueView queue, CompletionWords completion,
-             std::vector<int> cpus)
+             std::vector<int> cpus, int device)
     : engine_(engine), queue_(queue), completion_(completion) {
   GSHMEM_REQUIRE(valid_capacity(queue.capacity), "a proxy queue's capacity must be a power of two");
   GSHMEM_REQUIRE(*queue.head == 0 && *queue.tail == 0, "a proxy starts on an empty queue");
   __atomic_store_n(completion_.retired, 0, __ATOMIC_RELEASE);
   __atomic_store_n(completion_.failed, 0, __ATOMIC_RELEASE);
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this, device] { run(device); });
   if (!cpus.empty()) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -115,10 +116,11 @@ void Proxy::execute(const Command& c) {
               "proxy descriptor has unknown op " + std::to_string(static_cast<int>(c.op)));
 }
 
-void Proxy::run() {
+void Proxy::run(int device) {
   uint64_t next = __atomic_load_n(queue_.head, __ATOMIC_ACQUIRE);
   int idle = 0;
   try {
+    if (device >= 0) cuda::check(cudaSetDevice(device), "cudaSetDevice (proxy thread)");
     while (!stop_.load(std::memory_order_acquire)) {
       int taken = 0;
       uint64_t words[kPayloadWords];

@@ -33,9 +33,11 @@ struct CompletionWords {
 class Proxy {
  public:
   // Starts the thread, on `cpus` when not empty (the cores near the comm's GPU and NIC:
-  // cpus_near_pci_device). The queue must be empty (head == tail == 0).
+  // cpus_near_pci_device), with CUDA device `device` current when >= 0 (the GPU whose memory
+  // descriptors name: UCX's CUDA transports copy in the calling thread's context). The queue
+  // must be empty (head == tail == 0).
   Proxy(NetEngine& engine, QueueView queue, CompletionWords completion,
-        std::vector<int> cpus = {});
+        std::vector<int> cpus = {}, int device = -1);
   ~Proxy();  // stop()
   Proxy(const Proxy&) = delete;
   Proxy& operator=(const Proxy&) = delete;
@@ -46,7 +48,7 @@ class Proxy {
   bool failed(gshmem_result_t* code, std::string* message) const;
 
  private:
-  void run();
+  void run(int device);
   void execute(const Command& c);
   static void counted(void* self, uint64_t counter);
 

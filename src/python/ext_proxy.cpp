@@ -262,8 +262,10 @@ class TestProxy {
             bool gpu)
       : memory_(capacity, counters, gpu) {
     proxy_ = call_internal([&] {
+      int device = -1;
+      if (gpu) gshmem::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
       return std::make_unique<gshmem::proxy::Proxy>(engine.engine(), memory_.view(),
-                                                    memory_.completion(), cpus);
+                                                    memory_.completion(), cpus, device);
     });
   }
   // One descriptor (gshmem/proxy_queue.h); false when the queue is full.

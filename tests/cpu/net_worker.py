@@ -20,6 +20,7 @@ Scenarios:
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -280,6 +281,7 @@ SCENARIOS = {"rma": rma, "proxy": proxy, "die": die, "gpu": gpu, "gpu_producers"
 
 
 def main() -> None:
+    faulthandler.enable()  # a native crash still says where
     uid, rank, n, timeout, scenario = bytes.fromhex(sys.argv[1]), *map(int, sys.argv[2:4]), \
         float(sys.argv[4]), sys.argv[5]  # fmt: skip
     try:
