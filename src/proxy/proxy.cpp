@@ -24,7 +24,8 @@ Proxy::Proxy(NetEngine& engine, QueueView queue, CompletionWords completion,
              std::vector<int> cpus, int device)
     : engine_(engine), queue_(queue), completion_(completion) {
   GSHMEM_REQUIRE(valid_capacity(queue.capacity), "a proxy queue's capacity must be a power of two");
-  GSHMEM_REQUIRE(*queue.head == 0 && *queue.tail == 0, "a proxy starts on an empty queue");
+  // Only head: the consumer never touches tail, which may be GPU memory (kernels as producers).
+  GSHMEM_REQUIRE(*queue.head == 0, "a proxy starts on an empty queue");
   __atomic_store_n(completion_.retired, 0, __ATOMIC_RELEASE);
   __atomic_store_n(completion_.failed, 0, __ATOMIC_RELEASE);
   thread_ = std::thread([this, device] { run(device); });

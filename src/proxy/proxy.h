@@ -35,7 +35,7 @@ class Proxy {
   // Starts the thread, on `cpus` when not empty (the cores near the comm's GPU and NIC:
   // cpus_near_pci_device), with CUDA device `device` current when >= 0 (the GPU whose memory
   // descriptors name: UCX's CUDA transports copy in the calling thread's context). The queue
-  // must be empty (head == tail == 0).
+  // must be new (nothing reserved or taken yet).
   Proxy(NetEngine& engine, QueueView queue, CompletionWords completion,
         std::vector<int> cpus = {}, int device = -1);
   ~Proxy();  // stop()
