@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).parent / "scripts" / "fault_check.py"
-SCENARIOS = ["signal", "barrier", "all_reduce", "stream", "graph", "moe", "attention"]
+SCENARIOS = [
+    "signal",
+    "barrier",
+    "all_reduce",
+    "stream",
+    "rearm",
+    "put_after",
+    "graph",
+    "moe",
+    "attention",
+]
 
 
 @pytest.mark.gpu

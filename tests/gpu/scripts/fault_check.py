@@ -13,6 +13,10 @@ scenario (PE 0's operation):
       all_reduce  gshmem's all_reduce kernel
       stream  an on-stream signal_wait_until (a stream memory operation; silent: the bounded
               kernel, GSHMEM_STREAM_WAIT=kernel, since a memory operation has no deadline)
+      rearm   on-stream waits for a flag the stream resets and waits for again (a ring's
+              pattern), all queued before the fault (silent: as stream)
+      put_after  an on-stream wait, then a copy-engine put and a signal into PE 1's memory
+              that run once the wait is released (silent: as stream)
       graph   a CUDA graph replay of an on-stream wait and a kernel after it (silent: as stream)
       moe     a gshmem.moe low-latency dispatch (its receive waits for every rank)
       attention  a causal bf16 gshmem.attention.ring_attention step, forward and backward,
@@ -41,7 +45,7 @@ KILL_TIMEOUT_S = 60.0  # ... when it is killed: the watchdog, not the deadline, 
 SLACK_S = 5.0  # the bound the issue allows beyond GSHMEM_TIMEOUT
 # Scenarios whose wait is an on-stream one: a stream memory operation, which only the watchdog
 # releases (a dead peer); a silent peer needs the bounded kernel, whose error names no peer.
-ON_STREAM = ("stream", "graph", "attention")
+ON_STREAM = ("stream", "rearm", "put_after", "graph", "attention")
 # attention: (heads, tokens per PE, head dim) of each PE's q, k and v shard (batch 1, bf16)
 ATTENTION_SHAPE = (4, 256, 64)
 
@@ -255,6 +259,28 @@ def prepare(comm, scenario: str):
         t = comm.zeros((1 << 16,), torch.float32)
         comm.all_reduce(t)
         return lambda: comm.all_reduce(t)
+    if scenario == "rearm":
+        # A ring's pattern: wait for a flag, reset it, wait again, with every wait queued
+        # before the fault: the watchdog must keep releasing, not release once.
+        def rearm() -> None:
+            for _ in range(3):
+                comm.signal_wait_until(sig, "eq", 1)
+                comm.signal_op(sig, 0, comm.rank)
+
+        return rearm
+    if scenario == "put_after":
+        # Behind the wait, a copy-engine put and a signal into the peer's memory, which run
+        # once the wait is released: the peer is gone by then.
+        dst = comm.zeros((1 << 18,), torch.float32)
+        src = torch.randn(1 << 18, device="cuda")
+        arrived = comm.zeros((1,), torch.int64)
+
+        def put_after() -> None:
+            comm.signal_wait_until(sig, "ge", 1)
+            comm.put(dst, src, 1)
+            comm.signal_op(arrived, 1, 1)
+
+        return put_after
     if scenario == "stream":
         return lambda: comm.signal_wait_until(sig, "ge", 1)
     if scenario == "graph":
