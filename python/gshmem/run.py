@@ -1,4 +1,4 @@
-"""Single-host launcher: ``python -m gshmem.run -n N [options] (script.py | -m module) [args...]``.
+"""Launcher: ``python -m gshmem.run -n N [options] (script.py | -m module) [args...]``.
 
 Starts N copies of a Python program, one per rank, each with the environment that
 ``gshmem.launch.detect()`` reads::
@@ -9,6 +9,13 @@ Starts N copies of a Python program, one per rank, each with the environment tha
 
 and, unless already set, ``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and
 ``NVSHMEM_DISABLE_NVLS=1`` (NVLink multicast stays off), ``PYTHONUNBUFFERED=1``.
+
+On several hosts: ``--hosts a:4,b:4`` places ranks 0-3 on ``a`` and 4-7 on ``b`` and starts each
+through a remote shell (``--rsh``, default ``ssh -o BatchMode=yes``); rank 0's bootstrap listens
+on ``--bootstrap-addr`` (default: the first host's address) at ``--port`` (default: a random
+one), and every connection presents the job's secret (gshmem.run_hosts says how the remote
+command is made). Stopping a rank stops its remote shell; a rank whose peers are gone fails its
+next collective within GSHMEM_TIMEOUT.
 
 Each child's stdout and stderr are forwarded line by line to the launcher's, prefixed
 ``[rank r] `` (``--no-tag-output`` passes them through untouched). Each child runs in its own
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shlex
 import signal
 import subprocess
@@ -35,6 +43,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO
+
+from gshmem import run_hosts
 
 __all__ = ["main", "child_env"]
 
@@ -46,7 +56,10 @@ MULTICAST_OFF = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
-_VALUE_OPTIONS = ("-n", "--nprocs", "--timeout", "--devices", "--wrap")
+_VALUE_OPTIONS = (
+    "-n", "--nprocs", "--timeout", "--devices", "--wrap", "--hosts", "--rsh", "--bootstrap-addr",
+    "--port",
+)  # fmt: skip
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -66,16 +79,28 @@ class Options:
     devices: list[str] | None = None
     tag_output: bool = True
     wrap: list[str] | None = None  # a command each rank runs under (a sanitizer, a profiler)
+    hosts: list[tuple[str, int]] | None = None  # (host, slots), rank 0 on the first
+    rsh: str = "ssh -o BatchMode=yes"
+    bootstrap_addr: str | None = None
+    port: int | None = None
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m gshmem.run",
-        usage="%(prog)s -n N [--timeout S] [--devices D0,D1,...] [--[no-]tag-output] "
-        "(script.py | -m module) [args ...]",
-        description="Run N ranks of a gshmem program on this host.",
+        usage="%(prog)s (-n N | --hosts H:N,...) [--timeout S] [--devices D0,D1,...] "
+        "[--[no-]tag-output] (script.py | -m module) [args ...]",
+        description="Run N ranks of a gshmem program on this host, or on several.",
     )
-    p.add_argument("-n", "--nprocs", type=int, required=True, help="number of ranks")
+    p.add_argument("-n", "--nprocs", type=int, default=None, help="number of ranks")
+    p.add_argument("--hosts", default=None, help="HOST[:SLOTS],... : ranks on several hosts")
+    p.add_argument(
+        "--rsh",
+        default="ssh -o BatchMode=yes",
+        help='how to run a command on a host ({host} is replaced; default: "ssh -o BatchMode=yes")',
+    )
+    p.add_argument("--bootstrap-addr", default=None, help="where rank 0 listens (with --hosts)")
+    p.add_argument("--port", type=int, default=None, help="rank 0's port (with --hosts)")
     p.add_argument(
         "--timeout",
         type=float,
@@ -120,8 +145,22 @@ def parse_args(argv: Sequence[str]) -> Options:
     ns = parser.parse_args(own)
     if not program or program == ["-m"]:
         parser.error("give the program to run: script.py [args] or -m module [args]")
+    hosts = None
+    if ns.hosts is not None:
+        try:
+            hosts = run_hosts.parse_hosts(ns.hosts)
+        except ValueError as e:
+            parser.error(f"--hosts: {e}")
+        slots = sum(n for _, n in hosts)
+        if ns.nprocs is not None and ns.nprocs != slots:
+            parser.error(f"-n {ns.nprocs} but --hosts {ns.hosts!r} has {slots} slots")
+        ns.nprocs = slots
+    if ns.nprocs is None:
+        parser.error("give -n N (ranks on this host) or --hosts HOST:N,...")
     if ns.nprocs < 1:
         parser.error(f"-n must be at least 1, got {ns.nprocs}")
+    if ns.port is not None and not 0 < ns.port < 65536:
+        parser.error(f"--port must be in 1..65535, got {ns.port}")
     timeout = ns.timeout
     if timeout is None and os.environ.get("GSHMEM_RUN_TIMEOUT"):
         try:
@@ -139,23 +178,30 @@ def parse_args(argv: Sequence[str]) -> Options:
                 "(for example --devices 0,1)"
             )
     wrap = shlex.split(ns.wrap) if ns.wrap else None
-    return Options(ns.nprocs, program, timeout, devices, ns.tag_output, wrap)
+    return Options(ns.nprocs, program, timeout, devices, ns.tag_output, wrap, hosts, ns.rsh,
+                   ns.bootstrap_addr, ns.port)  # fmt: skip
 
 
 # -- children -------------------------------------------------------------------------------------
 
 
 def child_env(
-    base: dict[str, str], uid: bytes, rank: int, nranks: int, device: str | None = None
+    base: dict[str, str],
+    uid: bytes,
+    rank: int,
+    nranks: int,
+    device: str | None = None,
+    slot: run_hosts.Slot | None = None,
 ) -> dict[str, str]:
-    """The environment of one rank: ``base`` plus what ``gshmem.launch.detect()`` reads."""
+    """The environment of one rank: ``base`` plus what ``gshmem.launch.detect()`` reads
+    (``slot``: its place on its host, when ranks span several)."""
     env = dict(base)
     env.update(
         GSHMEM_UNIQUE_ID=uid.hex(),
         GSHMEM_RANK=str(rank),
         GSHMEM_WORLD_SIZE=str(nranks),
-        GSHMEM_LOCAL_RANK=str(rank),
-        GSHMEM_LOCAL_WORLD_SIZE=str(nranks),
+        GSHMEM_LOCAL_RANK=str(slot.local_rank if slot else rank),
+        GSHMEM_LOCAL_WORLD_SIZE=str(slot.local_size if slot else nranks),
     )
     if device is not None:
         env["GSHMEM_DEVICE"] = device
@@ -211,12 +257,19 @@ def _spawn(opts: Options, uid: bytes) -> list[_Rank]:
     pipe = subprocess.PIPE if opts.tag_output else None
     preexec = _pdeathsig_setter()
     ranks: list[_Rank] = []
+    slots = run_hosts.place(opts.hosts) if opts.hosts else None
     try:
         for r in range(opts.nprocs):
             device = opts.devices[r] if opts.devices else None
+            argv = [*(opts.wrap or []), sys.executable, *opts.program]
+            env = child_env(dict(os.environ), uid, r, opts.nprocs, device)
+            if slots is not None:  # the remote shell runs it, with the rank's variables
+                forwarded = run_hosts.forwarded(os.environ)
+                mine = child_env(forwarded, uid, r, opts.nprocs, device, slots[r])
+                argv = run_hosts.remote_command(opts.rsh, slots[r].host, mine, argv, os.getcwd())
             proc = subprocess.Popen(
-                [*(opts.wrap or []), sys.executable, *opts.program],
-                env=child_env(dict(os.environ), uid, r, opts.nprocs, device),
+                argv,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=pipe,
                 stderr=pipe,
@@ -389,9 +442,16 @@ def main(argv: list[str] | None = None) -> int:
     from gshmem._errors import Error
 
     address = None if os.environ.get("GSHMEM_BOOTSTRAP_ADDR") else "127.0.0.1"
+    port = 0
+    if opts.hosts:
+        # Rank 0's host is not this one: no port can be tried from here, so one is drawn (its
+        # bind failing is reported by rank 0, naming the address).
+        port = opts.port or random.randint(20000, 60999)
     try:
-        uid = _C.unique_id_create(address, 0, listen=False)
-    except Error as e:
+        if opts.hosts:
+            address = run_hosts.rendezvous(opts.hosts, opts.bootstrap_addr)
+        uid = _C.unique_id_create(address, port, listen=False)
+    except (Error, ValueError) as e:
         _say(f"cannot create the job's unique id: {e}")
         return 1
     with _Signals() as signals:

@@ -1,9 +1,12 @@
 """One rank of a network-engine test (test_net_engine.py): joins the bootstrap, builds the UCX
 engine on host memory and runs a scenario; prints one JSON line {"ok": ..., ...}.
 
-    python net_worker.py <uid-hex> <rank> <nranks> <timeout> <scenario>
+    python net_worker.py <uid-hex> <rank> <nranks> <timeout> <scenario>[,<scenario>...]
+    python net_worker.py env <scenario>[,...]    (under gshmem.run: its GSHMEM_* variables)
 
-Scenarios:
+Scenarios (several run one after another on the same bootstrap; the result is the last's):
+  where     where every rank runs: an allgather of (rank, local rank, local size, network
+            namespace, $GSHMEM_FAKE_HOST) over the bootstrap
   rma       puts, gets and atomic adds between every pair of ranks into regions of different
             sizes per rank, checked byte for byte; an overrun and a self-put are refused
   proxy     the same traffic through a proxy thread fed by host producer threads: put_signal
@@ -277,16 +280,42 @@ def gpu_producers(bs, rank: int, n: int) -> dict:
     return {"errors": errors, "full_waits": int(full_waits[0]), "retired": prox.retired()}
 
 
-SCENARIOS = {"rma": rma, "proxy": proxy, "die": die, "gpu": gpu, "gpu_producers": gpu_producers}
+def where(bs, rank: int, n: int) -> dict:
+    mine = {
+        "rank": rank,
+        "local_rank": int(os.environ.get("GSHMEM_LOCAL_RANK", "-1")),
+        "local_size": int(os.environ.get("GSHMEM_LOCAL_WORLD_SIZE", "-1")),
+        "netns": os.stat("/proc/self/ns/net").st_ino,
+        "host": os.environ.get("GSHMEM_FAKE_HOST"),
+    }
+    blob = json.dumps(mine).encode().ljust(256)
+    everyone = bs.allgather(blob)
+    return {"ranks": [json.loads(everyone[i : i + 256]) for i in range(0, 256 * n, 256)]}
+
+
+SCENARIOS = {
+    "where": where,
+    "rma": rma,
+    "proxy": proxy,
+    "die": die,
+    "gpu": gpu,
+    "gpu_producers": gpu_producers,
+}
 
 
 def main() -> None:
     faulthandler.enable()  # a native crash still says where
-    uid, rank, n, timeout, scenario = bytes.fromhex(sys.argv[1]), *map(int, sys.argv[2:4]), \
-        float(sys.argv[4]), sys.argv[5]  # fmt: skip
+    if sys.argv[1] == "env":
+        names = ("GSHMEM_UNIQUE_ID", "GSHMEM_RANK", "GSHMEM_WORLD_SIZE")
+        timeout = os.environ.get("GSHMEM_TIMEOUT", "20")
+        args = [*(os.environ[k] for k in names), timeout, sys.argv[2]]
+    else:
+        args = sys.argv[1:6]
+    uid, rank, n, timeout = bytes.fromhex(args[0]), int(args[1]), int(args[2]), float(args[3])
     try:
         bs = _C.BootstrapHandle(uid, rank, n, timeout)
-        result = SCENARIOS[scenario](bs, rank, n)
+        for scenario in args[4].split(","):
+            result = SCENARIOS[scenario](bs, rank, n)
         print(json.dumps({"ok": True, "result": result}), flush=True)
     except Error as e:
         print(json.dumps({"ok": False, "error": type(e).__name__, "message": str(e)}), flush=True)

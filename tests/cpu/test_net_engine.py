@@ -5,12 +5,10 @@ and when UCX is missing or a peer dies (net_worker.py runs each rank)."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import uuid
 
 import pytest
 from _net_ranks import run_ranks
+from _netns import two_hosts_fixture  # noqa: F401  (the two_hosts fixture)
 
 from gshmem import _C, _ucx
 
@@ -73,56 +71,13 @@ def test_missing_ucx_is_a_clear_error():
         assert "libucx-cu13" in res["message"], res
 
 
-def can_make_namespaces() -> str | None:
-    """None when this process may create network namespaces, else why not."""
-    if shutil.which("ip") is None:
-        return "no `ip` command (iproute2)"
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    probe = f"gsh{uuid.uuid4().hex[:8]}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"`ip netns add` refused: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
-
-
-@pytest.fixture
-def two_hosts():
-    """Two network namespaces joined by a veth pair, 10.251.0.1 and 10.251.0.2; yields the
-    command prefix that runs a process on each."""
-    why = can_make_namespaces()
-    if why is not None:
-        pytest.skip(why)
-    tag = uuid.uuid4().hex[:6]
-    names = [f"gsh{tag}a", f"gsh{tag}b"]
-    links = [f"vg{tag}a", f"vg{tag}b"]
-
-    def ip(*args: str, ns: str | None = None) -> None:
-        cmd = ["ip", *(["-n", ns] if ns else []), *args]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-
-    try:
-        for ns in names:
-            ip("netns", "add", ns)
-        ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
-        for i, (ns, link) in enumerate(zip(names, links, strict=True)):
-            ip("link", "set", link, "netns", ns)
-            ip("addr", "add", f"10.251.0.{i + 1}/24", "dev", link, ns=ns)
-            ip("link", "set", link, "up", ns=ns)
-            ip("link", "set", "lo", "up", ns=ns)
-        yield [["ip", "netns", "exec", ns] for ns in names]
-    finally:
-        for ns in names:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
 @pytest.mark.parametrize("scenario", ["rma", "proxy"])
 def test_two_hosts_bootstrap_and_move_data_over_tcp(two_hosts, scenario):
     # UCX_TLS=tcp: the namespaces share this machine's memory, so without it UCX could take a
     # shared-memory path; the test is about what crosses the network.
     env = {"UCX_TLS": "tcp", "GSHMEM_BOOTSTRAP_ADDR": "10.251.0.1"}
-    results = run_ranks(scenario, 2, address="10.251.0.1", prefix=two_hosts, env=env)
+    _, prefix = two_hosts
+    results = run_ranks(scenario, 2, address="10.251.0.1", prefix=prefix, env=env)
     for rank, res in enumerate(results):
         assert res["ok"], (rank, res)
         assert res["result"]["errors"] == [], (rank, res)
