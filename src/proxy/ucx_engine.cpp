@@ -130,8 +130,8 @@ class UcxEngine final : public NetEngine {
                                             &region.peers[r].rkey);
       if (st != UCS_OK) {
         release(region);
-        throw_error(GSHMEM_ERROR_SYSTEM, ucx_failure(("ucp_ep_rkey_unpack of rank " +
-                                                      std::to_string(r) + "'s region").c_str(), st));
+        const std::string what = "ucp_ep_rkey_unpack of rank " + std::to_string(r) + "'s region";
+        throw_error(GSHMEM_ERROR_SYSTEM, ucx_failure(what.c_str(), st));
       }
     }
     region.live = true;

@@ -31,7 +31,8 @@ class BootstrapHandle {
   BootstrapHandle(const nanobind::bytes& uid, int rank, int nranks, double timeout) {
     gshmem_unique_id_t raw = uid_from_bytes(uid);
     gshmem::UniqueId id = call_internal([&] { return gshmem::UniqueId::decode(raw); });
-    bs_ = call_internal([&] { return std::make_unique<gshmem::Bootstrap>(id, rank, nranks, timeout); });
+    bs_ = call_internal(
+        [&] { return std::make_unique<gshmem::Bootstrap>(id, rank, nranks, timeout); });
     timeout_ = timeout;
   }
   nanobind::bytes allgather(const nanobind::bytes& mine) {
@@ -50,7 +51,8 @@ class BootstrapHandle {
   }
   // Connects the local channel among `local_ranks` (collective over the bootstrap).
   void connect_local(const std::vector<int>& local_ranks) {
-    call_internal([&] { lc_ = std::make_unique<gshmem::LocalChannel>(bs(), local_ranks, timeout_); });
+    call_internal(
+        [&] { lc_ = std::make_unique<gshmem::LocalChannel>(bs(), local_ranks, timeout_); });
   }
   // Sends fd to every local peer; returns the peers' fds (owned by the caller), -1 for ourselves.
   std::vector<int> exchange_fd(int fd, uint64_t tag) {

@@ -11,8 +11,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,9 +19,9 @@
 #include <vector>
 
 #include "common/cuda_api.h"
+#include "proxy/channel.h"
 #include "proxy/descriptor_queue.h"
 #include "proxy/net_engine.h"
-#include "proxy/proxy.h"
 #include "python/ext_bootstrap.h"
 #include "python/ext_common.h"
 
@@ -165,7 +163,8 @@ class EngineHandle {
     return *engine_;
   }
   int register_region(uintptr_t base, size_t bytes) {
-    return call_internal([&] { return engine().register_region(reinterpret_cast<void*>(base), bytes); });
+    void* p = reinterpret_cast<void*>(base);
+    return call_internal([&] { return engine().register_region(p, bytes); });
   }
   void deregister_region(int region) {
     call_internal([&] { engine().deregister_region(region); });
@@ -197,85 +196,24 @@ class EngineHandle {
   std::unique_ptr<gshmem::proxy::NetEngine> engine_;
 };
 
-// Where a test proxy's queue and completion words live. Host producers: ordinary memory (the
-// ticket counter included). GPU producers: the slots, head and completion words in pinned host
-// memory mapped into the GPU, the ticket counter in GPU memory (the producers' atomics).
-class ProxyMemory {
- public:
-  ProxyMemory(uint64_t capacity, uint64_t counters, bool gpu) : gpu_(gpu) {
-    if (!gshmem::proxy::valid_capacity(capacity)) {
-      gshmem::python::raise(GSHMEM_ERROR_USAGE,
-                            "a queue's capacity must be a power of two >= 2, got " +
-                                std::to_string(capacity));
-    }
-    // One block: the slots, then head, retired, failed and the counters, a cache line each
-    // for the words the two sides write.
-    const size_t words = 8 * 3 + counters;
-    bytes_ = capacity * sizeof(Descriptor) + words * sizeof(uint64_t);
-    if (gpu_) {
-      call_internal([&] {
-        gshmem::cuda::check(cudaHostAlloc(&block_, bytes_, cudaHostAllocMapped | cudaHostAllocPortable),
-                            "cudaHostAlloc (proxy queue)");
-        gshmem::cuda::check(cudaMalloc(reinterpret_cast<void**>(&tail_), sizeof(uint64_t)),
-                            "cudaMalloc (proxy tail)");
-        gshmem::cuda::check(cudaMemset(tail_, 0, sizeof(uint64_t)), "cudaMemset (proxy tail)");
-      });
-    } else {
-      block_ = std::aligned_alloc(64, (bytes_ + 63) / 64 * 64);
-      tail_ = new uint64_t(0);
-    }
-    std::memset(block_, 0, bytes_);
-    auto* after = reinterpret_cast<uint64_t*>(static_cast<Descriptor*>(block_) + capacity);
-    view_ = {static_cast<Descriptor*>(block_), tail_, after, capacity};
-    completion_ = {after + 8, after + 16, after + 24, counters};
-  }
-  ~ProxyMemory() {
-    if (gpu_) {
-      cudaFreeHost(block_);  // nothing more to do if it fails during teardown
-      cudaFree(tail_);
-    } else {
-      std::free(block_);
-      delete tail_;
-    }
-  }
-  ProxyMemory(const ProxyMemory&) = delete;
-  ProxyMemory& operator=(const ProxyMemory&) = delete;
-
-  bool gpu() const { return gpu_; }
-  const gshmem::proxy::QueueView& view() const { return view_; }
-  const gshmem::proxy::CompletionWords& completion() const { return completion_; }
-
- private:
-  bool gpu_;
-  size_t bytes_ = 0;
-  void* block_ = nullptr;
-  uint64_t* tail_ = nullptr;
-  gshmem::proxy::QueueView view_{};
-  gshmem::proxy::CompletionWords completion_{};
-};
-
-// A proxy thread on an engine, fed by host producers (try_push) or by kernels (`gpu`: the
-// queue's addresses from queue()).
+// A proxy channel on a test engine, fed by host threads (try_push) or by kernels (`gpu`: the
+// queue's addresses from queue(), on the current CUDA device).
 class TestProxy {
  public:
   TestProxy(EngineHandle& engine, uint64_t capacity, uint64_t counters, std::vector<int> cpus,
-            bool gpu)
-      : memory_(capacity, counters, gpu) {
-    proxy_ = call_internal([&] {
+            bool gpu) {
+    channel_ = call_internal([&] {
       int device = -1;
       if (gpu) gshmem::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
-      return std::make_unique<gshmem::proxy::Proxy>(engine.engine(), memory_.view(),
-                                                    memory_.completion(), cpus, device);
+      const auto producers = gpu ? gshmem::proxy::Producers::kGpu : gshmem::proxy::Producers::kHost;
+      return std::make_unique<gshmem::proxy::ProxyChannel>(engine.engine(), capacity, counters,
+                                                           producers, device, cpus);
     });
   }
   // One descriptor (gshmem/proxy_queue.h); false when the queue is full.
   bool try_push(int op, uint32_t pe, uint16_t region, uintptr_t local, uint64_t offset,
                 uint64_t bytes, uint16_t signal_region, uint64_t signal_offset,
                 uint64_t signal_value, int64_t counter) {
-    if (memory_.gpu()) {
-      gshmem::python::raise(GSHMEM_ERROR_USAGE,
-                            "this proxy's producers are kernels (its ticket counter is GPU memory)");
-    }
     gshmem::proxy::Command c;
     c.op = static_cast<gshmem::proxy::Op>(op);
     c.pe = pe;
@@ -287,56 +225,26 @@ class TestProxy {
     c.signal_offset = signal_offset;
     c.signal_value = signal_value;
     c.counter = counter < 0 ? 0 : static_cast<uint64_t>(counter) + 1;
-    uint64_t w[kPayloadWords];
-    gshmem::proxy::encode(c, w);
-    uint64_t ticket = 0;
-    if (!gshmem::proxy::try_reserve(memory_.view(), ticket)) return false;
-    gshmem::proxy::publish(memory_.view(), ticket, w);
-    return true;
+    return call_internal([&] { return channel_->try_push(c); });
   }
   // (slots, tail, head, capacity) for a kernel's QueueView.
   std::tuple<uintptr_t, uintptr_t, uintptr_t, uint64_t> queue() const {
-    const gshmem::proxy::QueueView& q = memory_.view();
+    const gshmem::proxy::QueueView& q = channel_->queue();
     return {reinterpret_cast<uintptr_t>(q.slots), reinterpret_cast<uintptr_t>(q.tail),
             reinterpret_cast<uintptr_t>(q.head), q.capacity};
   }
-  uint64_t retired() const {
-    return __atomic_load_n(memory_.completion().retired, __ATOMIC_ACQUIRE);
-  }
+  uint64_t retired() const { return channel_->retired(); }
   uint64_t counter(uint64_t i) const {
-    const gshmem::proxy::CompletionWords& c = memory_.completion();
-    if (i >= c.n_counters) gshmem::python::raise(GSHMEM_ERROR_USAGE, "no such counter");
-    return __atomic_load_n(&c.counters[i], __ATOMIC_ACQUIRE);
+    return call_internal([&] { return channel_->counter(i); });
   }
-  // Blocks until `n` descriptors retired; raises the proxy's error, or TimeoutError.
   void wait_retired(uint64_t n, double timeout) {
-    call_internal([&] {
-      const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-      while (retired() < n) {
-        check_locked();
-        if (std::chrono::steady_clock::now() > end) {
-          gshmem::throw_error(GSHMEM_ERROR_TIMEOUT,
-                              "proxy retired " + std::to_string(retired()) + " of " +
-                                  std::to_string(n) + " descriptors in " +
-                                  std::to_string(timeout) + " s");
-        }
-        std::this_thread::yield();
-      }
-    });
+    call_internal([&] { channel_->wait_retired(n, timeout); });
   }
-  void check() { call_internal([&] { check_locked(); }); }
-  void stop() {
-    call_internal([&] { proxy_->stop(); });
-  }
+  void check() { call_internal([&] { channel_->check(); }); }
+  void stop() { call_internal([&] { channel_->stop(); }); }
 
  private:
-  void check_locked() {
-    gshmem_result_t code;
-    std::string message;
-    if (proxy_->failed(&code, &message)) gshmem::throw_error(code, message);
-  }
-  ProxyMemory memory_;
-  std::unique_ptr<gshmem::proxy::Proxy> proxy_;  // last: stops before the words it writes go
+  std::unique_ptr<gshmem::proxy::ProxyChannel> channel_;
 };
 
 }  // namespace

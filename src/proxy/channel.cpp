@@ -1,0 +1,117 @@
+#include "proxy/channel.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "common/cuda_api.h"
+#include "common/error.h"
+#include "proxy/descriptor_queue.h"
+
+namespace gshmem::proxy {
+
+ProxyChannel::ProxyChannel(NetEngine& engine, uint64_t capacity, uint64_t counters,
+                           Producers producers, int device, std::vector<int> cpus)
+    : producers_(producers), device_(device) {
+  GSHMEM_REQUIRE(valid_capacity(capacity),
+                 "a proxy queue's capacity must be a power of two >= 2, got " +
+                     std::to_string(capacity));
+  GSHMEM_REQUIRE(producers != Producers::kGpu || device >= 0,
+                 "a proxy channel fed by kernels needs their CUDA device");
+  allocate(capacity, counters);
+  try {
+    proxy_ = std::make_unique<Proxy>(engine, queue_, completion_, std::move(cpus),
+                                     producers == Producers::kGpu ? device : -1);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+ProxyChannel::~ProxyChannel() {
+  proxy_.reset();  // the thread first: it writes into the memory released next
+  release();
+}
+
+void ProxyChannel::allocate(uint64_t capacity, uint64_t counters) {
+  // One block: the slots, then head, retired and failed a cache line each (the two sides write
+  // them), then the counters.
+  const size_t bytes = capacity * sizeof(Descriptor) + (8 * 3 + counters) * sizeof(uint64_t);
+  if (producers_ == Producers::kGpu) {
+    cuda::DeviceGuard guard(device_);
+    cuda::check(cudaHostAlloc(&block_, bytes, cudaHostAllocMapped | cudaHostAllocPortable),
+                "cudaHostAlloc (proxy queue)");
+    if (cudaMalloc(reinterpret_cast<void**>(&tail_), sizeof(uint64_t)) != cudaSuccess ||
+        cudaMemset(tail_, 0, sizeof(uint64_t)) != cudaSuccess) {
+      release();
+      throw_error(GSHMEM_ERROR_CUDA, "cudaMalloc/cudaMemset of the proxy queue's tail failed");
+    }
+  } else {
+    block_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (block_ == nullptr) throw_errno("allocating the proxy queue");
+    tail_ = new uint64_t(0);
+  }
+  std::memset(block_, 0, bytes);
+  auto* after = reinterpret_cast<uint64_t*>(static_cast<Descriptor*>(block_) + capacity);
+  queue_ = {static_cast<Descriptor*>(block_), tail_, after, capacity};
+  completion_ = {after + 8, after + 16, after + 24, counters};
+}
+
+void ProxyChannel::release() noexcept {
+  if (producers_ == Producers::kGpu) {
+    if (block_ != nullptr) cudaFreeHost(block_);  // nothing more to do if teardown fails
+    if (tail_ != nullptr) cudaFree(tail_);
+  } else {
+    std::free(block_);
+    delete tail_;
+  }
+  block_ = nullptr;
+  tail_ = nullptr;
+}
+
+bool ProxyChannel::try_push(const Command& c) {
+  GSHMEM_REQUIRE(producers_ == Producers::kHost,
+                 "this proxy channel's producers are kernels (its ticket counter is GPU memory)");
+  uint64_t words[kPayloadWords];
+  encode(c, words);
+  uint64_t ticket = 0;
+  if (!try_reserve(queue_, ticket)) return false;
+  publish(queue_, ticket, words);
+  return true;
+}
+
+uint64_t ProxyChannel::retired() const {
+  return __atomic_load_n(completion_.retired, __ATOMIC_ACQUIRE);
+}
+
+uint64_t ProxyChannel::counter(uint64_t i) const {
+  GSHMEM_REQUIRE(i < completion_.n_counters,
+                 "no proxy counter " + std::to_string(i) + " of " +
+                     std::to_string(completion_.n_counters));
+  return __atomic_load_n(&completion_.counters[i], __ATOMIC_ACQUIRE);
+}
+
+void ProxyChannel::wait_retired(uint64_t n, double timeout) const {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+  while (retired() < n) {
+    check();
+    if (std::chrono::steady_clock::now() > end) {
+      throw_error(GSHMEM_ERROR_TIMEOUT, "the proxy retired " + std::to_string(retired()) +
+                                            " of " + std::to_string(n) + " descriptors in " +
+                                            std::to_string(timeout) + " s");
+    }
+    std::this_thread::yield();
+  }
+}
+
+void ProxyChannel::check() const {
+  gshmem_result_t code;
+  std::string message;
+  if (proxy_->failed(&code, &message)) throw_error(code, message);
+}
+
+void ProxyChannel::stop() { proxy_->stop(); }
+
+}  // namespace gshmem::proxy

@@ -1,0 +1,63 @@
+// ProxyChannel: what one comm's proxy path owns: the descriptor queue and the completion words,
+// in memory its producers can reach, and the proxy thread that drains the queue onto a network
+// engine (proxy.h). A host object; kernels get plain views of it (queue(), completion()).
+//
+// Producers::kGpu (kernels append, gshmem/device/proxy.cuh): the slots, head and completion
+// words are pinned host memory mapped into the GPU, the ticket counter (tail) is GPU memory,
+// where the producers' atomics are. Producers::kHost (host threads; the CPU tests): ordinary
+// memory, and try_push appends.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gshmem/proxy_queue.h"
+#include "proxy/net_engine.h"
+#include "proxy/proxy.h"
+
+namespace gshmem::proxy {
+
+enum class Producers { kHost, kGpu };
+
+class ProxyChannel {
+ public:
+  // `device`: the CUDA device of a kGpu channel's memory and of the data its descriptors name
+  // (-1 for kHost). `cpus`: where the proxy thread runs (empty: anywhere).
+  ProxyChannel(NetEngine& engine, uint64_t capacity, uint64_t counters, Producers producers,
+               int device, std::vector<int> cpus = {});
+  ~ProxyChannel();  // stops the thread, then frees the memory it used
+  ProxyChannel(const ProxyChannel&) = delete;
+  ProxyChannel& operator=(const ProxyChannel&) = delete;
+
+  Producers producers() const { return producers_; }
+  const QueueView& queue() const { return queue_; }
+  const CompletionWords& completion() const { return completion_; }
+
+  // A host producer's descriptor; false when the queue is full. Usage error on a kGpu channel.
+  bool try_push(const Command& c);
+  // Descriptors retired so far; local completions counted by counter `i`.
+  uint64_t retired() const;
+  uint64_t counter(uint64_t i) const;
+  // Blocks until `n` descriptors retired; throws the proxy thread's error, or
+  // GSHMEM_ERROR_TIMEOUT after `timeout` seconds.
+  void wait_retired(uint64_t n, double timeout) const;
+  // Throws the error the proxy thread stopped on, if it did.
+  void check() const;
+  // Stops the thread after the descriptors it already took.
+  void stop();
+
+ private:
+  void allocate(uint64_t capacity, uint64_t counters);
+  void release() noexcept;
+
+  Producers producers_;
+  int device_;
+  void* block_ = nullptr;  // the slots, then head, retired, failed and the counters
+  uint64_t* tail_ = nullptr;
+  QueueView queue_{};
+  CompletionWords completion_{};
+  std::unique_ptr<Proxy> proxy_;
+};
+
+}  // namespace gshmem::proxy
