@@ -20,8 +20,10 @@ def run_ranks(
     timeout: float = 20.0,
     prefix: list[list[str]] | None = None,
     env: dict | None = None,
+    kill_after: int | None = None,
 ) -> list[dict]:
-    """Runs every rank of `scenario` (rank r under prefix[r], e.g. `ip netns exec ns`)."""
+    """Runs every rank of `scenario` (rank r under prefix[r], e.g. `ip netns exec ns`); rank
+    `kill_after`, which would not end by itself, is killed once the others have ended."""
     # The id picks a free port on rank 0's host, so it is made where rank 0 runs.
     make = f"from gshmem import _C; print(_C.unique_id_create({address!r}, 0, False).hex())"
     uid = subprocess.run([*(prefix[0] if prefix else []), sys.executable, "-c", make],
@@ -34,8 +36,14 @@ def run_ranks(
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, env=full_env))  # fmt: skip
     results = []
-    for p in procs:
-        out, err = p.communicate(timeout=timeout + 60)
+    ordered = [r for r in range(nranks) if r != kill_after] + ([kill_after] if kill_after else [])
+    outputs = {}
+    for r in ordered:
+        if r == kill_after:
+            procs[r].kill()
+        outputs[r] = procs[r].communicate(timeout=timeout + 60)
+    for r, p in enumerate(procs):
+        out, err = outputs[r]
         lines = [line for line in out.splitlines() if line.startswith("{")]
         results.append(json.loads(lines[-1]) if lines else {"ok": False, "rc": p.returncode,
                                                            "stderr": err[-2000:]})  # fmt: skip

@@ -13,6 +13,10 @@ Scenarios (several run one after another on the same bootstrap; the result is th
             of random sizes, signals, counters and quiet; every byte and count checked
   die       rank 1 exits abruptly once set up; rank 0 keeps sending and must get a clear
             error (not a hang) within its timeout
+  die_proxy the same through a proxy thread: the thread stops on the error, which the
+            producer's next check raises
+  stall     rank 1 stays alive but stops progressing (sleeps): rank 0's flush must time out
+            naming it (with UCX_TLS=tcp, where a put needs the target's progress)
   gpu       puts and gets between GPU memory regions (torch CUDA tensors, every rank on
             GPU rank % device_count), signals into host memory; needs a GPU
   gpu_producers  kernels as the proxy's producers (tests/gpu/kernels/proxy_test.cu): 256
@@ -168,21 +172,47 @@ def proxy(bs, rank: int, n: int) -> dict:
     return {"errors": errors, "retired": prox.retired(), "pinned_threads": len(pinned)}
 
 
-def die(bs, rank: int, n: int) -> dict:
+def fault(bs, rank: int, n: int, how: str, through: str) -> dict:
+    """Rank 1 exits abruptly (`how` = "exit") or stops taking part while alive ("stall"); rank 0
+    keeps sending, on the engine directly or through a proxy thread (`through`), and reports
+    the error it got and when."""
     eng = _C.NetEngine(bs, timeout=5.0)
     mem = np.zeros(1 << 20, np.uint8)
     data = eng.register(addr(mem), mem.nbytes)
+    prox = _C.TestProxy(eng, 64, 1) if through == "proxy" and rank == 0 else None
     eng.barrier()
     if rank == 1:
-        os._exit(0)  # no goodbye: sockets close as the process goes
+        if how == "exit":
+            os._exit(0)  # no goodbye: sockets close as the process goes
+        time.sleep(60)  # alive, never progressing: the test kills it
+    ops = _C.PROXY_OPS
     start = time.monotonic()
     try:
-        for _ in range(100_000):
-            eng.put(1, addr(mem), mem.nbytes, data, 0)
-            eng.flush()
+        for i in range(100_000):
+            if prox is None:
+                eng.put(1, addr(mem), mem.nbytes, data, 0)
+                eng.flush()
+                continue
+            while not prox.try_push(ops["put"], 1, data, addr(mem), 0, mem.nbytes):
+                prox.check()
+            while not prox.try_push(ops["quiet"], 1):
+                prox.check()
+            prox.wait_retired(2 * (i + 1), 30.0)
     except Error as e:
         return {"error": type(e).__name__, "message": str(e), "after": time.monotonic() - start}
     return {"error": None, "after": time.monotonic() - start}
+
+
+def die(bs, rank: int, n: int) -> dict:
+    return fault(bs, rank, n, "exit", "engine")
+
+
+def die_proxy(bs, rank: int, n: int) -> dict:
+    return fault(bs, rank, n, "exit", "proxy")
+
+
+def stall(bs, rank: int, n: int) -> dict:
+    return fault(bs, rank, n, "stall", "engine")
 
 
 def gpu(bs, rank: int, n: int) -> dict:
@@ -298,6 +328,8 @@ SCENARIOS = {
     "rma": rma,
     "proxy": proxy,
     "die": die,
+    "die_proxy": die_proxy,
+    "stall": stall,
     "gpu": gpu,
     "gpu_producers": gpu_producers,
 }

@@ -54,13 +54,24 @@ def test_cpus_near_a_pci_device_from_sysfs(tmp_path):
     assert _C.cpus_near_pci_device("0000:99:00.0", root) == []
 
 
-def test_dead_peer_is_a_fault_not_a_hang():
-    survivor, _ = run_ranks("die", 2, timeout=10.0)
+@pytest.mark.parametrize("scenario", ["die", "die_proxy"])
+def test_dead_peer_is_a_fault_not_a_hang(scenario):
+    survivor, _ = run_ranks(scenario, 2, timeout=10.0)
     assert survivor["ok"], survivor
     got = survivor["result"]
     assert got["error"] in ("FaultError", "TimeoutError"), got
     assert "rank 1" in got["message"], got
     assert got["after"] < 10.0 + 5.0, got
+
+
+def test_stalled_peer_is_a_timeout_naming_it():
+    # Over TCP a put completes only when the target's worker progresses; rank 1 never does.
+    survivor, _ = run_ranks("stall", 2, timeout=10.0, env={"UCX_TLS": "tcp"}, kill_after=1)
+    assert survivor["ok"], survivor
+    got = survivor["result"]
+    assert got["error"] == "TimeoutError", got
+    assert "rank(s) 1" in got["message"], got
+    assert 4.9 <= got["after"] < 5.0 + 5.0, got  # the engine's timeout: 5 s (to the millisecond)
 
 
 def test_missing_ucx_is_a_clear_error():
