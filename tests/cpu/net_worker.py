@@ -10,7 +10,8 @@ Scenarios (several run one after another on the same bootstrap; the result is th
   rma       puts, gets and atomic adds between every pair of ranks into regions of different
             sizes per rank, checked byte for byte; an overrun and a self-put are refused
   proxy     the same traffic through a proxy thread fed by host producer threads: put_signal
-            of random sizes, signals, counters and quiet; every byte and count checked
+            of random sizes, signals, counters and quiet, while regions are registered and
+            deregistered; every byte and count checked
   die       rank 1 exits abruptly once set up; rank 0 keeps sending and must get a clear
             error (not a hang) within its timeout
   die_proxy the same through a proxy thread: the thread stops on the error, which the
@@ -146,6 +147,13 @@ def proxy(bs, rank: int, n: int) -> dict:
     threads = [threading.Thread(target=produce, args=(q,)) for q in peers]
     for t in threads:
         t.start()
+    # Meanwhile, collective registrations come and go while the proxy thread moves traffic
+    # (the engine serialises them; its exchanges keep the worker progressing).
+    extra = np.zeros(4096 * (rank + 1), np.uint8)
+    for _ in range(3):
+        region = eng.register(addr(extra), extra.nbytes)
+        seen = [eng.region_bytes(region, q) for q in range(n)]
+        eng.deregister(region)
     for t in threads:
         t.join()
     total = len(peers) * (per_peer + 1)
@@ -166,9 +174,28 @@ def proxy(bs, rank: int, n: int) -> dict:
         time.sleep(0.001)
     if prox.counter(0) != len(peers) * per_peer:
         errors.append(f"counter 0 is {prox.counter(0)}, want {len(peers) * per_peer}")
+    # get through the proxy: read back the slot this rank filled in each peer (counter 1 counts
+    # arrivals), with a fence and a quiet among the descriptors
+    back = {q: np.full(slot, 0xEE, np.uint8) for q in peers}
+    for q in peers:
+        for op, kw in (("fence", {}), ("get", {"region": data, "local": addr(back[q]),
+                                               "offset": slot * rank, "bytes": slot,
+                                               "counter": 1})):  # fmt: skip
+            while not prox.try_push(ops[op], q, **kw):
+                time.sleep(0)
+    while not prox.try_push(ops["quiet"], 0):
+        time.sleep(0)
+    prox.wait_retired(total + 1 + 2 * len(peers) + 1, 30.0)
+    for q in peers:
+        if not np.array_equal(back[q], payloads[q]):
+            errors.append(f"get through the proxy from rank {q} wrong")
+    if prox.counter(1) != len(peers):
+        errors.append(f"counter 1 (gets) is {prox.counter(1)}, want {len(peers)}")
     prox.stop()
     eng.barrier()
     eng.close()
+    if seen != [4096 * (q + 1) for q in range(n)]:
+        errors.append(f"a region registered during traffic has sizes {seen}")
     return {"errors": errors, "retired": prox.retired(), "pinned_threads": len(pinned)}
 
 
