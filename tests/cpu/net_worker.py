@@ -56,6 +56,31 @@ def addr(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
+def put_signal_round(eng, data: int, signals: int, sig: np.ndarray, sources: dict[int, int],
+                     slot: int, rank: int) -> list[str]:  # fmt: skip
+    """Puts `slot` bytes from sources[q] (an address) into slot `rank` of each peer q's region,
+    then (fenced after it) adds rank + 1 to q's signal word `rank`; waits, progressing this
+    rank's engine (which applies arriving signals: no proxy thread here), until every peer's
+    signal arrived. Returns what is wrong with the signals."""
+    for q, src in sources.items():
+        eng.put(q, src, slot, data, slot * rank)
+        eng.fence()
+        eng.signal_add(q, signals, 8 * rank, rank + 1)
+    eng.flush()
+    eng.barrier()
+    deadline = time.monotonic() + 10
+    while any(int(sig[q]) != q + 1 for q in sources) and time.monotonic() < deadline:
+        eng.progress()
+    return [f"signal from rank {q} is {int(sig[q])}" for q in sources if int(sig[q]) != q + 1]
+
+
+def check_slots(region: np.ndarray, peers: list[int], slot: int, rank: int) -> list[str]:
+    """What is wrong with the slots peers filled in this rank's region (put_signal_round)."""
+    wrong = [q for q in peers if not np.array_equal(region[slot * q : slot * (q + 1)],
+                                                    pattern(q, rank, slot))]  # fmt: skip
+    return [f"bytes from rank {q} wrong" for q in wrong]
+
+
 def rma(bs, rank: int, n: int) -> dict:
     eng = _C.NetEngine(bs)
     mem = np.zeros(region_bytes(rank), np.uint8)
@@ -66,22 +91,9 @@ def rma(bs, rank: int, n: int) -> dict:
     # to q's signal word r; the last 4096 * q bytes of q's region only q has.
     slot = REGION_BASE // n
     sources = {q: pattern(rank, q, slot) for q in range(n) if q != rank}
-    for q, payload in sources.items():
-        eng.put(q, addr(payload), slot, data, slot * rank)
-        eng.fence()
-        eng.signal_add(q, signals, 8 * rank, rank + 1)
-    eng.flush()
-    eng.barrier()
-    # Signals are applied by this rank's engine as it progresses (no proxy thread here).
-    deadline = time.monotonic() + 10
-    while any(int(sig[q]) != q + 1 for q in sources) and time.monotonic() < deadline:
-        eng.progress()
-    errors = []
-    for q in sources:
-        if not np.array_equal(mem[slot * q : slot * (q + 1)], pattern(q, rank, slot)):
-            errors.append(f"bytes from rank {q} wrong")
-        if int(sig[q]) != q + 1:
-            errors.append(f"signal from rank {q} is {int(sig[q])}")
+    srcs = {q: addr(payload) for q, payload in sources.items()}
+    errors = put_signal_round(eng, data, signals, sig, srcs, slot, rank)
+    errors += check_slots(mem, list(sources), slot, rank)
     # get: read back the slot this rank wrote into each peer, and the peer's private tail
     for q, payload in sources.items():
         back = np.full(slot, 0xEE, np.uint8)
@@ -254,22 +266,9 @@ def gpu(bs, rank: int, n: int) -> dict:
     signals = eng.register(addr(sig), sig.nbytes)
     sources = {q: torch.from_numpy(pattern(rank, q, slot)).cuda() for q in range(n) if q != rank}
     torch.cuda.synchronize()
-    for q, payload in sources.items():
-        eng.put(q, payload.data_ptr(), slot, data, slot * rank)
-        eng.fence()
-        eng.signal_add(q, signals, 8 * rank, rank + 1)
-    eng.flush()
-    eng.barrier()
-    deadline = time.monotonic() + 10
-    while any(int(sig[q]) != q + 1 for q in sources) and time.monotonic() < deadline:
-        eng.progress()
-    errors = []
-    host = mem.cpu().numpy()
-    for q in sources:
-        if not np.array_equal(host[slot * q : slot * (q + 1)], pattern(q, rank, slot)):
-            errors.append(f"bytes from rank {q} wrong")
-        if int(sig[q]) != q + 1:
-            errors.append(f"signal from rank {q} is {int(sig[q])}")
+    srcs = {q: payload.data_ptr() for q, payload in sources.items()}
+    errors = put_signal_round(eng, data, signals, sig, srcs, slot, rank)
+    errors += check_slots(mem.cpu().numpy(), list(sources), slot, rank)
     for q, payload in sources.items():
         back = torch.full((slot,), 0x11, dtype=torch.uint8, device="cuda")
         eng.get(q, back.data_ptr(), slot, data, slot * rank)
