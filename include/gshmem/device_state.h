@@ -37,7 +37,7 @@ typedef decltype(static_cast<char*>(0) - static_cast<char*>(0)) ptrdiff_t;
 extern "C" {
 #endif
 
-#define GSHMEM_DEVICE_STATE_VERSION 2
+#define GSHMEM_DEVICE_STATE_VERSION 3
 
 /* What gave up waiting (gshmem_fault_t.op). */
 #define GSHMEM_WAIT_SIGNAL 1     /* signal_wait_until */
@@ -45,11 +45,13 @@ extern "C" {
 #define GSHMEM_WAIT_BARRIER 3    /* sync, barrier (device API, on-stream barrier) */
 #define GSHMEM_WAIT_COLLECTIVE 4 /* gshmem's collective kernels */
 #define GSHMEM_WAIT_MOE 5        /* gshmem.moe's dispatch and combine kernels */
+#define GSHMEM_WAIT_PROXY 6      /* room in the proxy queue, or a proxy quiet (device/proxy.cuh) */
 
 /* Why (gshmem_fault_t.cause). */
 #define GSHMEM_FAULT_TIMEOUT 1 /* the wait lasted longer than GSHMEM_TIMEOUT */
 #define GSHMEM_FAULT_ABORT 2   /* the comm was aborted (comm.abort(), the watchdog) */
 #define GSHMEM_FAULT_OTHER 3   /* another wait of this comm had already failed */
+#define GSHMEM_FAULT_PROXY 4   /* the comm's proxy thread stopped on an error */
 
 /* The first bounded device wait of a comm that gives up records here what it waited for
  * (docs/reliability.md). It lives in host memory mapped into the GPU, so the host reads it
@@ -101,6 +103,14 @@ typedef struct gshmem_device {
   uint64_t timeout_ns;  /* GSHMEM_TIMEOUT: how long a bounded wait polls before it gives up */
   uint64_t fault;       /* gshmem_fault_t* (host memory mapped into this GPU) */
   uint64_t fault_claim; /* uint32_t in GPU memory: 0 until a wait claims the fault record */
+  /* version 3: the proxy path to PEs beyond load/store reach (gshmem/proxy_queue.h,
+   * device/proxy.cuh); proxy_capacity 0 when the comm has none */
+  uint64_t proxy_slots;    /* Descriptor[proxy_capacity]: host memory mapped into this GPU */
+  uint64_t proxy_tail;     /* uint64_t: tickets handed out (GPU memory) */
+  uint64_t proxy_head;     /* uint64_t: descriptors the proxy took (mapped host memory) */
+  uint64_t proxy_capacity; /* a power of two; 0: no proxy path */
+  uint64_t proxy_retired;  /* uint64_t: descriptors retired, in ticket order (mapped) */
+  uint64_t proxy_failed;   /* uint64_t: nonzero once the proxy thread stopped on an error */
 } gshmem_device_t;
 
 /* World rank of team PE `pe` (0 <= pe < team->size). */

@@ -22,13 +22,14 @@
 // src/proxy/descriptor_queue.h (host) and gshmem/device/proxy.cuh (device).
 //
 // Payload words:
-//   word 0   op (bits 0-7) | target PE (bits 8-31) | data region (bits 32-47)
-//            | signal region (bits 48-63)
+//   word 0   op (bits 0-6) | signal stores instead of adding (bit 7) | target PE (bits 8-31)
+//            | data region (bits 32-47) | signal region (bits 48-63); region kHeapRegion is
+//            the comm's symmetric heap, whatever the engine's id for it is at the time
 //   word 1   local address: the source of a put, the destination of a get
 //   word 2   offset in the target's data region
 //   word 3   bytes
 //   word 4   offset of the signal word in the target's signal region (kPutSignal, kSignal)
-//   word 5   the value added to the signal word
+//   word 5   the signal value: added to the word, or stored in it (bit 7 of word 0)
 //   word 6   local completion counter index + 1 (0: none), incremented once the source of a
 //            put may be reused or a get's data has arrived
 #pragma once
@@ -59,8 +60,8 @@ GSHMEM_HOST_DEVICE inline bool valid_capacity(uint64_t n) { return n >= 2 && (n 
 
 enum class Op : uint8_t {
   kPut = 1,        // data only
-  kPutSignal = 2,  // data, then (ordered after it) the signal add
-  kSignal = 3,     // the signal add only
+  kPutSignal = 2,  // data, then (ordered after it) the signal update
+  kSignal = 3,     // the signal update only, after (fenced) every earlier descriptor's data
   kGet = 4,
   kFence = 5,      // later operations to each PE land after earlier ones
   kQuiet = 6,      // every earlier operation is complete at its target before this one retires
@@ -77,12 +78,16 @@ struct Command {
   uint64_t signal_offset = 0;
   uint64_t signal_value = 0;
   uint64_t counter = 0;  // index + 1; 0: none
+  bool signal_set = false;  // the signal word is stored, not added to
 };
 
 constexpr uint32_t kMaxProxyPe = (1u << 24) - 1;
+constexpr uint16_t kHeapRegion = 0xffff;
+constexpr uint64_t kSignalSetBit = 0x80;
 
 GSHMEM_HOST_DEVICE inline void encode(const Command& c, uint64_t (&w)[kPayloadWords]) {
-  w[0] = static_cast<uint64_t>(c.op) | (static_cast<uint64_t>(c.pe & kMaxProxyPe) << 8) |
+  w[0] = static_cast<uint64_t>(c.op) | (c.signal_set ? kSignalSetBit : 0) |
+         (static_cast<uint64_t>(c.pe & kMaxProxyPe) << 8) |
          (static_cast<uint64_t>(c.region) << 32) | (static_cast<uint64_t>(c.signal_region) << 48);
   w[1] = c.local;
   w[2] = c.offset;
@@ -94,7 +99,8 @@ GSHMEM_HOST_DEVICE inline void encode(const Command& c, uint64_t (&w)[kPayloadWo
 
 GSHMEM_HOST_DEVICE inline Command decode(const uint64_t (&w)[kPayloadWords]) {
   Command c;
-  c.op = static_cast<Op>(w[0] & 0xff);
+  c.op = static_cast<Op>(w[0] & 0x7f);
+  c.signal_set = (w[0] & kSignalSetBit) != 0;
   c.pe = static_cast<uint32_t>((w[0] >> 8) & kMaxProxyPe);
   c.region = static_cast<uint16_t>(w[0] >> 32);
   c.signal_region = static_cast<uint16_t>(w[0] >> 48);

@@ -47,6 +47,12 @@ class DeviceStruct(ctypes.Structure):
         ("timeout_ns", ctypes.c_uint64),
         ("fault", ctypes.c_uint64),
         ("fault_claim", ctypes.c_uint64),
+        ("proxy_slots", ctypes.c_uint64),
+        ("proxy_tail", ctypes.c_uint64),
+        ("proxy_head", ctypes.c_uint64),
+        ("proxy_capacity", ctypes.c_uint64),
+        ("proxy_retired", ctypes.c_uint64),
+        ("proxy_failed", ctypes.c_uint64),
     ]
 
 

@@ -29,7 +29,7 @@ gshmem_team_t resolve_team(Comm& comm, const gshmem_team_t* team, const char* op
                                       " but this PE is member " + std::to_string(me) +
                                       "; pass a team made on this PE");
   }
-  for (int i = 0; i < t.size; ++i) stream::require_reachable(comm, op, gshmem_team_world_pe(&t, i));
+  for (int i = 0; i < t.size; ++i) stream::require_load_store(comm, op, gshmem_team_world_pe(&t, i));
   return t;
 }
 

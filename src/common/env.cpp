@@ -70,6 +70,27 @@ uint64_t heap_reserve(uint64_t fallback) { return get_size("GSHMEM_HEAP_RESERVE"
 uint64_t heap_initial() { return get_size("GSHMEM_HEAP_INITIAL", 64ull << 20); }
 uint64_t heap_grow() { return get_size("GSHMEM_HEAP_GROW", 256ull << 20); }
 
+Transport transport() {
+  const char* v = get("GSHMEM_TRANSPORT");
+  if (!v) return Transport::kAuto;
+  std::string s(v);
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "auto") return Transport::kAuto;
+  if (s == "p2p") return Transport::kP2p;
+  if (s == "proxy") return Transport::kProxy;
+  throw_error(GSHMEM_ERROR_USAGE,
+              std::string("GSHMEM_TRANSPORT='") + v + "' is not a transport; use auto, p2p or proxy");
+}
+
+uint64_t proxy_queue() {
+  const uint64_t n = get_size("GSHMEM_PROXY_QUEUE", 1024);
+  if (n < 2 || (n & (n - 1)) != 0) {
+    throw_error(GSHMEM_ERROR_USAGE, "GSHMEM_PROXY_QUEUE=" + std::to_string(n) +
+                                        " must be a power of two >= 2 (descriptors)");
+  }
+  return n;
+}
+
 std::string bootstrap_addr() {
   const char* v = get("GSHMEM_BOOTSTRAP_ADDR");
   return v ? std::string(v) : std::string();

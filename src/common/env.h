@@ -15,6 +15,15 @@ bool watchdog();
 bool check_alloc();
 // GSHMEM_DISABLE_P2P: treat no peer as load/store-reachable, even on the same host (default 0).
 bool disable_p2p();
+// GSHMEM_TRANSPORT: how a PE reaches peers that loads and stores do not (docs/network.md).
+enum class Transport {
+  kAuto,   // load/store where possible, the proxy for the rest when UCX loads (default)
+  kP2p,    // load/store only: other peers are unreachable
+  kProxy,  // the proxy for every other PE, even on this host (tests, comparisons)
+};
+Transport transport();
+// GSHMEM_PROXY_QUEUE: descriptors in a comm's proxy queue (a power of two, default 1024).
+uint64_t proxy_queue();
 // GSHMEM_HEAP_RESERVE: bytes of address space per PE heap (default: the device's memory).
 uint64_t heap_reserve(uint64_t fallback);
 // GSHMEM_HEAP_INITIAL: bytes mapped at init (default 64 MiB).

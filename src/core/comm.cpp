@@ -130,7 +130,8 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
     }
   }
 
-  bool p2p = true;
+  const env::Transport transport = env::transport();
+  bool p2p = transport != env::Transport::kProxy;
   uint64_t granularity = 0, reserve = 0;
   for (int r = 0; r < nranks; ++r) {
     if (all[r].host == mine.host) local_ranks_.push_back(r);
@@ -158,6 +159,9 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
   const double setup_ms = ms_since(t_start) - bootstrap_ms;
   faults_ = std::make_unique<FaultState>(device);
   heap_ = std::make_unique<SymmetricHeap>(*bootstrap_, channel_.get(), std::move(config));
+  // The same on every rank: either a single host with load/store between all PEs, or not.
+  const int reachable = p2p ? local_size() : 1;
+  if (transport != env::Transport::kP2p && reachable < nranks) open_proxy(transport, timeout);
   log_debug(rank, "comm ready: %d PEs, %d on this host (local rank %d), device %d, p2p %s, "
                   "heap reserve %llu MiB; bootstrap %.1f ms (includes waiting for the last "
                   "rank), device probe + local channel %.1f ms, total %.1f ms",
@@ -184,6 +188,30 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
   }
 }
 
+void Comm::open_proxy(env::Transport transport, double timeout) {
+  // Every rank learns whether every rank can load UCX before any starts the (collective)
+  // engine, so a rank without UCX is one clear error everywhere rather than a timeout.
+  const std::string why = proxy::ucx_unavailable();
+  int32_t ready = why.empty();
+  std::vector<int32_t> all(nranks_);
+  bootstrap_->allgather(&ready, all.data(), sizeof ready);
+  std::string missing;
+  for (int r = 0; r < nranks_; ++r) {
+    if (!all[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (missing.empty()) {
+    proxy_ = std::make_unique<ProxyPath>(*bootstrap_, *heap_, device_, env::proxy_queue(),
+                                         timeout);
+    return;
+  }
+  const std::string reason = "UCX cannot be used on rank(s) " + missing +
+                             (why.empty() ? std::string() : " (here: " + why + ")");
+  if (transport == env::Transport::kProxy) {
+    throw_error(GSHMEM_ERROR_SYSTEM, "GSHMEM_TRANSPORT=proxy, but " + reason);
+  }
+  log_debug(rank_, "no proxy path: %s; PEs on other hosts are unreachable", reason.c_str());
+}
+
 void Comm::stop_waits(const std::string& reason) noexcept {
   if (!reason.empty()) faults_->record_host(reason);
   faults_->request_abort();
@@ -192,6 +220,7 @@ void Comm::stop_waits(const std::string& reason) noexcept {
 
 void Comm::check_faults() const {
   if (faults_) faults_->check(rank_);
+  if (proxy_) proxy_->check();
 }
 
 Comm::~Comm() { abort(); }
@@ -248,6 +277,7 @@ void Comm::abort() noexcept {
   coll_state_.reset();
   stream_state_.reset();
   device_state_.reset();
+  proxy_.reset();
   heap_.reset();
   faults_.reset();
   if (channel_) channel_->close();

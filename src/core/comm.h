@@ -11,8 +11,10 @@
 #include "bootstrap/unique_id.h"
 #include "coll/coll_state.h"
 #include "coll/nccl.h"
+#include "common/env.h"
 #include "core/device_state.h"
 #include "core/fault.h"
+#include "core/proxy_path.h"
 #include "core/watchdog.h"
 #include "heap/symmetric_heap.h"
 #include "stream/stream_state.h"
@@ -51,11 +53,21 @@ class Comm {
   DeviceState& device_state();
   stream::StreamState& stream_state();
   coll::CollState& coll_state();
+  // The path to PEs beyond load/store reach (GSHMEM_TRANSPORT), else nullptr.
+  ProxyPath* proxy() { return proxy_.get(); }
+  // Whether PE `pe` (a valid world rank) is reached through the proxy path.
+  bool via_proxy(int pe) const {
+    return proxy_ != nullptr && pe != rank_ && heap_->local_index()[pe] < 0;
+  }
   // The NCCL backend once gshmem_comm_enable_nccl succeeded, else nullptr.
   coll::NcclBackend* nccl() { return nccl_.get(); }
   void set_nccl(std::unique_ptr<coll::NcclBackend> nccl) { nccl_ = std::move(nccl); }
 
  private:
+  // Collective: the proxy path when every rank can load UCX; otherwise an error
+  // (GSHMEM_TRANSPORT=proxy) or, under auto, peers beyond load/store reach stay unreachable.
+  void open_proxy(env::Transport transport, double timeout);
+
   int rank_;
   int nranks_;
   int device_;
@@ -65,6 +77,7 @@ class Comm {
   std::unique_ptr<LocalChannel> channel_;
   std::unique_ptr<FaultState> faults_;  // before device_state_, which hands out its addresses
   std::unique_ptr<SymmetricHeap> heap_;
+  std::unique_ptr<ProxyPath> proxy_;  // after heap_, which it registers: destroyed first
   std::unique_ptr<DeviceState> device_state_;  // after heap_: destroyed first
   std::unique_ptr<stream::StreamState> stream_state_;  // on-stream operations (src/stream/)
   std::unique_ptr<coll::CollState> coll_state_;  // gshmem's collectives (src/coll/)

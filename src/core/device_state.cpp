@@ -53,6 +53,15 @@ DeviceState::DeviceState(Comm& comm) : local_index_(nullptr, DeviceFree{comm.dev
   state_.timeout_ns = static_cast<uint64_t>(env::timeout_seconds() * 1e9);
   state_.fault = comm.faults().record_address();
   state_.fault_claim = comm.faults().claim_address();
+  if (ProxyPath* path = comm.proxy()) {
+    const proxy::QueueView& q = path->queue();
+    state_.proxy_slots = reinterpret_cast<uint64_t>(q.slots);
+    state_.proxy_tail = reinterpret_cast<uint64_t>(q.tail);
+    state_.proxy_head = reinterpret_cast<uint64_t>(q.head);
+    state_.proxy_capacity = q.capacity;
+    state_.proxy_retired = reinterpret_cast<uint64_t>(path->completion().retired);
+    state_.proxy_failed = reinterpret_cast<uint64_t>(path->completion().failed);
+  }
 }
 
 }  // namespace gshmem

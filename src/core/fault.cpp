@@ -16,6 +16,7 @@ const char* wait_name(int op) {
     case GSHMEM_WAIT_BARRIER: return "a device barrier";
     case GSHMEM_WAIT_COLLECTIVE: return "a collective kernel";
     case GSHMEM_WAIT_MOE: return "a gshmem.moe kernel";
+    case GSHMEM_WAIT_PROXY: return "a proxy-path operation";
     default: return "a device wait";
   }
 }
@@ -41,6 +42,12 @@ std::string describe_fault(const gshmem_fault_t& f, int my_pe) {
       std::snprintf(buf, sizeof buf,
                     "PE %d: %s waiting for %s stopped because another wait of this comm had "
                     "failed",
+                    my_pe, wait_name(f.op), who.c_str());
+      break;
+    case GSHMEM_FAULT_PROXY:
+      std::snprintf(buf, sizeof buf,
+                    "PE %d: %s waiting for %s stopped because the comm's proxy thread failed "
+                    "(a network peer died or the network failed)",
                     my_pe, wait_name(f.op), who.c_str());
       break;
     default:

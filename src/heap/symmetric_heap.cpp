@@ -181,6 +181,7 @@ void SymmetricHeap::grow_to(uint64_t needed_end) {
             "%.2f ms, exchange+import+map peers %.2f ms, set access %.2f ms",
             static_cast<unsigned long long>(size >> 20), static_cast<unsigned long long>(new_end >> 20),
             share ? slots_ : 1, ms(0), ms(1), ms(2), ms(3));
+  if (grow_hook_) grow_hook_();
 }
 
 void* SymmetricHeap::malloc(uint64_t size, uint64_t alignment, bool zero) {

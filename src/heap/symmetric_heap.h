@@ -11,6 +11,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,11 @@ class SymmetricHeap {
   // Collective. Waits for this device's work and for every PE, then frees.
   void free(void* ptr);
 
+  // Called after every growth, on every PE in the same order (growth is collective), with
+  // mapped() already the new size: the proxy path registers the grown heap with the network.
+  // An exception from it leaves the heap grown and propagates from malloc.
+  void set_grow_hook(std::function<void()> hook) { grow_hook_ = std::move(hook); }
+
   // PE `pe`'s address of symmetric object `ptr`, or nullptr if `pe` is not reachable.
   void* peer_ptr(const void* ptr, int pe) const;
   bool contains(const void* ptr) const;
@@ -74,6 +80,7 @@ class SymmetricHeap {
   bool broken_ = false;  // a growth failed half-way: peers may disagree about the layout
   Allocator allocator_;
   std::vector<std::pair<CUdeviceptr, size_t>> mappings_;
+  std::function<void()> grow_hook_;
 };
 
 }  // namespace gshmem

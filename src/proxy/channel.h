@@ -46,6 +46,8 @@ class ProxyChannel {
   void check() const;
   // Stops the thread after the descriptors it already took.
   void stop();
+  // The engine's id of the region descriptors name kHeapRegion (Proxy::set_heap_region).
+  void set_heap_region(int region) { proxy_->set_heap_region(region); }
 
  private:
   void allocate(uint64_t capacity, uint64_t counters);

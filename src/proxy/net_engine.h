@@ -5,11 +5,12 @@
 // Ordering and completion, as UCX gives them:
 //   - operations to one peer may complete in any order; fence() orders every operation issued
 //     before it before every one issued after it, per peer (put, fence, signal add);
-//   - a signal add travels as a UCX active message and the target's engine applies it with a CPU
-//     atomic when it progresses (its proxy thread always does): network atomics on arbitrary
-//     memory are not available on every transport (TCP, shared memory), messages are. Signal
-//     words must therefore be CPU-visible (host memory, or pinned host memory mapped into the
-//     GPU that waits on them);
+//   - a signal update (add or set) travels as a UCX active message and the target's engine
+//     applies it when it progresses (its proxy thread always does): network atomics on arbitrary
+//     memory are not available on every transport (TCP, shared memory), messages are. The
+//     target applies it through its signal sink: by default a CPU atomic (signal words in host
+//     memory); a comm whose signal words are GPU memory installs a sink that updates them on its
+//     GPU (src/proxy/gpu_signal_sink.h);
 //   - a put's `done` callback runs once the source buffer may be reused (local completion), a
 //     get's once the data is in the local buffer;
 //   - flush() returns once every operation issued so far is complete at its target.
@@ -19,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace gshmem {
 class Bootstrap;
@@ -28,6 +30,13 @@ namespace gshmem::proxy {
 
 // Called from progress() (or from put()/get() when it completed at once) with the call's `tag`.
 using Done = void (*)(void* arg, uint64_t tag);
+
+enum class SignalUpdate : uint8_t { kAdd = 0, kSet = 1 };
+
+// Applies a signal that arrived for `word` (8-byte aligned, inside a region of this rank).
+// Called on the target inside progress(), with the engine's lock held: it must not call the
+// engine. Throwing stops the engine's caller with that error.
+using SignalSink = void (*)(void* arg, uint64_t* word, uint64_t value, SignalUpdate update);
 
 class NetEngine {
  public:
@@ -54,9 +63,13 @@ class NetEngine {
   // Non-blocking. Copies from `pe`'s region into local `dst`.
   virtual void get(int pe, void* dst, size_t bytes, int region, uint64_t offset, Done done,
                    void* arg, uint64_t tag) = 0;
-  // Non-blocking. Adds `value` to the 8-byte aligned word at `offset` of `pe`'s `region`, once it
-  // arrives and `pe`'s engine progresses.
-  virtual void signal_add(int pe, int region, uint64_t offset, uint64_t value) = 0;
+  // Non-blocking. Adds `value` to (or stores it in) the 8-byte aligned word at `offset` of `pe`'s
+  // `region`, once it arrives and `pe`'s engine progresses.
+  virtual void signal(int pe, int region, uint64_t offset, uint64_t value,
+                      SignalUpdate update) = 0;
+  // How signals arriving at this rank are applied (default: a CPU atomic on host memory).
+  // Set before the first region is registered.
+  virtual void set_signal_sink(SignalSink sink, void* arg) = 0;
   // Orders the operations issued before it before those issued after it (to each peer).
   virtual void fence() = 0;
   // Blocking: every operation issued so far is complete at its target (a signal add: delivered to
@@ -71,5 +84,7 @@ class NetEngine {
 // `timeout` bounds every blocking call. Throws GSHMEM_ERROR_SYSTEM when UCX cannot be loaded or
 // this build has no UCX support.
 std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap& bs, double timeout);
+// Empty when make_ucx_engine can load UCX here; else why not. Local, cheap after the first call.
+std::string ucx_unavailable();
 
 }  // namespace gshmem::proxy

@@ -83,28 +83,36 @@ void Proxy::counted(void* self, uint64_t counter) {
   __atomic_fetch_add(&c.counters[counter - 1], 1, __ATOMIC_RELEASE);
 }
 
+int Proxy::resolve(uint16_t region) const {
+  if (region != kHeapRegion) return region;
+  const int heap = heap_region_.load(std::memory_order_acquire);
+  GSHMEM_REQUIRE(heap >= 0, "a proxy descriptor names the heap, which is not registered");
+  return heap;
+}
+
 void Proxy::execute(const Command& c) {
   GSHMEM_REQUIRE(c.counter <= completion_.n_counters,
                  "proxy descriptor names counter " + std::to_string(c.counter - 1) + " of " +
                      std::to_string(completion_.n_counters));
   const Done done = c.counter != 0 ? &Proxy::counted : nullptr;
+  const int pe = static_cast<int>(c.pe);
+  const SignalUpdate update = c.signal_set ? SignalUpdate::kSet : SignalUpdate::kAdd;
   switch (c.op) {
     case Op::kPut:
     case Op::kPutSignal:
-      engine_.put(static_cast<int>(c.pe), reinterpret_cast<const void*>(c.local), c.bytes,
-                  c.region, c.offset, done, this, c.counter);
+      engine_.put(pe, reinterpret_cast<const void*>(c.local), c.bytes, resolve(c.region),
+                  c.offset, done, this, c.counter);
       if (c.op == Op::kPut) return;
       engine_.fence();  // the signal must not overtake its data
-      engine_.signal_add(static_cast<int>(c.pe), c.signal_region, c.signal_offset,
-                         c.signal_value);
+      engine_.signal(pe, resolve(c.signal_region), c.signal_offset, c.signal_value, update);
       return;
     case Op::kSignal:
-      engine_.signal_add(static_cast<int>(c.pe), c.signal_region, c.signal_offset,
-                         c.signal_value);
+      engine_.fence();  // a signal releases what was written before it (signal.cuh)
+      engine_.signal(pe, resolve(c.signal_region), c.signal_offset, c.signal_value, update);
       return;
     case Op::kGet:
-      engine_.get(static_cast<int>(c.pe), reinterpret_cast<void*>(c.local), c.bytes, c.region,
-                  c.offset, done, this, c.counter);
+      engine_.get(pe, reinterpret_cast<void*>(c.local), c.bytes, resolve(c.region), c.offset,
+                  done, this, c.counter);
       return;
     case Op::kFence:
       engine_.fence();

@@ -46,16 +46,21 @@ class Proxy {
   void stop();
   // Whether the thread stopped on an error; if so, its code and message.
   bool failed(gshmem_result_t* code, std::string* message) const;
+  // The engine's id for the region that descriptors call kHeapRegion (the comm's symmetric heap:
+  // it changes when the heap grows and is registered again).
+  void set_heap_region(int region) { heap_region_.store(region, std::memory_order_release); }
 
  private:
   void run(int device);
   void execute(const Command& c);
+  int resolve(uint16_t region) const;
   static void counted(void* self, uint64_t counter);
 
   NetEngine& engine_;
   QueueView queue_;
   CompletionWords completion_;
   std::atomic<bool> stop_{false};
+  std::atomic<int> heap_region_{-1};
   mutable std::mutex error_mu_;
   gshmem_result_t error_code_ = GSHMEM_SUCCESS;
   std::string error_;

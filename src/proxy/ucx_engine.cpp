@@ -53,12 +53,22 @@ struct Region {
   std::vector<PeerRegion> peers;  // index: rank (this rank's entry holds only base and bytes)
 };
 
-// A signal add as it travels: the target applies it in on_signal.
+// A signal update as it travels: the target applies it in on_signal.
 struct SignalMessage {
   uint64_t region;
   uint64_t offset;
   uint64_t value;
+  uint64_t update;  // SignalUpdate
 };
+
+// The default sink: signal words in host memory.
+void cpu_signal_sink(void*, uint64_t* word, uint64_t value, SignalUpdate update) {
+  if (update == SignalUpdate::kSet) {
+    __atomic_store_n(word, value, __ATOMIC_RELEASE);
+  } else {
+    __atomic_fetch_add(word, value, __ATOMIC_RELEASE);
+  }
+}
 constexpr unsigned kSignalMessage = 1;  // the active-message id
 
 // An operation UCX has not finished yet: a put or get (with its completion callback), or a
@@ -177,18 +187,26 @@ class UcxEngine final : public NetEngine {
     track(req, pe, done, arg, tag, "get");
   }
 
-  void signal_add(int pe, int region, uint64_t offset, uint64_t value) override {
+  void signal(int pe, int region, uint64_t offset, uint64_t value,
+              SignalUpdate update) override {
     std::lock_guard<std::mutex> lock(mu_);
     GSHMEM_REQUIRE(offset % sizeof(uint64_t) == 0,
                    "a signal word needs an 8-byte aligned offset, got " + std::to_string(offset));
-    reach(pe, region, offset, sizeof value, "signal add");
-    const SignalMessage msg{static_cast<uint64_t>(region), offset, value};
+    reach(pe, region, offset, sizeof value, "signal");
+    const SignalMessage msg{static_cast<uint64_t>(region), offset, value,
+                            static_cast<uint64_t>(update)};
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_AM_SEND_FLAG_COPY_HEADER | UCP_AM_SEND_FLAG_EAGER;
     ucs_status_ptr_t req = api_.am_send_nbx(eps_[pe], kSignalMessage, &msg, sizeof msg, nullptr,
                                             0, &param);
-    track(req, pe, nullptr, nullptr, 0, "signal add");
+    track(req, pe, nullptr, nullptr, 0, "signal");
+  }
+
+  void set_signal_sink(SignalSink sink, void* arg) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    sink_ = sink;
+    sink_arg_ = arg;
   }
 
   void fence() override {
@@ -232,6 +250,9 @@ class UcxEngine final : public NetEngine {
   bool progress_locked() {
     check_peers();
     bool moved = api_.worker_progress(worker_) != 0;
+    if (!sink_error_.empty()) {
+      throw_error(GSHMEM_ERROR_SYSTEM, "applying an arriving signal failed: " + sink_error_);
+    }
     for (size_t i = 0; i < pending_.size();) {
       Pending& p = pending_[i];
       ucs_status_t st = api_.request_check_status(p.request);
@@ -511,11 +532,17 @@ class UcxEngine final : public NetEngine {
       return UCS_OK;
     }
     const PeerRegion& mine = self->regions_[msg.region].peers[self->rank_];
-    if (msg.offset % sizeof(uint64_t) != 0 || msg.offset + sizeof(uint64_t) > mine.bytes) {
+    if (msg.offset % sizeof(uint64_t) != 0 || msg.offset + sizeof(uint64_t) > mine.bytes ||
+        msg.update > static_cast<uint64_t>(SignalUpdate::kSet)) {
       return UCS_OK;
     }
-    __atomic_fetch_add(reinterpret_cast<uint64_t*>(mine.base + msg.offset), msg.value,
-                       __ATOMIC_RELEASE);
+    try {
+      self->sink_(self->sink_arg_, reinterpret_cast<uint64_t*>(mine.base + msg.offset),
+                  msg.value, static_cast<SignalUpdate>(msg.update));
+    } catch (const Error& e) {
+      // UCX calls us from C: the error travels to the next engine call instead.
+      if (self->sink_error_.empty()) self->sink_error_ = e.what();
+    }
     return UCS_OK;
   }
 
@@ -545,9 +572,21 @@ class UcxEngine final : public NetEngine {
   std::vector<ucs_status_t> peer_errors_;
   std::vector<Region> regions_;
   std::vector<Pending> pending_;
+  SignalSink sink_ = &cpu_signal_sink;
+  void* sink_arg_ = nullptr;
+  std::string sink_error_;  // a sink's failure, thrown by the next progress()
 };
 
 }  // namespace
+
+std::string ucx_unavailable() {
+  try {
+    ucx_api();
+    return {};
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
 
 std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap& bs, double timeout) {
   return std::make_unique<UcxEngine>(bs, timeout);

@@ -4,10 +4,13 @@
 
 namespace gshmem::proxy {
 
+std::string ucx_unavailable() {
+  return "this gshmem was built without UCX, which peers beyond load/store reach need: "
+         "install the libucx-cu13 wheel (or a system UCX with headers) and rebuild gshmem";
+}
+
 std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap&, double) {
-  throw_error(GSHMEM_ERROR_SYSTEM,
-              "this gshmem was built without UCX, which peers beyond load/store reach need: "
-              "install the libucx-cu13 wheel (or a system UCX with headers) and rebuild gshmem");
+  throw_error(GSHMEM_ERROR_SYSTEM, ucx_unavailable());
 }
 
 }  // namespace gshmem::proxy

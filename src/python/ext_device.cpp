@@ -94,6 +94,12 @@ void bind_device(nb::module_& m) {
   offsets["timeout_ns"] = offsetof(gshmem_device_t, timeout_ns);
   offsets["fault"] = offsetof(gshmem_device_t, fault);
   offsets["fault_claim"] = offsetof(gshmem_device_t, fault_claim);
+  offsets["proxy_slots"] = offsetof(gshmem_device_t, proxy_slots);
+  offsets["proxy_tail"] = offsetof(gshmem_device_t, proxy_tail);
+  offsets["proxy_head"] = offsetof(gshmem_device_t, proxy_head);
+  offsets["proxy_capacity"] = offsetof(gshmem_device_t, proxy_capacity);
+  offsets["proxy_retired"] = offsetof(gshmem_device_t, proxy_retired);
+  offsets["proxy_failed"] = offsetof(gshmem_device_t, proxy_failed);
   m.attr("DEVICE_STATE_OFFSETS") = offsets;
 
   // The fault record (gshmem_fault_t), for the Python mirror and the CPU tests of its message.

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/cuda_api.h"
+#include "common/env.h"
 #include "proxy/channel.h"
 #include "proxy/descriptor_queue.h"
 #include "proxy/net_engine.h"
@@ -183,8 +184,11 @@ class EngineHandle {
       engine().get(pe, reinterpret_cast<void*>(dst), bytes, region, offset, nullptr, nullptr, 0);
     });
   }
-  void signal_add(int pe, int region, uint64_t offset, uint64_t value) {
-    call_internal([&] { engine().signal_add(pe, region, offset, value); });
+  void signal(int pe, int region, uint64_t offset, uint64_t value, bool set) {
+    call_internal([&] {
+      engine().signal(pe, region, offset, value,
+                      set ? gshmem::proxy::SignalUpdate::kSet : gshmem::proxy::SignalUpdate::kAdd);
+    });
   }
   void fence() { call_internal([&] { engine().fence(); }); }
   void barrier() { call_internal([&] { engine().barrier(); }); }
@@ -213,7 +217,7 @@ class TestProxy {
   // One descriptor (gshmem/proxy_queue.h); false when the queue is full.
   bool try_push(int op, uint32_t pe, uint16_t region, uintptr_t local, uint64_t offset,
                 uint64_t bytes, uint16_t signal_region, uint64_t signal_offset,
-                uint64_t signal_value, int64_t counter) {
+                uint64_t signal_value, int64_t counter, bool signal_set) {
     gshmem::proxy::Command c;
     c.op = static_cast<gshmem::proxy::Op>(op);
     c.pe = pe;
@@ -225,6 +229,7 @@ class TestProxy {
     c.signal_offset = signal_offset;
     c.signal_value = signal_value;
     c.counter = counter < 0 ? 0 : static_cast<uint64_t>(counter) + 1;
+    c.signal_set = signal_set;
     return call_internal([&] { return channel_->try_push(c); });
   }
   // (slots, tail, head, capacity) for a kernel's QueueView.
@@ -266,7 +271,8 @@ void bind_proxy(nb::module_& m) {
       .def("region_bytes", &EngineHandle::region_bytes, "region"_a, "pe"_a)
       .def("put", &EngineHandle::put, "pe"_a, "src"_a, "bytes"_a, "region"_a, "offset"_a)
       .def("get", &EngineHandle::get, "pe"_a, "dst"_a, "bytes"_a, "region"_a, "offset"_a)
-      .def("signal_add", &EngineHandle::signal_add, "pe"_a, "region"_a, "offset"_a, "value"_a)
+      .def("signal", &EngineHandle::signal, "pe"_a, "region"_a, "offset"_a, "value"_a,
+           "set"_a = false)
       .def("fence", &EngineHandle::fence)
       .def("barrier", &EngineHandle::barrier)
       .def("flush", &EngineHandle::flush)
@@ -279,7 +285,7 @@ void bind_proxy(nb::module_& m) {
            nb::keep_alive<1, 2>())
       .def("try_push", &TestProxy::try_push, "op"_a, "pe"_a, "region"_a = 0, "local"_a = 0,
            "offset"_a = 0, "bytes"_a = 0, "signal_region"_a = 0, "signal_offset"_a = 0,
-           "signal_value"_a = 0, "counter"_a = -1)
+           "signal_value"_a = 0, "counter"_a = -1, "signal_set"_a = false)
       .def("queue", &TestProxy::queue)
       .def("retired", &TestProxy::retired)
       .def("counter", &TestProxy::counter, "index"_a)
@@ -294,4 +300,18 @@ void bind_proxy(nb::module_& m) {
   ops["fence"] = static_cast<int>(gshmem::proxy::Op::kFence);
   ops["quiet"] = static_cast<int>(gshmem::proxy::Op::kQuiet);
   m.attr("PROXY_OPS") = ops;
+  m.def("transport", [] {
+        return call_internal([] {
+          switch (gshmem::env::transport()) {
+            case gshmem::env::Transport::kP2p: return std::string("p2p");
+            case gshmem::env::Transport::kProxy: return std::string("proxy");
+            default: return std::string("auto");
+          }
+        });
+      }, "GSHMEM_TRANSPORT as a comm created now would read it (docs/network.md).");
+  m.def("proxy_queue_capacity", [] {
+        return call_internal([] { return gshmem::env::proxy_queue(); });
+      }, "GSHMEM_PROXY_QUEUE as a comm created now would read it (default 1024).");
+  m.def("ucx_unavailable", [] { return gshmem::proxy::ucx_unavailable(); },
+        "Empty when the proxy path's UCX loads in this process; else why not.");
 }

@@ -21,6 +21,9 @@ static_assert(GSHMEM_CMP_EQ == static_cast<int>(Cmp::EQ) &&
 // Kernel boundaries order these with the stream's other work: a kernel starts after everything
 // earlier on the stream is complete, and its writes are visible to later stream work when it
 // ends. Inside, the device API gives the data-before-signal order (put_signal: release).
+// A PE on the proxy path is reached the same way: put, get and put_signal wait for their
+// transfer, and signal_op_kernel waits for its update, so the kernel boundary still completes
+// them.
 
 __global__ void put_kernel(Device dev, void* dst, const void* src, size_t bytes, int pe) {
   gshmem::put<Block>(dev, dst, src, bytes, pe);
@@ -39,6 +42,7 @@ __global__ void put_signal_kernel(Device dev, void* dst, const void* src, size_t
 // engine writes included) is visible to `pe` before the new value.
 __global__ void signal_op_kernel(Device dev, uint64_t* sig, uint64_t value, int op, int pe) {
   gshmem::signal_op(dev, sig, value, static_cast<SignalOp>(op), pe);
+  if (gshmem::detail::via_proxy(dev, pe)) gshmem::detail::proxy_quiet(dev);
 }
 
 __global__ void wait_until_kernel(Device dev, const uint64_t* sig, int cmp, uint64_t value) {

@@ -12,8 +12,10 @@
 namespace gshmem::stream {
 namespace {
 
-bool by_kernel(Comm& comm, size_t bytes) {
-  return bytes <= comm.stream_state().kernel_max_bytes();
+// Small messages, and every message to a PE on the proxy path (the kernel's thread 0 appends the
+// descriptor and waits for its completion: the device API routes it).
+bool by_kernel(Comm& comm, size_t bytes, int pe) {
+  return bytes <= comm.stream_state().kernel_max_bytes() || comm.via_proxy(pe);
 }
 
 }  // namespace
@@ -25,7 +27,7 @@ void put(Comm& comm, void* dst_sym, const void* src, size_t bytes, int pe, cudaS
   require_symmetric(comm, op, "dst_sym", dst_sym, bytes);
   require_local(op, "src", src);
   CurrentDevice current(comm.device());
-  if (by_kernel(comm, bytes)) {
+  if (by_kernel(comm, bytes, pe)) {
     kernels::put(comm.device_state().device(), dst_sym, src, bytes, pe, stream);
     return;
   }
@@ -41,7 +43,7 @@ void get(Comm& comm, void* dst, const void* src_sym, size_t bytes, int pe, cudaS
   require_symmetric(comm, op, "src_sym", src_sym, bytes);
   require_local(op, "dst", dst);
   CurrentDevice current(comm.device());
-  if (by_kernel(comm, bytes)) {
+  if (by_kernel(comm, bytes, pe)) {
     kernels::get(comm.device_state().device(), dst, src_sym, bytes, pe, stream);
     return;
   }
@@ -64,7 +66,7 @@ void put_signal(Comm& comm, void* dst_sym, const void* src, size_t bytes, uint64
     require_local(name, "src", src);
   }
   CurrentDevice current(comm.device());
-  if (bytes > 0 && by_kernel(comm, bytes)) {
+  if (bytes > 0 && by_kernel(comm, bytes, pe)) {
     kernels::put_signal(comm.device_state().device(), dst_sym, src, bytes, sig_sym, value, op, pe,
                         stream);
     return;

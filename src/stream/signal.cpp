@@ -41,7 +41,7 @@ CUdeviceptr device_ptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p);
 
 void enqueue_signal(Comm& comm, uint64_t* sig_sym, uint64_t value, int op, int pe,
                     cudaStream_t stream) {
-  if (op == GSHMEM_SIGNAL_SET && comm.stream_state().memops()) {
+  if (op == GSHMEM_SIGNAL_SET && comm.stream_state().memops() && !comm.via_proxy(pe)) {
     const CUdeviceptr target = device_ptr(comm.heap().peer_ptr(sig_sym, pe));
     cuda::check(cuda::driver().stream_write_value64(reinterpret_cast<CUstream>(stream), target,
                                                     value, CU_STREAM_WRITE_VALUE_DEFAULT),

@@ -21,8 +21,15 @@ std::string hex(uint64_t v) {
 std::string unreachable(const char* op, int pe, int me) {
   return std::string(op) + ": PE " + std::to_string(pe) + " is not load/store-reachable from PE " +
          std::to_string(me) +
-         " (another host, or P2P turned off by GSHMEM_DISABLE_P2P=1); on-stream operations have "
-         "no proxy path for such PEs yet: use PEs on this host with P2P on";
+         " (another host, or P2P turned off by GSHMEM_DISABLE_P2P=1) and this comm has no proxy "
+         "path (UCX could not be loaded, or GSHMEM_TRANSPORT=p2p): see docs/network.md";
+}
+
+void require_pe(Comm& comm, const char* op, int pe) {
+  const int n = comm.nranks();
+  GSHMEM_REQUIRE(pe >= 0 && pe < n, std::string(op) + ": pe " + std::to_string(pe) +
+                                        " is out of range; the comm has PEs 0.." +
+                                        std::to_string(n - 1));
 }
 
 }  // namespace
@@ -52,11 +59,19 @@ void require_local(const char* op, const char* name, const void* p) {
 }
 
 void require_reachable(Comm& comm, const char* op, int pe) {
-  const int n = comm.nranks();
-  GSHMEM_REQUIRE(pe >= 0 && pe < n, std::string(op) + ": pe " + std::to_string(pe) +
-                                        " is out of range; the comm has PEs 0.." +
-                                        std::to_string(n - 1));
-  GSHMEM_REQUIRE(comm.heap().local_index()[pe] >= 0, unreachable(op, pe, comm.rank()));
+  require_pe(comm, op, pe);
+  GSHMEM_REQUIRE(comm.heap().local_index()[pe] >= 0 || comm.via_proxy(pe),
+                 unreachable(op, pe, comm.rank()));
+}
+
+void require_load_store(Comm& comm, const char* op, int pe) {
+  require_pe(comm, op, pe);
+  GSHMEM_REQUIRE(comm.heap().local_index()[pe] >= 0,
+                 std::string(op) + ": PE " + std::to_string(pe) +
+                     " is not load/store-reachable from PE " + std::to_string(comm.rank()) +
+                     (comm.via_proxy(pe) ? "; it is on the proxy path, which this operation "
+                                           "does not take yet (docs/network.md)"
+                                         : " (another host, or P2P turned off)"));
 }
 
 void require_signal(Comm& comm, const char* op, const uint64_t* sig) {
@@ -85,10 +100,7 @@ void require_cmp(const char* op, int cmp, uint64_t value) {
 }
 
 void require_all_reachable(Comm& comm, const char* op) {
-  const std::vector<int>& index = comm.heap().local_index();
-  for (int pe = 0; pe < comm.nranks(); ++pe) {
-    GSHMEM_REQUIRE(index[pe] >= 0, unreachable(op, pe, comm.rank()));
-  }
+  for (int pe = 0; pe < comm.nranks(); ++pe) require_reachable(comm, op, pe);
 }
 
 }  // namespace gshmem::stream

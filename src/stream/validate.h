@@ -16,15 +16,17 @@ namespace stream {
 void require_symmetric(Comm& comm, const char* op, const char* name, const void* p, size_t bytes);
 // A non-null local pointer (bytes >= 1).
 void require_local(const char* op, const char* name, const void* p);
-// 0 <= pe < nranks and pe is load/store-reachable from this PE.
+// 0 <= pe < nranks and pe is load/store-reachable from this PE or on its proxy path.
 void require_reachable(Comm& comm, const char* op, int pe);
+// 0 <= pe < nranks and pe is load/store-reachable from this PE (operations with no proxy form).
+void require_load_store(Comm& comm, const char* op, int pe);
 // A symmetric, 8-byte aligned signal word.
 void require_signal(Comm& comm, const char* op, const uint64_t* sig);
 // GSHMEM_SIGNAL_SET or GSHMEM_SIGNAL_ADD.
 void require_signal_op(const char* op, int signal_op);
 // A GSHMEM_CMP_* value, and a comparison that can hold for some signal value.
 void require_cmp(const char* op, int cmp, uint64_t value);
-// Every PE is load/store-reachable (the stream barrier's kernel reaches each one).
+// Every PE is reachable, by load/store or the proxy path (the stream barrier's kernel).
 void require_all_reachable(Comm& comm, const char* op);
 
 }  // namespace stream

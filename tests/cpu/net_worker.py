@@ -65,7 +65,7 @@ def put_signal_round(eng, data: int, signals: int, sig: np.ndarray, sources: dic
     for q, src in sources.items():
         eng.put(q, src, slot, data, slot * rank)
         eng.fence()
-        eng.signal_add(q, signals, 8 * rank, rank + 1)
+        eng.signal(q, signals, 8 * rank, rank + 1)
     eng.flush()
     eng.barrier()
     deadline = time.monotonic() + 10
@@ -94,6 +94,16 @@ def rma(bs, rank: int, n: int) -> dict:
     srcs = {q: addr(payload) for q, payload in sources.items()}
     errors = put_signal_round(eng, data, signals, sig, srcs, slot, rank)
     errors += check_slots(mem, list(sources), slot, rank)
+    # a set overwrites what the adds left: every peer stores 1000 + its rank in word `rank`
+    eng.barrier()
+    for q in sources:
+        eng.signal(q, signals, 8 * rank, 1000 + rank, set=True)
+    eng.flush()
+    eng.barrier()
+    deadline = time.monotonic() + 10
+    while any(int(sig[q]) != 1000 + q for q in sources) and time.monotonic() < deadline:
+        eng.progress()
+    errors += [f"set from rank {q} left {int(sig[q])}" for q in sources if int(sig[q]) != 1000 + q]
     # get: read back the slot this rank wrote into each peer, and the peer's private tail
     for q, payload in sources.items():
         back = np.full(slot, 0xEE, np.uint8)
@@ -106,7 +116,7 @@ def rma(bs, rank: int, n: int) -> dict:
     for what, call in [
         ("overrun", lambda: eng.put(peer, addr(mem), 65, data, sizes[peer] - 64)),
         ("self", lambda: eng.put(rank, addr(mem), 8, data, 0)),
-        ("misaligned signal", lambda: eng.signal_add(peer, signals, 4, 1)),
+        ("misaligned signal", lambda: eng.signal(peer, signals, 4, 1)),
         ("no region", lambda: eng.put(peer, addr(mem), 8, 99, 0)),
     ]:
         try:
@@ -155,6 +165,10 @@ def proxy(bs, rank: int, n: int) -> dict:
         while not prox.try_push(ops["signal"], q, signal_region=signals,
                                 signal_offset=8 * (SIGNALS - 1), signal_value=7):  # fmt: skip
             time.sleep(0)
+        while not prox.try_push(ops["signal"], q, signal_region=signals, signal_set=True,
+                                signal_offset=8 * (SIGNALS // 2 + rank),
+                                signal_value=100 + rank):  # fmt: skip
+            time.sleep(0)
 
     threads = [threading.Thread(target=produce, args=(q,)) for q in peers]
     for t in threads:
@@ -168,7 +182,7 @@ def proxy(bs, rank: int, n: int) -> dict:
         eng.deregister(region)
     for t in threads:
         t.join()
-    total = len(peers) * (per_peer + 1)
+    total = len(peers) * (per_peer + 2)
     while not prox.try_push(ops["quiet"], 0):
         time.sleep(0)
     prox.wait_retired(total + 1, 30.0)
@@ -181,6 +195,8 @@ def proxy(bs, rank: int, n: int) -> dict:
             errors.append(f"signal from rank {q} is {int(sig[q])}, want {per_peer}")
     if int(sig[SIGNALS - 1]) != 7 * len(peers):
         errors.append(f"plain signals sum to {int(sig[SIGNALS - 1])}")
+    errors += [f"signal set by rank {q} reads {int(sig[SIGNALS // 2 + q])}" for q in peers
+               if int(sig[SIGNALS // 2 + q]) != 100 + q]  # fmt: skip
     deadline = time.monotonic() + 10
     while prox.counter(0) < len(peers) * per_peer and time.monotonic() < deadline:
         time.sleep(0.001)

@@ -11,8 +11,8 @@ import gshmem
 from gshmem import _C
 from gshmem.device import DeviceStruct, FaultStruct
 
-WAIT_SIGNAL, WAIT_BARRIER, WAIT_COLLECTIVE, WAIT_MOE = 1, 3, 4, 5
-TIMEOUT, ABORT, OTHER = 1, 2, 3
+WAIT_SIGNAL, WAIT_BARRIER, WAIT_COLLECTIVE, WAIT_MOE, WAIT_PROXY = 1, 3, 4, 5, 6
+TIMEOUT, ABORT, OTHER, PROXY = 1, 2, 3, 4
 GE = 3
 
 
@@ -22,9 +22,12 @@ def describe(my_pe: int = 0, **fields: int) -> str:
 
 
 def test_device_state_carries_the_fault_record_and_timeout():
-    assert _C.DEVICE_STATE_VERSION == 2
+    assert _C.DEVICE_STATE_VERSION == 3
     names = [name for name, _ in DeviceStruct._fields_]
-    assert names[-3:] == ["timeout_ns", "fault", "fault_claim"]  # appended: the ABI grows only
+    # appended: the ABI grows only (version 2 the fault record, version 3 the proxy path)
+    assert names[-9:-6] == ["timeout_ns", "fault", "fault_claim"]
+    assert names[-6:] == ["proxy_slots", "proxy_tail", "proxy_head", "proxy_capacity",
+                          "proxy_retired", "proxy_failed"]  # fmt: skip
     assert ctypes.sizeof(FaultStruct) == _C.FAULT_SIZE == 64
 
 
@@ -42,7 +45,8 @@ def test_timeout_names_the_peer_the_wait_and_the_values():
 @pytest.mark.parametrize(
     ("op", "name"),
     [(WAIT_BARRIER, "a device barrier"), (WAIT_COLLECTIVE, "a collective kernel"),
-     (WAIT_MOE, "a gshmem.moe kernel"), (99, "a device wait")],
+     (WAIT_MOE, "a gshmem.moe kernel"), (WAIT_PROXY, "a proxy-path operation"),
+     (99, "a device wait")],
 )  # fmt: skip
 def test_each_wait_is_named(op, name):
     assert describe(op=op, cause=TIMEOUT, pe=1, cmp=GE).startswith(f"PE 0: {name} gave up")
@@ -53,6 +57,11 @@ def test_abort_and_follow_on_failures_say_why_they_stopped():
     assert "PE 0: a device barrier waiting for PE 1 stopped because the comm was aborted" in aborted
     other = describe(op=WAIT_COLLECTIVE, cause=OTHER, pe=3, cmp=GE)
     assert "stopped because another wait of this comm had failed" in other
+    proxy = describe(op=WAIT_PROXY, cause=PROXY, pe=2, cmp=-1)
+    assert (
+        "PE 0: a proxy-path operation waiting for PE 2 stopped because the comm's proxy "
+        "thread failed" in proxy
+    )
 
 
 def test_unknown_peer_and_no_comparison():

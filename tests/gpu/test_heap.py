@@ -43,7 +43,7 @@ def test_heap_without_p2p_has_no_peer_views(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "GSHMEM_DISABLE_P2P": "1"},
+        env={**os.environ, "GSHMEM_DISABLE_P2P": "1", "GSHMEM_TRANSPORT": "p2p"},
     )
     assert proc.returncode == 0 and proc.stdout.count("PASS nop2p") == 2, proc.stdout + proc.stderr
 

@@ -32,4 +32,5 @@ def test_stream_small_kernels(n, scenario):
 
 @pytest.mark.gpus(2)
 def test_stream_refuses_unreachable_pes():
-    launch_pes(2, SCRIPT, "nop2p", GSHMEM_DISABLE_P2P="1")
+    # GSHMEM_TRANSPORT=p2p: without it, peers that loads and stores miss go through the proxy
+    launch_pes(2, SCRIPT, "nop2p", GSHMEM_DISABLE_P2P="1", GSHMEM_TRANSPORT="p2p")

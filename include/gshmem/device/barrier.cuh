@@ -1,5 +1,6 @@
 // Team barrier and sync, made from the device by one scope (a thread, a warp or, usually, a
-// block) on every PE of the team. Every PE of the team must be load/store-reachable.
+// block) on every PE of the team. A PE beyond load/store reach is reached through the proxy path
+// (proxy.cuh): its arrival is a signal add the network carries.
 //
 //   sync(dev, team)     returns once every PE of the team has called it (arrival only).
 //   barrier(dev, team)  quiet, then sync: additionally, every put/atomic/signal a PE issued
@@ -38,7 +39,13 @@ __device__ inline bool sync(const Device& dev, const Team& team) {
   Scope::sync();
   for (int i = Scope::rank(); i < team.size; i += Scope::size()) {
     const int pe = gshmem_team_world_pe(&team, i);
-    if (pe != dev.my_pe) detail::red_add_release(detail::peer(dev, arrivals + dev.my_pe, pe), 1ull);
+    if (pe == dev.my_pe) continue;
+    if (detail::via_proxy(dev, pe)) {
+      detail::proxy_signal(dev, reinterpret_cast<uint64_t*>(arrivals + dev.my_pe), 1,
+                           SignalOp::Add, pe);
+    } else {
+      detail::red_add_release(detail::peer(dev, arrivals + dev.my_pe, pe), 1ull);
+    }
   }
   bool done = true;
   for (int i = Scope::rank(); i < team.size; i += Scope::size()) {
@@ -62,7 +69,7 @@ __device__ inline bool sync(const Device& dev, const Team& team) {
 
 template <class Scope = Block>
 __device__ inline bool barrier(const Device& dev, const Team& team) {
-  quiet<Scope>();
+  if (!quiet<Scope>(dev)) return false;
   return sync<Scope>(dev, team);
 }
 

@@ -2,7 +2,8 @@
 // a Deadline, which makes the wait give up when
 //   - it has lasted longer than dev.timeout_ns (GSHMEM_TIMEOUT; 0: no time limit),
 //   - the host aborted the comm (comm.abort(), or the watchdog after a peer died), or
-//   - another wait of this comm has already given up (so a failed job drains in milliseconds).
+//   - another wait of this comm has already given up (so a failed job drains in milliseconds),
+//   - the comm's proxy thread stopped on an error (a network peer failed: proxy.cuh).
 // The first wait that gives up records what it waited for in dev.fault; the host raises
 // gshmem.FaultError naming the peer and the operation at the comm's next call. A wait that gives
 // up returns as if done, reporting false: the kernel may stop early or run on (its results are
@@ -83,6 +84,10 @@ class Deadline {
       } else if (f->recorded != 0) {
         cause = GSHMEM_FAULT_OTHER;
       }
+    }
+    if (cause == 0 && dev.proxy_failed != 0 &&
+        *reinterpret_cast<const volatile uint64_t*>(dev.proxy_failed) != 0) {
+      cause = GSHMEM_FAULT_PROXY;
     }
     if (cause == 0 && dev.timeout_ns != 0 && now - start_ > dev.timeout_ns) {
       cause = GSHMEM_FAULT_TIMEOUT;

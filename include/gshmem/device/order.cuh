@@ -13,12 +13,19 @@
 //                               fence.sc: earlier operations are complete and visible to all
 //                               threads of the system (other GPUs, the host) when it returns.
 //
+// With a proxy path (PEs beyond load/store reach, proxy.cuh) use the forms that take the Device:
+//   fence(dev)  also appends a fence descriptor: the network keeps each PE's operations in order.
+//   quiet(dev)  also waits until every descriptor this PE appended before it is complete at its
+//               target (bounded: false, to the whole scope, when the wait gave up).
+// Without a proxy path they cost what fence()/quiet() cost, plus one branch.
+//
 // Scoped forms are made by the whole scope: the scope synchronises (bar.sync / bar.warp.sync,
 // which make every thread's earlier writes happen-before the fence of thread 0), thread 0 fences
 // (fences are cumulative: they order what the thread has observed, including those writes), and
 // the scope synchronises again so no thread runs ahead of the fence.
 #pragma once
 
+#include "proxy.cuh"
 #include "scope.cuh"
 
 namespace gshmem {
@@ -46,6 +53,27 @@ __device__ inline void fence() {
 template <class Scope = Thread>
 __device__ inline void quiet() {
   detail::scoped_fence<Scope, detail::fence_sc_sys>();
+}
+
+template <class Scope = Thread>
+__device__ inline void fence(const Device& dev) {
+  Scope::sync();
+  if (Scope::rank() == 0) {
+    detail::fence_acq_rel_sys();
+    if (dev.proxy_capacity != 0) detail::proxy_fence(dev);
+  }
+  Scope::sync();
+}
+
+template <class Scope = Thread>
+__device__ inline bool quiet(const Device& dev) {
+  Scope::sync();
+  bool done = true;
+  if (Scope::rank() == 0) {
+    detail::fence_sc_sys();
+    if (dev.proxy_capacity != 0) done = detail::proxy_quiet(dev);
+  }
+  return Scope::all(done);
 }
 
 }  // namespace gshmem

@@ -5,17 +5,26 @@
 // acquire, sees the whole payload. The ticket comes from a compare-and-swap on `tail` (GPU
 // memory) that only succeeds while the queue has room: a full queue refuses rather than
 // overwrite a slot the proxy has not taken.
+//
+// The Device-level calls below are what rma.cuh, signal.cuh, order.cuh and barrier.cuh use for a
+// PE that via_proxy() names; they are made by one thread (the scope's thread 0). Every wait is
+// bounded (deadline.cuh, GSHMEM_WAIT_PROXY): a proxy that stopped, an abort or GSHMEM_TIMEOUT
+// makes it give up, record the fault and return false.
 #pragma once
 
 #include "../proxy_queue.h"
+#include "deadline.cuh"
 #include "ptx.cuh"
+#include "types.cuh"
 
 namespace gshmem {
 namespace proxy {
 
-// Appends `c` if the queue has room; false when it is full (the proxy frees slots as it takes
-// them: try again, under a deadline). Made by the calling thread alone. Not blocking.
-__device__ inline bool try_push(const QueueView& q, const Command& c) {
+// Appends `c` if the queue has room and stores its ticket in *ticket (when not null); false when
+// the queue is full (the proxy frees slots as it takes them: try again, under a deadline). Made
+// by the calling thread alone. Not blocking.
+__device__ inline bool try_push(const QueueView& q, const Command& c,
+                                unsigned long long* ticket = nullptr) {
   auto* tail = reinterpret_cast<unsigned long long*>(q.tail);
   const auto* head = reinterpret_cast<const unsigned long long*>(q.head);
   unsigned long long t = detail::ld_relaxed(tail);
@@ -34,8 +43,120 @@ __device__ inline bool try_push(const QueueView& q, const Command& c) {
   }
   detail::st_release(reinterpret_cast<unsigned long long*>(&d->seq),
                      static_cast<unsigned long long>(t + 1));
+  if (ticket != nullptr) *ticket = t;
   return true;
 }
 
 }  // namespace proxy
+
+namespace detail {
+
+// Whether operations on `pe` go through the proxy: the comm has one and `pe` is another PE that
+// no load or store reaches. One predictable branch on the direct path.
+__device__ inline bool via_proxy(const Device& dev, int pe) {
+  return dev.proxy_capacity != 0 && pe != dev.my_pe &&
+         reinterpret_cast<const int32_t*>(dev.local_index)[pe] < 0;
+}
+
+__device__ inline proxy::QueueView proxy_queue(const Device& dev) {
+  return {reinterpret_cast<proxy::Descriptor*>(dev.proxy_slots),
+          reinterpret_cast<uint64_t*>(dev.proxy_tail), reinterpret_cast<uint64_t*>(dev.proxy_head),
+          dev.proxy_capacity};
+}
+
+// Offset of symmetric `p` in this PE's heap: the same object's offset on every PE.
+__device__ inline uint64_t heap_offset(const Device& dev, const void* p) {
+  return reinterpret_cast<uint64_t>(p) - dev.heap_base;
+}
+
+// Appends `c`, waiting (bounded) for room; false when the wait gave up. Earlier writes of this
+// thread (and, through a preceding bar.sync, of its scope) are visible to the proxy and to the
+// network's reads of the source before the descriptor is: the release store that publishes it
+// is cumulative at system scope.
+__device__ inline bool proxy_push(const Device& dev, const proxy::Command& c,
+                                  unsigned long long* ticket = nullptr) {
+  const proxy::QueueView q = proxy_queue(dev);
+  const Waited what{GSHMEM_WAIT_PROXY, static_cast<int>(c.pe), -1,
+                    reinterpret_cast<const void*>(dev.proxy_head), 0};
+  Deadline deadline;
+  while (!proxy::try_push(q, c, ticket)) {
+    if (deadline.expired(dev, what, 0)) return false;
+  }
+  return true;
+}
+
+// Returns once every descriptor appended before this call (by any thread of this PE) is complete
+// at its target: a kQuiet descriptor retires only after the engine's flush. False when it gave up.
+__device__ inline bool proxy_quiet(const Device& dev) {
+  proxy::Command c;
+  c.op = proxy::Op::kQuiet;
+  unsigned long long t = 0;
+  if (!proxy_push(dev, c, &t)) return false;
+  const auto* retired = reinterpret_cast<const unsigned long long*>(dev.proxy_retired);
+  const Waited what{GSHMEM_WAIT_PROXY, -1, static_cast<int>(Cmp::GT),
+                    reinterpret_cast<const void*>(dev.proxy_retired), t};
+  Deadline deadline;
+  unsigned long long seen;
+  while ((seen = ld_acquire(retired)) <= t) {
+    if (deadline.expired(dev, what, seen)) return false;
+  }
+  return true;
+}
+
+// A put (kPut) or put-with-signal (kPutSignal when sig != nullptr) of `bytes` from local `src`
+// to symmetric `dst` on `pe`. The source may be reused once proxy_quiet() returned.
+__device__ inline bool proxy_put(const Device& dev, void* dst, const void* src, size_t bytes,
+                                 int pe, const uint64_t* sig = nullptr, uint64_t value = 0,
+                                 SignalOp op = SignalOp::Add) {
+  proxy::Command c;
+  c.op = sig != nullptr ? proxy::Op::kPutSignal : proxy::Op::kPut;
+  c.pe = static_cast<uint32_t>(pe);
+  c.region = proxy::kHeapRegion;
+  c.local = reinterpret_cast<uint64_t>(src);
+  c.offset = heap_offset(dev, dst);
+  c.bytes = bytes;
+  if (sig != nullptr) {
+    c.signal_region = proxy::kHeapRegion;
+    c.signal_offset = heap_offset(dev, sig);
+    c.signal_value = value;
+    c.signal_set = op == SignalOp::Set;
+  }
+  return proxy_push(dev, c);
+}
+
+// A get of `bytes` from symmetric `src` on `pe` into local `dst`, there once proxy_quiet() returned.
+__device__ inline bool proxy_get(const Device& dev, void* dst, const void* src, size_t bytes,
+                                 int pe) {
+  proxy::Command c;
+  c.op = proxy::Op::kGet;
+  c.pe = static_cast<uint32_t>(pe);
+  c.region = proxy::kHeapRegion;
+  c.local = reinterpret_cast<uint64_t>(dst);
+  c.offset = heap_offset(dev, src);
+  c.bytes = bytes;
+  return proxy_push(dev, c);
+}
+
+// A signal update of symmetric `sig` on `pe`. The proxy fences before it, so it lands after
+// every earlier descriptor's data (the release of signal_op on the direct path).
+__device__ inline bool proxy_signal(const Device& dev, const uint64_t* sig, uint64_t value,
+                                    SignalOp op, int pe) {
+  proxy::Command c;
+  c.op = proxy::Op::kSignal;
+  c.pe = static_cast<uint32_t>(pe);
+  c.signal_region = proxy::kHeapRegion;
+  c.signal_offset = heap_offset(dev, sig);
+  c.signal_value = value;
+  c.signal_set = op == SignalOp::Set;
+  return proxy_push(dev, c);
+}
+
+// Orders the descriptors appended before it before those appended after it, per PE.
+__device__ inline bool proxy_fence(const Device& dev) {
+  proxy::Command c;
+  c.op = proxy::Op::kFence;
+  return proxy_push(dev, c);
+}
+
+}  // namespace detail
 }  // namespace gshmem

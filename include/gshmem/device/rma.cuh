@@ -9,19 +9,26 @@
 //                      the scope. A put is not yet ordered before later operations: follow it by
 //                      fence/quiet, or use put_signal, before a peer may read the data.
 //   put_nbi / get_nbi  the same data movement without the exit barrier; the source may be reused
-//                      and the destination read once quiet<Scope>() has returned. (On the proxy
-//                      path for unreachable PEs, still to come, they will return before the
-//                      transfer is done.)
+//                      and the destination read once quiet<Scope>(dev) has returned.
+//
+// On a PE beyond load/store reach (the comm's proxy path, proxy.cuh) thread 0 of the scope
+// appends one descriptor and the network moves the data: put_nbi/get_nbi return at once (the
+// source and destination belong to the transfer until quiet<Scope>(dev)); put/get add that
+// quiet, so on return the transfer is complete at both ends. Sources and destinations there
+// must be memory the network can reach (this GPU's memory, or pinned host memory).
 //   p / g              one element of 1, 2, 4 or 8 bytes, as a strong (relaxed, system-scope)
 //                      store/load: never torn, never a stale cached value, so g can poll and
 //                      `put; fence; p(flag)` is a valid release pattern.
 //   iput / iget        dst[i * dst_stride] = src[i * src_stride] for i < nelems (strides in
 //                      elements), weak element accesses, blocking as put/get.
-// Symmetric addresses (dst of put, src of get) must lie in the symmetric heap; `pe` must be a
-// load/store-reachable world rank (gshmem::ptr(dev, p, pe) != nullptr).
+// Symmetric addresses (dst of put, src of get) must lie in the symmetric heap. put/get and their
+// _nbi forms take any world rank that is load/store-reachable or on the proxy path; p, g, iput
+// and iget need a load/store-reachable one (gshmem::ptr(dev, p, pe) != nullptr).
 #pragma once
 
 #include "copy.cuh"
+#include "order.cuh"
+#include "proxy.cuh"
 #include "ptr.cuh"
 #include "ptx.cuh"
 #include "scope.cuh"
@@ -32,12 +39,17 @@ template <class Scope = Thread>
 __device__ inline void put_nbi(const Device& dev, void* dst, const void* src, size_t bytes,
                                int pe) {
   Scope::sync();
+  if (detail::via_proxy(dev, pe)) {
+    if (Scope::rank() == 0 && bytes != 0) detail::proxy_put(dev, dst, src, bytes, pe);
+    return;
+  }
   detail::copy<Scope>(detail::peer(dev, dst, pe), src, bytes);
 }
 
 template <class Scope = Thread>
 __device__ inline void put(const Device& dev, void* dst, const void* src, size_t bytes, int pe) {
   put_nbi<Scope>(dev, dst, src, bytes, pe);
+  if (detail::via_proxy(dev, pe) && Scope::rank() == 0) detail::proxy_quiet(dev);
   Scope::sync();
 }
 
@@ -45,12 +57,17 @@ template <class Scope = Thread>
 __device__ inline void get_nbi(const Device& dev, void* dst, const void* src, size_t bytes,
                                int pe) {
   Scope::sync();
+  if (detail::via_proxy(dev, pe)) {
+    if (Scope::rank() == 0 && bytes != 0) detail::proxy_get(dev, dst, src, bytes, pe);
+    return;
+  }
   detail::copy<Scope>(dst, detail::peer(dev, src, pe), bytes);
 }
 
 template <class Scope = Thread>
 __device__ inline void get(const Device& dev, void* dst, const void* src, size_t bytes, int pe) {
   get_nbi<Scope>(dev, dst, src, bytes, pe);
+  if (detail::via_proxy(dev, pe) && Scope::rank() == 0) detail::proxy_quiet(dev);
   Scope::sync();
 }
 

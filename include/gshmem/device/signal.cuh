@@ -11,10 +11,14 @@
 //   signal_wait_until  thread 0 polls with ld.acquire.sys until the comparison holds, then the
 //                   scope's broadcast (a barrier) extends the acquire to every thread.
 // signal_wait_until has a bounded form, taking the Device first (deadline.cuh, sync.cuh).
+// On a PE beyond load/store reach (the proxy path, proxy.cuh) signal_op and put_signal are one
+// descriptor each; the target's proxy applies the signal on its GPU after the data has landed,
+// with the same release store or add, so the receiver's side is unchanged.
 #pragma once
 
 #include "copy.cuh"
 #include "deadline.cuh"
+#include "proxy.cuh"
 #include "ptr.cuh"
 #include "ptx.cuh"
 #include "scope.cuh"
@@ -25,6 +29,10 @@ namespace gshmem {
 // (and those it has observed). Made by the calling thread alone. Not blocking.
 __device__ inline void signal_op(const Device& dev, uint64_t* sig, uint64_t value, SignalOp op,
                                  int pe) {
+  if (detail::via_proxy(dev, pe)) {
+    detail::proxy_signal(dev, sig, value, op, pe);
+    return;
+  }
   unsigned long long* remote = reinterpret_cast<unsigned long long*>(detail::peer(dev, sig, pe));
   if (op == SignalOp::Set) {
     detail::st_release(remote, static_cast<unsigned long long>(value));
@@ -40,6 +48,10 @@ template <class Scope = Thread>
 __device__ inline void put_signal_nbi(const Device& dev, void* dst, const void* src, size_t bytes,
                                       uint64_t* sig, uint64_t value, SignalOp op, int pe) {
   Scope::sync();
+  if (detail::via_proxy(dev, pe)) {
+    if (Scope::rank() == 0) detail::proxy_put(dev, dst, src, bytes, pe, sig, value, op);
+    return;
+  }
   detail::copy<Scope>(detail::peer(dev, dst, pe), src, bytes);
   Scope::sync();
   if (Scope::rank() == 0) signal_op(dev, sig, value, op, pe);
@@ -49,6 +61,7 @@ template <class Scope = Thread>
 __device__ inline void put_signal(const Device& dev, void* dst, const void* src, size_t bytes,
                                   uint64_t* sig, uint64_t value, SignalOp op, int pe) {
   put_signal_nbi<Scope>(dev, dst, src, bytes, sig, value, op, pe);
+  if (detail::via_proxy(dev, pe) && Scope::rank() == 0) detail::proxy_quiet(dev);
   Scope::sync();
 }
 

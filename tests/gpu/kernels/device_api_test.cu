@@ -39,7 +39,7 @@ __device__ void put_chunk(const gshmem::Device& dev, char* dst, const char* src,
     gshmem::put<Scope>(dev, dst + b, src + b, e - b, pe);
   } else {
     gshmem::put_nbi<Scope>(dev, dst + b, src + b, e - b, pe);
-    gshmem::quiet<Scope>();
+    gshmem::quiet<Scope>(dev);
   }
 }
 
@@ -52,7 +52,7 @@ __device__ void get_chunk(const gshmem::Device& dev, char* dst, const char* src,
     gshmem::get<Scope>(dev, dst + b, src + b, e - b, pe);
   } else {
     gshmem::get_nbi<Scope>(dev, dst + b, src + b, e - b, pe);
-    gshmem::quiet<Scope>();
+    gshmem::quiet<Scope>(dev);
   }
 }
 
@@ -69,7 +69,7 @@ __device__ void put_signal_chunk(const gshmem::Device& dev, char* dst, const cha
     gshmem::put_signal<Scope>(dev, dst + b, src + b, e - b, sig, value, sop, pe);
   } else {
     gshmem::put_signal_nbi<Scope>(dev, dst + b, src + b, e - b, sig, value, sop, pe);
-    gshmem::quiet<Scope>();
+    gshmem::quiet<Scope>(dev);
   }
 }
 

@@ -55,6 +55,12 @@ POISON = 0xA5
 
 # GSHMEM_TEST_SMALL=1: small sizes and few rounds, for runs under compute-sanitizer.
 SMALL = os.environ.get("GSHMEM_TEST_SMALL") == "1"
+# GSHMEM_TRANSPORT=proxy: every peer through the proxy path, where each scope unit's call is one
+# descriptor and each blocking call one network flush; the RMA and signal matrices then use
+# smaller grids (still hundreds of concurrent producers) and fewer offsets.
+PROXY = os.environ.get("GSHMEM_TRANSPORT") == "proxy"
+if PROXY:
+    SCOPES = {"thread": (4, 64), "warp": (4, 128), "block": (4, 256)}
 
 
 @functools.cache
@@ -116,6 +122,8 @@ def scenario_rma(comm: gshmem.Comm, dev: np.ndarray) -> None:
     # (dst offset, src offset): congruent mod 16 (16-byte words, with and without heads), mod 8,
     # mod 4, mod 2, and not congruent at all.
     offsets = [(0, 0), (5, 5), (8, 0), (4, 12), (6, 0), (3, 0)]
+    if PROXY:
+        small, offsets = [1, 17, 255, 4099, 65541], [(0, 0), (5, 5), (3, 0)]
     cap = max(small + large) + 64
     src = comm.empty((cap,), torch.uint8)
     dst = comm.empty((cap,), torch.uint8)
@@ -819,6 +827,8 @@ def main() -> None:
     scenarios = sys.argv[1:]  # one or more, run in order on one comm
     comm = gshmem.init()
     cp.cuda.Device(comm.device).use()
+    if os.environ.get("GSHMEM_TEST_STREAM") == "nonblocking":
+        cp.cuda.Stream(non_blocking=True).use()
     try:
         dev = device_handle(comm).numpy()
         module().compile()

@@ -1,0 +1,56 @@
+"""GSHMEM_TRANSPORT and GSHMEM_PROXY_QUEUE as a comm reads them (docs/network.md), and whether
+the proxy path's UCX loads here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import gshmem
+from gshmem import _C
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [(None, "auto"), ("", "auto"), ("auto", "auto"), ("P2P", "p2p"), ("proxy", "proxy")],
+)
+def test_transport_from_env(monkeypatch, text, expected):
+    if text is None:
+        monkeypatch.delenv("GSHMEM_TRANSPORT", raising=False)
+    else:
+        monkeypatch.setenv("GSHMEM_TRANSPORT", text)
+    assert _C.transport() == expected
+
+
+def test_bad_transport_is_a_usage_error(monkeypatch):
+    monkeypatch.setenv("GSHMEM_TRANSPORT", "nvlink")
+    with pytest.raises(gshmem.UsageError, match="GSHMEM_TRANSPORT='nvlink' is not a transport"):
+        _C.transport()
+
+
+@pytest.mark.parametrize(("text", "expected"), [(None, 1024), ("2", 2), ("64K", 65536)])
+def test_proxy_queue_from_env(monkeypatch, text, expected):
+    if text is None:
+        monkeypatch.delenv("GSHMEM_PROXY_QUEUE", raising=False)
+    else:
+        monkeypatch.setenv("GSHMEM_PROXY_QUEUE", text)
+    assert _C.proxy_queue_capacity() == expected
+
+
+@pytest.mark.parametrize("bad", ["1", "1000", "0"])
+def test_proxy_queue_must_be_a_power_of_two(monkeypatch, bad):
+    monkeypatch.setenv("GSHMEM_PROXY_QUEUE", bad)
+    with pytest.raises(gshmem.UsageError, match="must be a power of two"):
+        _C.proxy_queue_capacity()
+
+
+def test_ucx_unavailable_names_the_library():
+    # In a fresh process pointed at a library that does not exist, the reason names it.
+    code = "from gshmem import _C; print(_C.ucx_unavailable())"
+    env = {**os.environ, "GSHMEM_UCX_LIB": "/nonexistent/libucp.so"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=60, check=True).stdout  # fmt: skip
+    assert "/nonexistent/libucp.so" in out or "built without UCX" in out, out
