@@ -10,6 +10,8 @@ taken and retired, whether its thread failed) instead of hanging when something 
   nbi     the same put with signal from a kernel that does not wait for it (put_signal_nbi, no
           quiet): the host alone waits
   stream  basic's blocking kernels, on a non-blocking stream
+  sizes   basic's put_signal at 1 B .. 32 MiB, one size after another, each timed and checked
+  sizes_nbi  the same with nbi's kernels (no kernel runs while the network moves the data)
 Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
 """
 
@@ -77,10 +79,9 @@ def wait_value(comm: gshmem.Comm, t: torch.Tensor, want: int, what: str) -> floa
     return time.monotonic() - start
 
 
-def scenario_basic(comm: gshmem.Comm, dev: np.ndarray, nbi: bool = False) -> None:
+def scenario_basic(comm: gshmem.Comm, dev: np.ndarray, nbi: bool = False, size: int = 4096) -> None:
     n, me = comm.nranks, comm.rank
     right, left = (me + 1) % n, (me - 1) % n
-    size = 4096
     src = comm.empty((size,), torch.uint8)
     dst = comm.empty((size,), torch.uint8)
     sig = comm.zeros((1,), torch.int64)
@@ -114,6 +115,17 @@ def scenario_basic(comm: gshmem.Comm, dev: np.ndarray, nbi: bool = False) -> Non
 
 def scenario_nbi(comm: gshmem.Comm, dev: np.ndarray) -> None:
     scenario_basic(comm, dev, nbi=True)
+
+
+def scenario_sizes(comm: gshmem.Comm, dev: np.ndarray, nbi: bool = False) -> None:
+    for size in (1, 8, 255, 4096, 65537, 1 << 20, (8 << 20) + 3, 32 << 20):
+        start = time.monotonic()
+        scenario_basic(comm, dev, nbi=nbi, size=size)
+        print(f"rank {comm.rank}: size {size} done in {time.monotonic() - start:.3f} s", flush=True)
+
+
+def scenario_sizes_nbi(comm: gshmem.Comm, dev: np.ndarray) -> None:
+    scenario_sizes(comm, dev, nbi=True)
 
 
 def scenario_stream(comm: gshmem.Comm, dev: np.ndarray) -> None:

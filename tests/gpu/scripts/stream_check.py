@@ -441,6 +441,8 @@ def main() -> None:
     scenario = sys.argv[1]
     comm = gshmem.init()
     torch.cuda.set_device(comm.device)
+    if os.environ.get("GSHMEM_TEST_STREAM") == "nonblocking":  # torch's pool streams are
+        torch.cuda.set_stream(torch.cuda.Stream())  # non-blocking: no implicit legacy sync
     msg = globals()[f"scenario_{scenario}"](comm)
     comm.finalize()
     print(f"PASS {scenario} rank {comm.rank}/{comm.nranks}: {msg}", flush=True)

@@ -1,0 +1,38 @@
+"""The comm's proxy path on the GPU (docs/network.md): two PEs with GSHMEM_TRANSPORT=proxy, so
+every peer is reached through the proxy thread and UCX even on one host (the two processes may
+share one GPU: the proxy path needs no P2P). Kernel modules load eagerly: a kernel lazily loaded
+while another waits on the proxy stalls the proxy thread's CUDA calls (docs/network.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gshmem import _ucx
+
+pytest.importorskip("cupy")
+from gpu_launch import launch_pes  # noqa: E402
+
+SCRIPTS = Path(__file__).parent / "scripts"
+PROXY = {"GSHMEM_TRANSPORT": "proxy", "CUDA_MODULE_LOADING": "EAGER", "GSHMEM_TIMEOUT": "60"}
+needs_ucx = pytest.mark.skipif(
+    _ucx.wheel_library() is None and not os.environ.get("GSHMEM_UCX_LIB"),
+    reason="no UCX here (pip install libucx-cu13)",
+)
+
+
+@pytest.mark.gpu
+@needs_ucx
+@pytest.mark.parametrize("scenario", ["basic", "nbi", "stream", "sizes_nbi"])
+def test_put_signal_and_get_through_the_proxy(scenario):
+    out = launch_pes(2, str(SCRIPTS / "proxy_check.py"), scenario, timeout=240, **PROXY)
+    print(out[-2000:])
+
+
+@pytest.mark.gpu
+@needs_ucx
+def test_device_api_signal_suite_through_the_proxy():
+    # every scope, SET and ADD, blocking and non-blocking, 1 B .. 8 MiB, data after signal
+    launch_pes(2, str(SCRIPTS / "device_api_check.py"), "signal", timeout=300, **PROXY)
