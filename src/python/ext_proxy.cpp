@@ -232,6 +232,10 @@ class TestProxy {
     c.signal_set = signal_set;
     return call_internal([&] { return channel_->try_push(c); });
   }
+  // The region descriptors name as HEAP_REGION (a comm's symmetric heap).
+  void set_heap_region(int region) {
+    call_internal([&] { channel_->set_heap_region(region); });
+  }
   // (slots, tail, head, capacity) for a kernel's QueueView.
   std::tuple<uintptr_t, uintptr_t, uintptr_t, uint64_t> queue() const {
     const gshmem::proxy::QueueView& q = channel_->queue();
@@ -286,6 +290,7 @@ void bind_proxy(nb::module_& m) {
       .def("try_push", &TestProxy::try_push, "op"_a, "pe"_a, "region"_a = 0, "local"_a = 0,
            "offset"_a = 0, "bytes"_a = 0, "signal_region"_a = 0, "signal_offset"_a = 0,
            "signal_value"_a = 0, "counter"_a = -1, "signal_set"_a = false)
+      .def("set_heap_region", &TestProxy::set_heap_region, "region"_a)
       .def("queue", &TestProxy::queue)
       .def("retired", &TestProxy::retired)
       .def("counter", &TestProxy::counter, "index"_a)
@@ -300,6 +305,7 @@ void bind_proxy(nb::module_& m) {
   ops["fence"] = static_cast<int>(gshmem::proxy::Op::kFence);
   ops["quiet"] = static_cast<int>(gshmem::proxy::Op::kQuiet);
   m.attr("PROXY_OPS") = ops;
+  m.attr("HEAP_REGION") = gshmem::proxy::kHeapRegion;
   m.def("transport", [] {
         return call_internal([] {
           switch (gshmem::env::transport()) {

@@ -219,6 +219,31 @@ def proxy(bs, rank: int, n: int) -> dict:
             errors.append(f"get through the proxy from rank {q} wrong")
     if prox.counter(1) != len(peers):
         errors.append(f"counter 1 (gets) is {prox.counter(1)}, want {len(peers)}")
+    # HEAP_REGION resolves to the region the owner names (a comm's heap, registered again when it
+    # grows): the reversed payload lands in the same slots
+    prox.set_heap_region(data)
+    flipped = {q: np.ascontiguousarray(payloads[q][::-1]) for q in peers}
+    for q in peers:
+        while not prox.try_push(ops["put"], q, _C.HEAP_REGION, addr(flipped[q]), slot * rank,
+                                slot):  # fmt: skip
+            time.sleep(0)
+    while not prox.try_push(ops["quiet"], 0):
+        time.sleep(0)
+    prox.wait_retired(total + 2 * len(peers) + 2 + len(peers) + 1, 30.0)
+    eng.barrier()
+    errors += [f"heap-region put from rank {q} wrong" for q in peers
+               if not np.array_equal(mem[slot * q : slot * (q + 1)],
+                                     pattern(q, rank, slot)[::-1])]  # fmt: skip
+    # without a heap region such a descriptor stops the thread with a usage error
+    orphan = _C.TestProxy(eng, 8, 0)
+    orphan.try_push(ops["put"], peers[0], _C.HEAP_REGION, addr(mem), 0, 8)
+    try:
+        orphan.wait_retired(1, 10.0)
+        errors.append("a heap-region descriptor without a heap region was executed")
+    except Error as e:
+        if "not registered" not in str(e):
+            errors.append(f"heap-region descriptor without a heap region: {e}")
+    orphan.stop()
     prox.stop()
     eng.barrier()
     eng.close()
