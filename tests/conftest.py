@@ -31,3 +31,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(
                 pytest.mark.skip(reason=f"needs {need} CUDA GPU(s), this machine has {have}")
             )
+
+
+@pytest.fixture
+def set_env(monkeypatch: pytest.MonkeyPatch):
+    """set_env(name, value): sets an environment variable for the test, or unsets it for None."""
+
+    def set_(name: str, value: str | None) -> None:
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+
+    return set_

@@ -9,6 +9,11 @@
 namespace gshmem::env {
 namespace {
 
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 const char* get(const char* name) {
   const char* v = std::getenv(name);
   return (v && *v) ? v : nullptr;
@@ -17,8 +22,7 @@ const char* get(const char* name) {
 bool get_bool(const char* name, bool fallback) {
   const char* v = get(name);
   if (!v) return fallback;
-  std::string s(v);
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string s = lower(v);
   if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
   if (s == "0" || s == "false" || s == "no" || s == "off") return false;
   throw_error(GSHMEM_ERROR_USAGE, std::string(name) + "='" + v + "' is not a boolean; use 0 or 1");
@@ -73,8 +77,7 @@ uint64_t heap_grow() { return get_size("GSHMEM_HEAP_GROW", 256ull << 20); }
 Transport transport() {
   const char* v = get("GSHMEM_TRANSPORT");
   if (!v) return Transport::kAuto;
-  std::string s(v);
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string s = lower(v);
   if (s == "auto") return Transport::kAuto;
   if (s == "p2p") return Transport::kP2p;
   if (s == "proxy") return Transport::kProxy;

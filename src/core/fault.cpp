@@ -21,6 +21,17 @@ const char* wait_name(int op) {
   }
 }
 
+// Why a wait stopped before its deadline; nullptr when it ran out of time (GSHMEM_TIMEOUT).
+const char* stop_reason(int cause) {
+  switch (cause) {
+    case GSHMEM_FAULT_ABORT: return "the comm was aborted";
+    case GSHMEM_FAULT_OTHER: return "another wait of this comm had failed";
+    case GSHMEM_FAULT_PROXY:
+      return "the comm's proxy thread failed (a network peer died or the network failed)";
+    default: return nullptr;
+  }
+}
+
 const char* cmp_name(int cmp) {
   static const char* const names[] = {"==", "!=", ">", ">=", "<", "<="};
   return cmp >= 0 && cmp < 6 ? names[cmp] : nullptr;
@@ -32,30 +43,14 @@ std::string describe_fault(const gshmem_fault_t& f, int my_pe) {
   std::string who = f.pe >= 0 ? "PE " + std::to_string(f.pe) : "a peer";
   char buf[512];
   const double seconds = static_cast<double>(f.waited_ns) * 1e-9;
-  switch (f.cause) {
-    case GSHMEM_FAULT_ABORT:
-      std::snprintf(buf, sizeof buf,
-                    "PE %d: %s waiting for %s stopped because the comm was aborted", my_pe,
-                    wait_name(f.op), who.c_str());
-      break;
-    case GSHMEM_FAULT_OTHER:
-      std::snprintf(buf, sizeof buf,
-                    "PE %d: %s waiting for %s stopped because another wait of this comm had "
-                    "failed",
-                    my_pe, wait_name(f.op), who.c_str());
-      break;
-    case GSHMEM_FAULT_PROXY:
-      std::snprintf(buf, sizeof buf,
-                    "PE %d: %s waiting for %s stopped because the comm's proxy thread failed "
-                    "(a network peer died or the network failed)",
-                    my_pe, wait_name(f.op), who.c_str());
-      break;
-    default:
-      std::snprintf(buf, sizeof buf,
-                    "PE %d: %s gave up waiting for %s after %.1f s (GSHMEM_TIMEOUT); is %s alive "
-                    "and making the same calls?",
-                    my_pe, wait_name(f.op), who.c_str(), seconds, who.c_str());
-      break;
+  if (const char* why = stop_reason(f.cause)) {
+    std::snprintf(buf, sizeof buf, "PE %d: %s waiting for %s stopped because %s", my_pe,
+                  wait_name(f.op), who.c_str(), why);
+  } else {
+    std::snprintf(buf, sizeof buf,
+                  "PE %d: %s gave up waiting for %s after %.1f s (GSHMEM_TIMEOUT); is %s alive "
+                  "and making the same calls?",
+                  my_pe, wait_name(f.op), who.c_str(), seconds, who.c_str());
   }
   std::string out = buf;
   if (const char* c = cmp_name(f.cmp)) {

@@ -145,11 +145,8 @@ def test_comm_methods_check_before_calling_the_runtime():
     ("text", "expected"),
     [(None, 16384), ("", 16384), ("0", 0), ("4096", 4096), ("64K", 65536), ("1MiB", 1 << 20)],
 )
-def test_kernel_threshold_from_env(monkeypatch, text, expected):
-    if text is None:
-        monkeypatch.delenv("GSHMEM_STREAM_KERNEL_MAX_BYTES", raising=False)
-    else:
-        monkeypatch.setenv("GSHMEM_STREAM_KERNEL_MAX_BYTES", text)
+def test_kernel_threshold_from_env(set_env, text, expected):
+    set_env("GSHMEM_STREAM_KERNEL_MAX_BYTES", text)
     assert _C.stream_kernel_max_bytes() == expected
 
 

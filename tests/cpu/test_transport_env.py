@@ -17,11 +17,8 @@ from gshmem import _C
     ("text", "expected"),
     [(None, "auto"), ("", "auto"), ("auto", "auto"), ("P2P", "p2p"), ("proxy", "proxy")],
 )
-def test_transport_from_env(monkeypatch, text, expected):
-    if text is None:
-        monkeypatch.delenv("GSHMEM_TRANSPORT", raising=False)
-    else:
-        monkeypatch.setenv("GSHMEM_TRANSPORT", text)
+def test_transport_from_env(set_env, text, expected):
+    set_env("GSHMEM_TRANSPORT", text)
     assert _C.transport() == expected
 
 
@@ -32,11 +29,8 @@ def test_bad_transport_is_a_usage_error(monkeypatch):
 
 
 @pytest.mark.parametrize(("text", "expected"), [(None, 1024), ("2", 2), ("64K", 65536)])
-def test_proxy_queue_from_env(monkeypatch, text, expected):
-    if text is None:
-        monkeypatch.delenv("GSHMEM_PROXY_QUEUE", raising=False)
-    else:
-        monkeypatch.setenv("GSHMEM_PROXY_QUEUE", text)
+def test_proxy_queue_from_env(set_env, text, expected):
+    set_env("GSHMEM_PROXY_QUEUE", text)
     assert _C.proxy_queue_capacity() == expected
 
 

@@ -14,8 +14,9 @@
 // On a PE beyond load/store reach (the comm's proxy path, proxy.cuh) thread 0 of the scope
 // appends one descriptor and the network moves the data: put_nbi/get_nbi return at once (the
 // source and destination belong to the transfer until quiet<Scope>(dev)); put/get add that
-// quiet, so on return the transfer is complete at both ends. Sources and destinations there
-// must be memory the network can reach (this GPU's memory, or pinned host memory).
+// quiet (none for zero bytes), so on return the transfer is complete at both ends. Sources and
+// destinations there must be memory the network can reach (this GPU's memory, or pinned host
+// memory).
 //   p / g              one element of 1, 2, 4 or 8 bytes, as a strong (relaxed, system-scope)
 //                      store/load: never torn, never a stale cached value, so g can poll and
 //                      `put; fence; p(flag)` is a valid release pattern.
@@ -49,7 +50,7 @@ __device__ inline void put_nbi(const Device& dev, void* dst, const void* src, si
 template <class Scope = Thread>
 __device__ inline void put(const Device& dev, void* dst, const void* src, size_t bytes, int pe) {
   put_nbi<Scope>(dev, dst, src, bytes, pe);
-  if (detail::via_proxy(dev, pe) && Scope::rank() == 0) detail::proxy_quiet(dev);
+  if (bytes != 0 && detail::via_proxy(dev, pe) && Scope::rank() == 0) detail::proxy_quiet(dev);
   Scope::sync();
 }
 
@@ -67,7 +68,7 @@ __device__ inline void get_nbi(const Device& dev, void* dst, const void* src, si
 template <class Scope = Thread>
 __device__ inline void get(const Device& dev, void* dst, const void* src, size_t bytes, int pe) {
   get_nbi<Scope>(dev, dst, src, bytes, pe);
-  if (detail::via_proxy(dev, pe) && Scope::rank() == 0) detail::proxy_quiet(dev);
+  if (bytes != 0 && detail::via_proxy(dev, pe) && Scope::rank() == 0) detail::proxy_quiet(dev);
   Scope::sync();
 }
 

@@ -38,7 +38,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import cupy as cp
@@ -823,23 +823,29 @@ def scenario_bw(comm: gshmem.Comm, dev: np.ndarray) -> None:
         comm.free(b)
 
 
-def main() -> None:
-    scenarios = sys.argv[1:]  # one or more, run in order on one comm
+def run_scenarios(namespace: dict, compile_kernels: Callable[[], object]) -> None:
+    """Runs the scenarios named on the command line, in order, on one comm: each is
+    namespace["scenario_<name>"](comm, dev). Shared with proxy_check.py."""
+    scenarios = sys.argv[1:]
     comm = gshmem.init()
     cp.cuda.Device(comm.device).use()
     if os.environ.get("GSHMEM_TEST_STREAM") == "nonblocking":
         cp.cuda.Stream(non_blocking=True).use()
     try:
         dev = device_handle(comm).numpy()
-        module().compile()
+        compile_kernels()
         for scenario in scenarios:
-            globals()[f"scenario_{scenario}"](comm, dev)
+            namespace[f"scenario_{scenario}"](comm, dev)
             sync(comm)
             print(f"PASS {scenario}", flush=True)
     except BaseException:
         comm.abort()
         raise
     comm.finalize()
+
+
+def main() -> None:
+    run_scenarios(globals(), lambda: module().compile())
 
 
 if __name__ == "__main__":

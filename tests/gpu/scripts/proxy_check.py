@@ -20,13 +20,12 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import functools
-import sys
 import time
 
 import cupy as cp
 import numpy as np
 import torch
-from device_api_check import POISON, cuda_include, random_bytes, sync
+from device_api_check import POISON, cuda_include, random_bytes, run_scenarios, sync
 
 import gshmem
 from gshmem.device import device_handle
@@ -136,19 +135,7 @@ def scenario_stream(comm: gshmem.Comm, dev: np.ndarray) -> None:
 def main() -> None:
     # a step stuck where no deadline reaches (a CUDA call) still ends, showing where it was
     faulthandler.dump_traceback_later(3 * DEADLINE_S, exit=True)
-    comm = gshmem.init()
-    torch.cuda.set_device(comm.device)
-    try:
-        dev = device_handle(comm).numpy()
-        kernel("get_block")  # compiles the module
-        for scenario in sys.argv[1:]:
-            globals()[f"scenario_{scenario}"](comm, dev)
-            sync(comm)
-            print(f"PASS {scenario}", flush=True)
-    except BaseException:
-        comm.abort()
-        raise
-    comm.finalize()
+    run_scenarios(globals(), lambda: kernel("get_block"))
 
 
 if __name__ == "__main__":
