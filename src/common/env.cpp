@@ -82,7 +82,8 @@ Transport transport() {
   if (s == "p2p") return Transport::kP2p;
   if (s == "proxy") return Transport::kProxy;
   throw_error(GSHMEM_ERROR_USAGE,
-              std::string("GSHMEM_TRANSPORT='") + v + "' is not a transport; use auto, p2p or proxy");
+              std::string("GSHMEM_TRANSPORT='") + v +
+                  "' is not a transport; use auto, p2p or proxy");
 }
 
 uint64_t proxy_queue() {

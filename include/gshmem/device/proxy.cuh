@@ -124,7 +124,8 @@ __device__ inline bool proxy_put(const Device& dev, void* dst, const void* src, 
   return proxy_push(dev, c);
 }
 
-// A get of `bytes` from symmetric `src` on `pe` into local `dst`, there once proxy_quiet() returned.
+// A get of `bytes` from symmetric `src` on `pe` into local `dst`, there once proxy_quiet()
+// returned.
 __device__ inline bool proxy_get(const Device& dev, void* dst, const void* src, size_t bytes,
                                  int pe) {
   proxy::Command c;
