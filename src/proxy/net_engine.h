@@ -11,8 +11,15 @@
 //     target applies it through its signal sink: by default a CPU atomic (signal words in host
 //     memory); a comm whose signal words are GPU memory installs a sink that updates them on its
 //     GPU (src/proxy/gpu_signal_sink.h);
+//   - a put may carry a signal, applied at the target once the put's data is there (for the
+//     small-message path: put, fence, signal; for bulk: one message, no fence);
 //   - a put's `done` callback runs once the source buffer may be reused (local completion), a
 //     get's once the data is in the local buffer;
+//   - puts and gets of at least `bulk_bytes` (make_ucx_engine) travel as rendezvous active
+//     messages that the target receives into the region itself: UCX then pipelines the copy
+//     between GPU memory and the wire, where its one-sided put/get into GPU memory is a slow
+//     software emulation on transports without GPU access (TCP). The target acknowledges each
+//     bulk put once its data (and signal) landed; fence() and flush() wait for those acks;
 //   - flush() returns once every operation issued so far is complete at its target.
 // Every wait is bounded by the engine's timeout; a failed peer is named in the error.
 #pragma once
@@ -32,6 +39,15 @@ namespace gshmem::proxy {
 using Done = void (*)(void* arg, uint64_t tag);
 
 enum class SignalUpdate : uint8_t { kAdd = 0, kSet = 1 };
+
+// A signal a put carries: `value` added to (or stored in) the 8-byte aligned word at `offset`
+// of the target's `region`, once the put's data is there.
+struct SignalAfter {
+  int region;
+  uint64_t offset;
+  uint64_t value;
+  SignalUpdate update;
+};
 
 // Applies a signal that arrived for `word` (8-byte aligned, inside a region of this rank).
 // Called on the target inside progress(), with the engine's lock held: it must not call the
@@ -57,9 +73,10 @@ class NetEngine {
   // The bytes rank `pe` registered for `region`.
   virtual size_t region_bytes(int region, int pe) const = 0;
 
-  // Non-blocking. Copies `bytes` from local `src` to `offset` of `pe`'s `region`.
+  // Non-blocking. Copies `bytes` from local `src` to `offset` of `pe`'s `region`; then, when
+  // `signal` is not null, applies it at the target once the data is there.
   virtual void put(int pe, const void* src, size_t bytes, int region, uint64_t offset,
-                   Done done, void* arg, uint64_t tag) = 0;
+                   Done done, void* arg, uint64_t tag, const SignalAfter* signal) = 0;
   // Non-blocking. Copies from `pe`'s region into local `dst`.
   virtual void get(int pe, void* dst, size_t bytes, int region, uint64_t offset, Done done,
                    void* arg, uint64_t tag) = 0;
@@ -80,10 +97,16 @@ class NetEngine {
   virtual bool progress() = 0;
 };
 
+// Puts and gets from this size up travel as rendezvous messages (above): measured over TCP on an
+// H100, UCX's one-sided put into GPU memory moved ~0.4 GB/s at 1 MiB, its rendezvous active
+// message ~4 GB/s. Smaller transfers keep the one-sided path, which needs no handshake.
+constexpr size_t kDefaultBulkBytes = size_t{64} << 10;
+
 // Collective over `bs`: a UCX context and worker on this rank and endpoints to every other rank;
-// `timeout` bounds every blocking call. Throws GSHMEM_ERROR_SYSTEM when UCX cannot be loaded or
-// this build has no UCX support.
-std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap& bs, double timeout);
+// `timeout` bounds every blocking call; transfers of at least `bulk_bytes` (> 0) are bulk.
+// Throws GSHMEM_ERROR_SYSTEM when UCX cannot be loaded or this build has no UCX support.
+std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap& bs, double timeout,
+                                           size_t bulk_bytes = kDefaultBulkBytes);
 // Empty when make_ucx_engine can load UCX here; else why not. Local, cheap after the first call.
 std::string ucx_unavailable();
 

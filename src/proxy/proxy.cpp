@@ -99,13 +99,15 @@ void Proxy::execute(const Command& c) {
   const SignalUpdate update = c.signal_set ? SignalUpdate::kSet : SignalUpdate::kAdd;
   switch (c.op) {
     case Op::kPut:
-    case Op::kPutSignal:
       engine_.put(pe, reinterpret_cast<const void*>(c.local), c.bytes, resolve(c.region),
-                  c.offset, done, this, c.counter);
-      if (c.op == Op::kPut) return;
-      engine_.fence();  // the signal must not overtake its data
-      engine_.signal(pe, resolve(c.signal_region), c.signal_offset, c.signal_value, update);
+                  c.offset, done, this, c.counter, nullptr);
       return;
+    case Op::kPutSignal: {
+      const SignalAfter signal{resolve(c.signal_region), c.signal_offset, c.signal_value, update};
+      engine_.put(pe, reinterpret_cast<const void*>(c.local), c.bytes, resolve(c.region),
+                  c.offset, done, this, c.counter, &signal);
+      return;
+    }
     case Op::kSignal:
       engine_.fence();  // a signal releases what was written before it (signal.cuh)
       engine_.signal(pe, resolve(c.signal_region), c.signal_offset, c.signal_value, update);

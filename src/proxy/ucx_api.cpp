@@ -57,6 +57,8 @@ UcxApi load() {
   resolve(lib, api.path, "ucp_get_nbx", api.get_nbx);
   resolve(lib, api.path, "ucp_am_send_nbx", api.am_send_nbx);
   resolve(lib, api.path, "ucp_worker_set_am_recv_handler", api.worker_set_am_recv_handler);
+  resolve(lib, api.path, "ucp_am_recv_data_nbx", api.am_recv_data_nbx);
+  resolve(lib, api.path, "ucp_am_data_release", api.am_data_release);
   resolve(lib, api.path, "ucp_request_check_status", api.request_check_status);
   resolve(lib, api.path, "ucp_request_free", api.request_free);
   resolve(lib, api.path, "ucs_status_string", api.status_string);  // libucs, a dependency

@@ -33,6 +33,8 @@ struct UcxApi {
   decltype(&ucp_get_nbx) get_nbx;
   decltype(&ucp_am_send_nbx) am_send_nbx;
   decltype(&ucp_worker_set_am_recv_handler) worker_set_am_recv_handler;
+  decltype(&ucp_am_recv_data_nbx) am_recv_data_nbx;
+  decltype(&ucp_am_data_release) am_data_release;
   decltype(&ucp_request_check_status) request_check_status;
   decltype(&ucp_request_free) request_free;
   decltype(&ucs_status_string) status_string;

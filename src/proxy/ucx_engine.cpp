@@ -6,8 +6,9 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "common/error.h"
 #include "proxy/net_engine.h"
 #include "proxy/ucx_api.h"
+#include "proxy/ucx_wire.h"
 
 namespace gshmem::proxy {
 namespace {
@@ -53,14 +55,6 @@ struct Region {
   std::vector<PeerRegion> peers;  // index: rank (this rank's entry holds only base and bytes)
 };
 
-// A signal update as it travels: the target applies it in on_signal.
-struct SignalMessage {
-  uint64_t region;
-  uint64_t offset;
-  uint64_t value;
-  uint64_t update;  // SignalUpdate
-};
-
 // The default sink: signal words in host memory.
 void cpu_signal_sink(void*, uint64_t* word, uint64_t value, SignalUpdate update) {
   if (update == SignalUpdate::kSet) {
@@ -69,10 +63,9 @@ void cpu_signal_sink(void*, uint64_t* word, uint64_t value, SignalUpdate update)
     __atomic_fetch_add(word, value, __ATOMIC_RELEASE);
   }
 }
-constexpr unsigned kSignalMessage = 1;  // the active-message id
 
-// An operation UCX has not finished yet: a put or get (with its completion callback), or a
-// signal add.
+// An operation UCX has not finished yet: a put or get (with its completion callback), a
+// signal, a bulk put's ack or a get's reply.
 struct Pending {
   void* request;
   int pe;
@@ -81,10 +74,47 @@ struct Pending {
   uint64_t tag;
 };
 
+// Rendezvous data announced to this rank (a bulk put into one of its regions, or the reply to
+// one of its bulk gets), received once the worker is outside its callbacks.
+struct Arrival {
+  void* desc;        // UCX's data descriptor
+  void* dst;
+  uint64_t bytes;
+  bool put;          // else the reply to get `get_id`
+  wire::BulkPut header;
+  uint64_t get_id;
+  void* request = nullptr;  // the receive, once started
+};
+
+// A bulk get of this rank waiting for its reply.
+struct Fetch {
+  int pe;
+  void* dst;
+  uint64_t bytes;
+  Done done;
+  void* arg;
+  uint64_t tag;
+};
+
+// A peer's bulk get this rank serves once the worker is outside its callbacks.
+struct Serve {
+  int pe;
+  uint64_t id;
+  const void* src;
+  uint64_t bytes;  // 0: refused
+};
+
 class UcxEngine final : public NetEngine {
  public:
-  UcxEngine(Bootstrap& bs, double timeout)
-      : api_(ucx_api()), bs_(bs), timeout_(timeout), rank_(bs.rank()), nranks_(bs.nranks()) {
+  UcxEngine(Bootstrap& bs, double timeout, size_t bulk_bytes)
+      : api_(ucx_api()),
+        bs_(bs),
+        timeout_(timeout),
+        bulk_bytes_(bulk_bytes),
+        rank_(bs.rank()),
+        nranks_(bs.nranks()),
+        unacked_(nranks_, 0) {
+    GSHMEM_REQUIRE(bulk_bytes > 0, "the network engine's bulk size must be positive");
     try {
       open();
     } catch (...) {
@@ -168,19 +198,46 @@ class UcxEngine final : public NetEngine {
   }
 
   void put(int pe, const void* src, size_t bytes, int region, uint64_t offset, Done done,
-           void* arg, uint64_t tag) override {
+           void* arg, uint64_t tag, const SignalAfter* signal) override {
     std::lock_guard<std::mutex> lock(mu_);
     const PeerRegion& target = reach(pe, region, offset, bytes, "put");
+    if (signal != nullptr) reach_signal(pe, signal->region, signal->offset);
+    if (bytes >= bulk_bytes_) {
+      wire::BulkPut header{static_cast<uint64_t>(rank_), static_cast<uint64_t>(region), offset,
+                           {wire::kNoSignal, 0, 0, 0}};
+      if (signal != nullptr) header.signal = to_wire(*signal);
+      track(send(pe, wire::kBulkPut, &header, sizeof header, src, bytes), pe, done, arg, tag,
+            "put");
+      ++unacked_[pe];
+      return;
+    }
     ucp_request_param_t param{};
     ucs_status_ptr_t req = api_.put_nbx(eps_[pe], src, bytes, target.base + offset, target.rkey,
                                         &param);
     track(req, pe, done, arg, tag, "put");
+    if (signal == nullptr) return;
+    fence_locked();  // the signal must not overtake its data
+    send_signal(pe, to_wire(*signal));
   }
 
   void get(int pe, void* dst, size_t bytes, int region, uint64_t offset, Done done, void* arg,
            uint64_t tag) override {
     std::lock_guard<std::mutex> lock(mu_);
     const PeerRegion& target = reach(pe, region, offset, bytes, "get");
+    if (bytes >= bulk_bytes_) {
+      const uint64_t id = next_fetch_++;
+      const wire::GetRequest request{static_cast<uint64_t>(rank_), id,
+                                     static_cast<uint64_t>(region), offset, bytes};
+      fetches_[id] = {pe, dst, bytes, done, arg, tag};
+      try {
+        track(send(pe, wire::kGetRequest, &request, sizeof request, nullptr, 0), pe, nullptr,
+              nullptr, 0, "get");
+      } catch (...) {
+        fetches_.erase(id);
+        throw;
+      }
+      return;
+    }
     ucp_request_param_t param{};
     ucs_status_ptr_t req = api_.get_nbx(eps_[pe], dst, bytes, target.base + offset, target.rkey,
                                         &param);
@@ -190,17 +247,8 @@ class UcxEngine final : public NetEngine {
   void signal(int pe, int region, uint64_t offset, uint64_t value,
               SignalUpdate update) override {
     std::lock_guard<std::mutex> lock(mu_);
-    GSHMEM_REQUIRE(offset % sizeof(uint64_t) == 0,
-                   "a signal word needs an 8-byte aligned offset, got " + std::to_string(offset));
-    reach(pe, region, offset, sizeof value, "signal");
-    const SignalMessage msg{static_cast<uint64_t>(region), offset, value,
-                            static_cast<uint64_t>(update)};
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_COPY_HEADER | UCP_AM_SEND_FLAG_EAGER;
-    ucs_status_ptr_t req = api_.am_send_nbx(eps_[pe], kSignalMessage, &msg, sizeof msg, nullptr,
-                                            0, &param);
-    track(req, pe, nullptr, nullptr, 0, "signal");
+    reach_signal(pe, region, offset);
+    send_signal(pe, to_wire({region, offset, value, update}));
   }
 
   void set_signal_sink(SignalSink sink, void* arg) override {
@@ -211,9 +259,7 @@ class UcxEngine final : public NetEngine {
 
   void fence() override {
     std::lock_guard<std::mutex> lock(mu_);
-    check_peers();
-    ucs_status_t st = api_.worker_fence(worker_);
-    if (st != UCS_OK) throw_error(GSHMEM_ERROR_SYSTEM, ucx_failure("ucp_worker_fence", st));
+    fence_locked();
   }
 
   void flush() override {
@@ -227,6 +273,41 @@ class UcxEngine final : public NetEngine {
   }
 
  private:
+  static wire::Signal to_wire(const SignalAfter& s) {
+    return {static_cast<uint64_t>(s.region), s.offset, s.value, static_cast<uint64_t>(s.update)};
+  }
+
+  void reach_signal(int pe, int region, uint64_t offset) {
+    GSHMEM_REQUIRE(offset % sizeof(uint64_t) == 0,
+                   "a signal word needs an 8-byte aligned offset, got " + std::to_string(offset));
+    reach(pe, region, offset, sizeof(uint64_t), "signal");
+  }
+
+  void send_signal(int pe, const wire::Signal& msg) {
+    track(send(pe, wire::kSignal, &msg, sizeof msg, nullptr, 0), pe, nullptr, nullptr, 0,
+          "signal");
+  }
+
+  // An active message: header only (eager), or header and data (rendezvous: the target
+  // receives the data where it belongs).
+  ucs_status_ptr_t send(int pe, unsigned id, const void* header, size_t header_bytes,
+                        const void* data, size_t bytes) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_COPY_HEADER |
+                  (bytes > 0 ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER);
+    return api_.am_send_nbx(eps_[pe], id, header, header_bytes, data, bytes, &param);
+  }
+
+  // Bulk puts are ordered by their acks (UCX's fence orders its own operations, not data a
+  // target receives when it gets to it); then UCX's fence for the rest.
+  void fence_locked() {
+    check_peers();
+    if (unacked() > 0) wait_flushes(nullptr);
+    ucs_status_t st = api_.worker_fence(worker_);
+    if (st != UCS_OK) throw_error(GSHMEM_ERROR_SYSTEM, ucx_failure("ucp_worker_fence", st));
+  }
+
   void flush_locked() {
     // One flush per peer, so that a timeout can name the peers that did not finish.
     std::vector<void*> flushes(nranks_, nullptr);
@@ -238,7 +319,7 @@ class UcxEngine final : public NetEngine {
         if (UCS_PTR_IS_ERR(req)) fail_peer(r, UCS_PTR_STATUS(req), "flush");
         flushes[r] = req;
       }
-      wait_flushes(flushes);
+      wait_flushes(&flushes);
     } catch (...) {
       for (void* f : flushes) {
         if (f != nullptr) api_.request_free(f);
@@ -247,12 +328,16 @@ class UcxEngine final : public NetEngine {
     }
   }
 
+  uint64_t unacked() const {
+    uint64_t n = 0;
+    for (uint64_t u : unacked_) n += u;
+    return n;
+  }
+
   bool progress_locked() {
     check_peers();
-    bool moved = api_.worker_progress(worker_) != 0;
-    if (!sink_error_.empty()) {
-      throw_error(GSHMEM_ERROR_SYSTEM, "applying an arriving signal failed: " + sink_error_);
-    }
+    bool moved = advance();
+    if (!arrival_error_.empty()) throw_error(GSHMEM_ERROR_SYSTEM, arrival_error_);
     for (size_t i = 0; i < pending_.size();) {
       Pending& p = pending_[i];
       ucs_status_t st = api_.request_check_status(p.request);
@@ -272,6 +357,84 @@ class UcxEngine final : public NetEngine {
     return moved;
   }
 
+  // UCX's progress, then the work its callbacks left: receiving announced rendezvous data,
+  // finishing what landed, serving peers' gets. Never throws (it also runs while a bootstrap
+  // exchange is under way on another thread): failures wait in arrival_error_ and peer_errors_.
+  bool advance() {
+    bool moved = api_.worker_progress(worker_) != 0;
+    std::vector<Arrival> started;
+    started.swap(arrivals_);
+    for (Arrival& a : started) {
+      ucp_request_param_t param{};
+      ucs_status_ptr_t req = api_.am_recv_data_nbx(worker_, a.desc, a.dst, a.bytes, &param);
+      moved = true;
+      if (UCS_PTR_IS_ERR(req)) {
+        note_arrival_error(ucx_failure("receiving rendezvous data", UCS_PTR_STATUS(req)));
+      } else if (req == nullptr) {
+        landed(a);
+      } else {
+        a.request = req;
+        receiving_.push_back(a);
+      }
+    }
+    for (size_t i = 0; i < receiving_.size();) {
+      const ucs_status_t st = api_.request_check_status(receiving_[i].request);
+      if (st == UCS_INPROGRESS) {
+        ++i;
+        continue;
+      }
+      api_.request_free(receiving_[i].request);
+      const Arrival done = receiving_[i];
+      receiving_[i] = receiving_.back();
+      receiving_.pop_back();
+      moved = true;
+      if (st != UCS_OK) {
+        note_arrival_error(ucx_failure("receiving rendezvous data", st));
+      } else {
+        landed(done);
+      }
+    }
+    std::vector<Serve> serving;
+    serving.swap(serves_);
+    for (const Serve& s : serving) {
+      const wire::GetReply reply{s.id, s.bytes > 0 ? 1u : 0u};
+      send_quietly(s.pe, wire::kGetReply, &reply, sizeof reply, s.src, s.bytes);
+      moved = true;
+    }
+    return moved;
+  }
+
+  // A bulk put's data (and signal) are in place: the sender hears so; a get's reply: done.
+  void landed(const Arrival& a) {
+    if (!a.put) {
+      const auto it = fetches_.find(a.get_id);
+      if (it == fetches_.end()) return;
+      const Fetch f = it->second;
+      fetches_.erase(it);
+      if (f.done != nullptr) f.done(f.arg, f.tag);
+      return;
+    }
+    if (a.header.signal.region != wire::kNoSignal) apply_signal(a.header.signal);
+    const wire::BulkPutAck ack{static_cast<uint64_t>(rank_)};
+    send_quietly(static_cast<int>(a.header.from), wire::kBulkPutAck, &ack, sizeof ack, nullptr,
+                 0);
+  }
+
+  // A send from advance(): a failure marks the peer failed instead of throwing.
+  void send_quietly(int pe, unsigned id, const void* header, size_t header_bytes,
+                    const void* data, size_t bytes) {
+    ucs_status_ptr_t req = send(pe, id, header, header_bytes, data, bytes);
+    if (UCS_PTR_IS_ERR(req)) {
+      peer_errors_[pe] = UCS_PTR_STATUS(req);
+    } else if (req != nullptr) {
+      pending_.push_back({req, pe, nullptr, nullptr, 0});
+    }
+  }
+
+  void note_arrival_error(const std::string& what) {
+    if (arrival_error_.empty()) arrival_error_ = what;
+  }
+
   void open() {
     ucp_config_t* config = nullptr;
     ucs_status_t st = api_.config_read(nullptr, nullptr, &config);
@@ -289,15 +452,24 @@ class UcxEngine final : public NetEngine {
     st = api_.worker_create(context_, &wp, &worker_);
     if (st != UCS_OK) throw_error(GSHMEM_ERROR_SYSTEM, ucx_failure("ucp_worker_create", st));
 
-    ucp_am_handler_param_t am{};
-    am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    am.id = kSignalMessage;
-    am.cb = &UcxEngine::on_signal;
-    am.arg = this;
-    st = api_.worker_set_am_recv_handler(worker_, &am);
-    if (st != UCS_OK) {
-      throw_error(GSHMEM_ERROR_SYSTEM, ucx_failure("ucp_worker_set_am_recv_handler", st));
+    const std::pair<unsigned, ucp_am_recv_callback_t> handlers[] = {
+        {wire::kSignal, &UcxEngine::on_signal},
+        {wire::kBulkPut, &UcxEngine::on_bulk_put},
+        {wire::kBulkPutAck, &UcxEngine::on_bulk_put_ack},
+        {wire::kGetRequest, &UcxEngine::on_get_request},
+        {wire::kGetReply, &UcxEngine::on_get_reply},
+    };
+    for (const auto& [id, cb] : handlers) {
+      ucp_am_handler_param_t am{};
+      am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG;
+      am.id = id;
+      am.cb = cb;
+      am.arg = this;
+      st = api_.worker_set_am_recv_handler(worker_, &am);
+      if (st != UCS_OK) {
+        throw_error(GSHMEM_ERROR_SYSTEM, ucx_failure("ucp_worker_set_am_recv_handler", st));
+      }
     }
 
     ucp_worker_attr_t attr{};
@@ -344,6 +516,10 @@ class UcxEngine final : public NetEngine {
     regions_.clear();
     for (Pending& p : pending_) api_.request_free(p.request);
     pending_.clear();
+    for (Arrival& a : arrivals_) api_.am_data_release(worker_, a.desc);
+    arrivals_.clear();
+    for (Arrival& a : receiving_) api_.request_free(a.request);
+    receiving_.clear();
     std::vector<void*> closing;
     for (ucp_ep_h& ep : eps_) {
       if (ep == nullptr) continue;
@@ -374,30 +550,44 @@ class UcxEngine final : public NetEngine {
     context_ = nullptr;
   }
 
-  // Progresses until every flush request (and every pending operation) is done; frees the done
-  // ones (nulling them); throws on a failed peer or at the deadline.
-  void wait_flushes(std::vector<void*>& flushes) {
+  // Progresses until every flush request (none for a fence: `flushes` null), every pending
+  // operation, every bulk get and every bulk put's ack is done; frees the done flush requests
+  // (nulling them); throws on a failed peer or at the deadline, naming the peers waited for.
+  void wait_flushes(std::vector<void*>* flushes) {
     const Deadline deadline(timeout_);
     for (;;) {
       progress_locked();
-      std::string waiting;
-      for (int r = 0; r < nranks_; ++r) {
-        if (flushes[r] == nullptr) continue;
-        const ucs_status_t st = api_.request_check_status(flushes[r]);
+      std::vector<bool> waiting(nranks_, false);
+      for (int r = 0; flushes != nullptr && r < nranks_; ++r) {
+        void*& f = (*flushes)[r];
+        if (f == nullptr) continue;
+        const ucs_status_t st = api_.request_check_status(f);
         if (st == UCS_INPROGRESS) {
-          waiting += (waiting.empty() ? "" : ", ") + std::to_string(r);
+          waiting[r] = true;
           continue;
         }
-        api_.request_free(flushes[r]);
-        flushes[r] = nullptr;
+        api_.request_free(f);
+        f = nullptr;
         if (st != UCS_OK) fail_peer(r, st, "flush");
       }
-      if (waiting.empty() && pending_.empty()) return;
+      for (int r = 0; r < nranks_; ++r) waiting[r] = waiting[r] || unacked_[r] > 0;
+      for (const auto& [id, f] : fetches_) waiting[f.pe] = true;
+      if (flushes == nullptr) {
+        if (unacked() == 0) return;
+      } else if (std::find(waiting.begin(), waiting.end(), true) == waiting.end() &&
+                 pending_.empty()) {
+        return;
+      }
       if (deadline.passed()) {
+        std::string names;
+        for (int r = 0; r < nranks_; ++r) {
+          if (waiting[r]) names += (names.empty() ? "" : ", ") + std::to_string(r);
+        }
         throw_error(GSHMEM_ERROR_TIMEOUT,
-                    "network flush did not finish within " + std::to_string(timeout_) +
+                    "network " + std::string(flushes == nullptr ? "fence" : "flush") +
+                        " did not finish within " + std::to_string(timeout_) +
                         " s (GSHMEM_TIMEOUT); still waiting for rank(s) " +
-                        (waiting.empty() ? std::string("(operations in flight)") : waiting));
+                        (names.empty() ? std::string("(operations in flight)") : names));
       }
     }
   }
@@ -418,7 +608,7 @@ class UcxEngine final : public NetEngine {
       done.store(true, std::memory_order_release);
     });
     while (!done.load(std::memory_order_acquire)) {
-      api_.worker_progress(worker_);
+      advance();
       lock.unlock();
       std::this_thread::yield();
       lock.lock();
@@ -520,30 +710,121 @@ class UcxEngine final : public NetEngine {
     h->engine->peer_errors_[h->pe] = status;
   }
 
-  // Runs inside worker_progress (mu_ held by the caller). The region may have been deregistered
-  // meanwhile: a late signal is dropped rather than written into memory no longer ours.
+  // The active-message handlers run inside worker_progress (mu_ held by the caller); they only
+  // record what arrived, which advance() finishes outside UCX's callbacks. A region may have
+  // been deregistered meanwhile: late data is dropped rather than written into memory no
+  // longer ours (a late signal silently; a late bulk put or get as an error here).
+
+  // This rank's part of `region` when [offset, offset + bytes) lies inside it and it takes
+  // arrivals; else null.
+  const PeerRegion* landing(uint64_t region, uint64_t offset, uint64_t bytes) const {
+    if (region >= regions_.size() || !regions_[region].accepting) return nullptr;
+    const PeerRegion& mine = regions_[region].peers[rank_];
+    if (offset > mine.bytes || bytes > mine.bytes - offset) return nullptr;
+    return &mine;
+  }
+
+  bool valid_signal(const wire::Signal& s) const {
+    return s.offset % sizeof(uint64_t) == 0 && landing(s.region, s.offset, sizeof(uint64_t)) &&
+           s.update <= static_cast<uint64_t>(SignalUpdate::kSet);
+  }
+
+  void apply_signal(const wire::Signal& s) {
+    if (!valid_signal(s)) return;
+    const PeerRegion& mine = regions_[s.region].peers[rank_];
+    try {
+      sink_(sink_arg_, reinterpret_cast<uint64_t*>(mine.base + s.offset), s.value,
+            static_cast<SignalUpdate>(s.update));
+    } catch (const Error& e) {
+      // UCX calls us from C: the error travels to the next engine call instead.
+      note_arrival_error("applying an arriving signal failed: " + std::string(e.what()));
+    }
+  }
+
+  template <typename T>
+  static bool read_header(const void* header, size_t bytes, T& out) {
+    if (bytes != sizeof out) return false;
+    std::memcpy(&out, header, sizeof out);
+    return true;
+  }
+
+  static bool rendezvous(const ucp_am_recv_param_t* param) {
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  }
+
   static ucs_status_t on_signal(void* arg, const void* header, size_t header_bytes, void*, size_t,
                                 const ucp_am_recv_param_t*) {
     auto* self = static_cast<UcxEngine*>(arg);
-    SignalMessage msg;
-    if (header_bytes != sizeof msg) return UCS_OK;
-    std::memcpy(&msg, header, sizeof msg);
-    if (msg.region >= self->regions_.size() || !self->regions_[msg.region].accepting) {
+    wire::Signal msg;
+    if (read_header(header, header_bytes, msg)) self->apply_signal(msg);
+    return UCS_OK;
+  }
+
+  static ucs_status_t on_bulk_put(void* arg, const void* header, size_t header_bytes, void* data,
+                                  size_t bytes, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<UcxEngine*>(arg);
+    wire::BulkPut msg;
+    if (!read_header(header, header_bytes, msg) || msg.from >= self->unacked_.size()) {
       return UCS_OK;
     }
-    const PeerRegion& mine = self->regions_[msg.region].peers[self->rank_];
-    if (msg.offset % sizeof(uint64_t) != 0 || msg.offset + sizeof(uint64_t) > mine.bytes ||
-        msg.update > static_cast<uint64_t>(SignalUpdate::kSet)) {
+    const PeerRegion* mine = self->landing(msg.region, msg.offset, bytes);
+    if (mine == nullptr || !rendezvous(param)) {
+      self->note_arrival_error("a bulk put of " + std::to_string(bytes) + " bytes from rank " +
+                               std::to_string(msg.from) + " for region " +
+                               std::to_string(msg.region) + " was dropped (" +
+                               (mine == nullptr ? "no such region here" : "sent eagerly") + ")");
       return UCS_OK;
     }
-    try {
-      self->sink_(self->sink_arg_, reinterpret_cast<uint64_t*>(mine.base + msg.offset),
-                  msg.value, static_cast<SignalUpdate>(msg.update));
-    } catch (const Error& e) {
-      // UCX calls us from C: the error travels to the next engine call instead.
-      if (self->sink_error_.empty()) self->sink_error_ = e.what();
+    self->arrivals_.push_back({data, reinterpret_cast<void*>(mine->base + msg.offset), bytes,
+                               true, msg, 0});
+    return UCS_INPROGRESS;
+  }
+
+  static ucs_status_t on_bulk_put_ack(void* arg, const void* header, size_t header_bytes, void*,
+                                      size_t, const ucp_am_recv_param_t*) {
+    auto* self = static_cast<UcxEngine*>(arg);
+    wire::BulkPutAck msg;
+    if (read_header(header, header_bytes, msg) && msg.from < self->unacked_.size() &&
+        self->unacked_[msg.from] > 0) {
+      --self->unacked_[msg.from];
     }
     return UCS_OK;
+  }
+
+  static ucs_status_t on_get_request(void* arg, const void* header, size_t header_bytes, void*,
+                                     size_t, const ucp_am_recv_param_t*) {
+    auto* self = static_cast<UcxEngine*>(arg);
+    wire::GetRequest msg;
+    if (!read_header(header, header_bytes, msg) ||
+        msg.from >= static_cast<uint64_t>(self->nranks_) || msg.bytes == 0) {
+      return UCS_OK;
+    }
+    const PeerRegion* mine = self->landing(msg.region, msg.offset, msg.bytes);
+    self->serves_.push_back(
+        {static_cast<int>(msg.from), msg.id,
+         mine != nullptr ? reinterpret_cast<const void*>(mine->base + msg.offset) : nullptr,
+         mine != nullptr ? msg.bytes : 0});
+    return UCS_OK;
+  }
+
+  static ucs_status_t on_get_reply(void* arg, const void* header, size_t header_bytes, void* data,
+                                   size_t bytes, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<UcxEngine*>(arg);
+    wire::GetReply msg;
+    if (!read_header(header, header_bytes, msg)) return UCS_OK;
+    const auto it = self->fetches_.find(msg.id);
+    if (it == self->fetches_.end()) return UCS_OK;
+    const Fetch& f = it->second;
+    if (msg.served == 0 || bytes != f.bytes || !rendezvous(param)) {
+      self->note_arrival_error("a bulk get of " + std::to_string(f.bytes) + " bytes from rank " +
+                               std::to_string(f.pe) + " failed (" +
+                               (msg.served == 0 ? "the region is gone there"
+                                                : "the reply did not match") + ")");
+      self->fetches_.erase(it);
+      return UCS_OK;
+    }
+    self->arrivals_.push_back({data, f.dst, bytes, false, {}, msg.id});
+    return UCS_INPROGRESS;
   }
 
   void check_peers() {
@@ -563,6 +844,7 @@ class UcxEngine final : public NetEngine {
   mutable std::mutex mu_;  // UCX_THREAD_MODE_SERIALIZED: one caller at a time
   Bootstrap& bs_;
   double timeout_;
+  size_t bulk_bytes_;
   int rank_;
   int nranks_;
   ucp_context_h context_ = nullptr;
@@ -572,9 +854,15 @@ class UcxEngine final : public NetEngine {
   std::vector<ucs_status_t> peer_errors_;
   std::vector<Region> regions_;
   std::vector<Pending> pending_;
+  std::vector<uint64_t> unacked_;  // per peer: bulk puts sent and not yet acknowledged
+  std::vector<Arrival> arrivals_;  // rendezvous data announced, not yet being received
+  std::vector<Arrival> receiving_;
+  std::vector<Serve> serves_;
+  std::unordered_map<uint64_t, Fetch> fetches_;  // this rank's bulk gets, by id
+  uint64_t next_fetch_ = 0;
   SignalSink sink_ = &cpu_signal_sink;
   void* sink_arg_ = nullptr;
-  std::string sink_error_;  // a sink's failure, thrown by the next progress()
+  std::string arrival_error_;  // what went wrong with something that arrived, for progress()
 };
 
 }  // namespace
@@ -588,8 +876,8 @@ std::string ucx_unavailable() {
   }
 }
 
-std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap& bs, double timeout) {
-  return std::make_unique<UcxEngine>(bs, timeout);
+std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap& bs, double timeout, size_t bulk_bytes) {
+  return std::make_unique<UcxEngine>(bs, timeout, bulk_bytes);
 }
 
 }  // namespace gshmem::proxy

@@ -155,9 +155,11 @@ nb::dict stress(int producers, uint64_t count, uint64_t capacity) {
 // the tests use numpy arrays' host memory.
 class EngineHandle {
  public:
-  EngineHandle(gshmem::python::BootstrapHandle& bs, std::optional<double> timeout) {
+  EngineHandle(gshmem::python::BootstrapHandle& bs, std::optional<double> timeout,
+               std::optional<size_t> bulk_bytes) {
     const double t = timeout.value_or(bs.timeout());
-    engine_ = call_internal([&] { return gshmem::proxy::make_ucx_engine(bs.bs(), t); });
+    const size_t bulk = bulk_bytes.value_or(gshmem::proxy::kDefaultBulkBytes);
+    engine_ = call_internal([&] { return gshmem::proxy::make_ucx_engine(bs.bs(), t, bulk); });
   }
   gshmem::proxy::NetEngine& engine() {
     if (!engine_) gshmem::python::raise(GSHMEM_ERROR_USAGE, "this network engine is closed");
@@ -176,7 +178,17 @@ class EngineHandle {
   void put(int pe, uintptr_t src, size_t bytes, int region, uint64_t offset) {
     call_internal([&] {
       engine().put(pe, reinterpret_cast<const void*>(src), bytes, region, offset, nullptr,
-                   nullptr, 0);
+                   nullptr, 0, nullptr);
+    });
+  }
+  void put_signal(int pe, uintptr_t src, size_t bytes, int region, uint64_t offset,
+                  int signal_region, uint64_t signal_offset, uint64_t value, bool set) {
+    const gshmem::proxy::SignalAfter signal{
+        signal_region, signal_offset, value,
+        set ? gshmem::proxy::SignalUpdate::kSet : gshmem::proxy::SignalUpdate::kAdd};
+    call_internal([&] {
+      engine().put(pe, reinterpret_cast<const void*>(src), bytes, region, offset, nullptr,
+                   nullptr, 0, &signal);
     });
   }
   void get(int pe, uintptr_t dst, size_t bytes, int region, uint64_t offset) {
@@ -268,12 +280,16 @@ void bind_proxy(nb::module_& m) {
         "sysfs"_a = "/sys");
 
   nb::class_<EngineHandle>(m, "NetEngine")
-      .def(nb::init<gshmem::python::BootstrapHandle&, std::optional<double>>(), "bootstrap"_a,
-           "timeout"_a = nb::none(), nb::keep_alive<1, 2>())
+      .def(nb::init<gshmem::python::BootstrapHandle&, std::optional<double>,
+                    std::optional<size_t>>(),
+           "bootstrap"_a, "timeout"_a = nb::none(), "bulk_bytes"_a = nb::none(),
+           nb::keep_alive<1, 2>())
       .def("register", &EngineHandle::register_region, "base"_a, "bytes"_a)
       .def("deregister", &EngineHandle::deregister_region, "region"_a)
       .def("region_bytes", &EngineHandle::region_bytes, "region"_a, "pe"_a)
       .def("put", &EngineHandle::put, "pe"_a, "src"_a, "bytes"_a, "region"_a, "offset"_a)
+      .def("put_signal", &EngineHandle::put_signal, "pe"_a, "src"_a, "bytes"_a, "region"_a,
+           "offset"_a, "signal_region"_a, "signal_offset"_a, "value"_a, "set"_a = false)
       .def("get", &EngineHandle::get, "pe"_a, "dst"_a, "bytes"_a, "region"_a, "offset"_a)
       .def("signal", &EngineHandle::signal, "pe"_a, "region"_a, "offset"_a, "value"_a,
            "set"_a = false)

@@ -44,6 +44,13 @@ REGION_BASE = 1 << 16  # rank r registers REGION_BASE + 4096 * r bytes
 SIGNALS = 64
 
 
+def engine(bs, **kw):
+    """The engine under test. $NET_BULK_BYTES (set by the test) moves the size from which puts
+    and gets travel as rendezvous messages: 1 sends every transfer that way."""
+    bulk = os.environ.get("NET_BULK_BYTES")
+    return _C.NetEngine(bs, bulk_bytes=int(bulk) if bulk else None, **kw)
+
+
 def region_bytes(rank: int) -> int:
     return REGION_BASE + 4096 * rank
 
@@ -59,10 +66,14 @@ def addr(a: np.ndarray) -> int:
 def put_signal_round(eng, data: int, signals: int, sig: np.ndarray, sources: dict[int, int],
                      slot: int, rank: int) -> list[str]:  # fmt: skip
     """Puts `slot` bytes from sources[q] (an address) into slot `rank` of each peer q's region,
-    then (fenced after it) adds rank + 1 to q's signal word `rank`; waits, progressing this
-    rank's engine (which applies arriving signals: no proxy thread here), until every peer's
-    signal arrived. Returns what is wrong with the signals."""
+    then adds rank + 1 to q's signal word `rank` (odd q: the put carries the signal; even q: a
+    fence, then the signal); waits, progressing this rank's engine (which applies arriving
+    signals: no proxy thread here), until every peer's signal arrived. Returns what is wrong
+    with the signals."""
     for q, src in sources.items():
+        if q % 2:
+            eng.put_signal(q, src, slot, data, slot * rank, signals, 8 * rank, rank + 1)
+            continue
         eng.put(q, src, slot, data, slot * rank)
         eng.fence()
         eng.signal(q, signals, 8 * rank, rank + 1)
@@ -82,7 +93,7 @@ def check_slots(region: np.ndarray, peers: list[int], slot: int, rank: int) -> l
 
 
 def rma(bs, rank: int, n: int) -> dict:
-    eng = _C.NetEngine(bs)
+    eng = engine(bs)
     mem = np.zeros(region_bytes(rank), np.uint8)
     sig = np.zeros(SIGNALS, np.uint64)
     data, signals = eng.register(addr(mem), mem.nbytes), eng.register(addr(sig), sig.nbytes)
@@ -137,7 +148,7 @@ def allowed(tid: str) -> str:
 
 
 def proxy(bs, rank: int, n: int) -> dict:
-    eng = _C.NetEngine(bs)
+    eng = engine(bs)
     ops = _C.PROXY_OPS
     mem = np.zeros(region_bytes(rank), np.uint8)
     sig = np.zeros(SIGNALS, np.uint64)
@@ -256,7 +267,7 @@ def fault(bs, rank: int, n: int, how: str, through: str) -> dict:
     """Rank 1 exits abruptly (`how` = "exit") or stops taking part while alive ("stall"); rank 0
     keeps sending, on the engine directly or through a proxy thread (`through`), and reports
     the error it got and when."""
-    eng = _C.NetEngine(bs, timeout=5.0)
+    eng = engine(bs, timeout=5.0)
     mem = np.zeros(1 << 20, np.uint8)
     data = eng.register(addr(mem), mem.nbytes)
     prox = _C.TestProxy(eng, 64, 1) if through == "proxy" and rank == 0 else None
@@ -299,7 +310,7 @@ def gpu(bs, rank: int, n: int) -> dict:
     import torch
 
     torch.cuda.set_device(rank % torch.cuda.device_count())
-    eng = _C.NetEngine(bs)
+    eng = engine(bs)
     slot = 1 << 20
     mem = torch.full((slot * n,), 0xEE, dtype=torch.uint8, device="cuda")
     sig = np.zeros(SIGNALS, np.uint64)
@@ -333,7 +344,7 @@ def gpu_producers(bs, rank: int, n: int) -> dict:
     module = cp.RawModule(code=kernels.read_text(),
                           options=(f"-I{gshmem.include_dir()}", "-std=c++17"))  # fmt: skip
     push = module.get_function("proxy_push")
-    eng = _C.NetEngine(bs)
+    eng = engine(bs)
     ops = _C.PROXY_OPS
     blocks, threads, per_thread, chunk = 8, 32, 4, 4096
     pieces = blocks * threads * per_thread

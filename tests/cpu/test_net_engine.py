@@ -18,9 +18,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+# Every transfer one-sided (the default for the test's sizes) or every one a rendezvous message.
+BULK = pytest.mark.parametrize("bulk", [{}, {"NET_BULK_BYTES": "1"}], ids=["rma", "bulk"])
+
+
+@BULK
 @pytest.mark.parametrize("nranks", [2, 3, 4])
-def test_put_get_signal_between_processes(nranks):
-    for rank, res in enumerate(run_ranks("rma", nranks)):
+def test_put_get_signal_between_processes(nranks, bulk):
+    for rank, res in enumerate(run_ranks("rma", nranks, env=bulk)):
         assert res["ok"], (rank, res)
         got = res["result"]
         assert got["errors"] == [], (rank, got)
@@ -30,9 +35,10 @@ def test_put_get_signal_between_processes(nranks):
         assert all("UsageError" in r for r in got["refused"]), got["refused"]
 
 
+@BULK
 @pytest.mark.parametrize("nranks", [2, 3])
-def test_proxy_thread_executes_host_descriptors(nranks):
-    for rank, res in enumerate(run_ranks("proxy", nranks)):
+def test_proxy_thread_executes_host_descriptors(nranks, bulk):
+    for rank, res in enumerate(run_ranks("proxy", nranks, env=bulk)):
         assert res["ok"], (rank, res)
         assert res["result"]["errors"] == [], (rank, res)
         # per peer: 200 put_signals, a signal add, a signal set, a fence, a get and a put to the
@@ -56,9 +62,10 @@ def test_cpus_near_a_pci_device_from_sysfs(tmp_path):
     assert _C.cpus_near_pci_device("0000:99:00.0", root) == []
 
 
+@BULK
 @pytest.mark.parametrize("scenario", ["die", "die_proxy"])
-def test_dead_peer_is_a_fault_not_a_hang(scenario):
-    survivor, _ = run_ranks(scenario, 2, timeout=10.0)
+def test_dead_peer_is_a_fault_not_a_hang(scenario, bulk):
+    survivor, _ = run_ranks(scenario, 2, timeout=10.0, env=bulk)
     assert survivor["ok"], survivor
     got = survivor["result"]
     assert got["error"] in ("FaultError", "TimeoutError"), got
@@ -66,9 +73,11 @@ def test_dead_peer_is_a_fault_not_a_hang(scenario):
     assert got["after"] < 10.0 + 5.0, got
 
 
-def test_stalled_peer_is_a_timeout_naming_it():
+@BULK
+def test_stalled_peer_is_a_timeout_naming_it(bulk):
     # Over TCP a put completes only when the target's worker progresses; rank 1 never does.
-    survivor, _ = run_ranks("stall", 2, timeout=10.0, env={"UCX_TLS": "tcp"}, kill_after=1)
+    env = {"UCX_TLS": "tcp", **bulk}
+    survivor, _ = run_ranks("stall", 2, timeout=10.0, env=env, kill_after=1)
     assert survivor["ok"], survivor
     got = survivor["result"]
     assert got["error"] == "TimeoutError", got
@@ -84,11 +93,12 @@ def test_missing_ucx_is_a_clear_error():
         assert "libucx-cu13" in res["message"], res
 
 
+@BULK
 @pytest.mark.parametrize("scenario", ["rma", "proxy"])
-def test_two_hosts_bootstrap_and_move_data_over_tcp(two_hosts, scenario):
+def test_two_hosts_bootstrap_and_move_data_over_tcp(two_hosts, scenario, bulk):
     # UCX_TLS=tcp: the namespaces share this machine's memory, so without it UCX could take a
     # shared-memory path; the test is about what crosses the network.
-    env = {"UCX_TLS": "tcp", "GSHMEM_BOOTSTRAP_ADDR": "10.251.0.1"}
+    env = {"UCX_TLS": "tcp", "GSHMEM_BOOTSTRAP_ADDR": "10.251.0.1", **bulk}
     _, prefix = two_hosts
     results = run_ranks(scenario, 2, address="10.251.0.1", prefix=prefix, env=env)
     for rank, res in enumerate(results):

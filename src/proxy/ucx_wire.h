@@ -1,0 +1,50 @@
+// What the UCX engine's active messages carry (ucx_engine.cpp). Every header is whole 64-bit
+// words, so every rank of a job reads it the same way.
+#pragma once
+
+#include <cstdint>
+
+namespace gshmem::proxy::wire {
+
+enum MessageId : unsigned {
+  kSignal = 1,      // SignalUpdate applied by the target (eager, no data)
+  kBulkPut = 2,     // rendezvous data for the target's region, maybe a signal after it
+  kBulkPutAck = 3,  // the target's: one bulk put landed (eager, no data)
+  kGetRequest = 4,  // the target sends the bytes back as kGetReply (eager, no data)
+  kGetReply = 5,    // rendezvous data for the requester's buffer (none when refused)
+};
+
+struct Signal {
+  uint64_t region;
+  uint64_t offset;
+  uint64_t value;
+  uint64_t update;  // SignalUpdate
+};
+
+constexpr uint64_t kNoSignal = ~uint64_t{0};
+
+struct BulkPut {
+  uint64_t from;    // the sender's rank, for the ack
+  uint64_t region;
+  uint64_t offset;
+  Signal signal;    // signal.region == kNoSignal: none
+};
+
+struct BulkPutAck {
+  uint64_t from;
+};
+
+struct GetRequest {
+  uint64_t from;
+  uint64_t id;      // the requester's, echoed in the reply
+  uint64_t region;
+  uint64_t offset;
+  uint64_t bytes;
+};
+
+struct GetReply {
+  uint64_t id;
+  uint64_t served;  // 0: the target refused (the region went away); no data follows
+};
+
+}  // namespace gshmem::proxy::wire
