@@ -92,6 +92,7 @@ def test_perftest_options():
         ["-n", "0"],
         ["--np", "1"],
         ["-b", "lots"],
+        ["--path", "carrier-pigeon"],
     ],
 )
 def test_bad_options_exit_2(argv, capsys):
@@ -99,6 +100,19 @@ def test_bad_options_exit_2(argv, capsys):
         options.parse_args(argv)
     assert e.value.code == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_proxy_path_option_and_its_environment(monkeypatch, capsys):
+    assert options.parse_args([]).path == "direct"
+    o = options.parse_args(["--path", "proxy"])
+    assert o.path == "proxy"
+    # inside a launched job the ranks must already have the proxy path's environment
+    for k in options.PROXY_ENV:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("GSHMEM_TRANSPORT", "p2p")
+    assert p2p.run(o) == 2
+    err = capsys.readouterr().err
+    assert "GSHMEM_TRANSPORT=proxy" in err and "NCCL_P2P_DISABLE=1" in err, err
 
 
 def test_rotation_and_iterations():

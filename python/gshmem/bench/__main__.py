@@ -102,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("NVSHMEM_DISABLE_NVLS", "1"),
     ):
         env.setdefault(k, v)
+    if getattr(opts, "path", "direct") == "proxy":
+        env.update(options.PROXY_ENV)
     cmd = relaunch_command(suite, rest, opts.nprocs, opts.timeout)
     try:
         code = subprocess.call(cmd, env=env)

@@ -14,6 +14,16 @@ from gshmem.bench.report import BASELINES
 
 SCOPES = ("thread", "warp", "block")
 TESTS = ("device_bw", "onstream_bw", "rate", "latency")
+PATHS = ("direct", "proxy")
+# What a job on the proxy path needs in its environment (docs/network.md): every peer through
+# the proxy, CUDA modules loaded eagerly, and NCCL kept off NVLink and shared memory so that
+# --compare nccl measures its network path.
+PROXY_ENV = {
+    "GSHMEM_TRANSPORT": "proxy",
+    "CUDA_MODULE_LOADING": "EAGER",
+    "NCCL_P2P_DISABLE": "1",
+    "NCCL_SHM_DISABLE": "1",
+}
 ROTATE_BYTES = 256 << 20  # rotate slots until a buffer spans this much (> 4 x the 50-60 MB L2)
 MAX_SLOTS = 256
 MIN_BYTES_PER_REPEAT = 256 << 20
@@ -40,6 +50,7 @@ class Options:
     perf_lines: bool = False
     quick: bool = False
     nprocs: int = 2
+    path: str = "direct"
     timeout: float = 1500.0
     latency_sizes: list[int] = field(default_factory=lambda: [8, 1024])
     latency_iters: int = 1000
@@ -137,6 +148,14 @@ def parser() -> argparse.ArgumentParser:
     a("--quick", action="store_true", help="a short run (sizes 1M,16M,256M, fewer configs)")
     a("--np", type=int, default=2, help="PEs to launch when not already launched (default 2)")
     a(
+        "--path",
+        choices=PATHS,
+        default="direct",
+        help="direct: loads, stores and copy engines to every peer (default); proxy: every "
+        "peer through the proxy and UCX (GSHMEM_TRANSPORT=proxy), and --compare nccl then "
+        "measures NCCL's network path (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)",
+    )
+    a(
         "--timeout",
         type=float,
         default=None,
@@ -178,6 +197,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         perf_lines=ns.perf_lines,
         quick=q,
         nprocs=ns.np,
+        path=ns.path,
         timeout=ns.timeout or (170.0 if q else 1500.0),
         latency_iters=200 if q else 1000,
         rate_iters=50 if q else 200,
