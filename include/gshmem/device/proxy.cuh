@@ -51,11 +51,12 @@ __device__ inline bool try_push(const QueueView& q, const Command& c,
 
 namespace detail {
 
-// Whether operations on `pe` go through the proxy: the comm has one and `pe` is another PE that
-// no load or store reaches. One predictable branch on the direct path.
+// Whether operations on `pe` go through the proxy: `pe` is another PE that no load or store
+// reaches and the comm has a proxy path. On the direct path one predictable branch on the PE
+// table entry the address computation reads anyway.
 __device__ inline bool via_proxy(const Device& dev, int pe) {
-  return dev.proxy_capacity != 0 && pe != dev.my_pe &&
-         reinterpret_cast<const int32_t*>(dev.local_index)[pe] < 0;
+  return pe != dev.my_pe && reinterpret_cast<const int32_t*>(dev.local_index)[pe] < 0 &&
+         dev.proxy_capacity != 0;
 }
 
 __device__ inline proxy::QueueView proxy_queue(const Device& dev) {

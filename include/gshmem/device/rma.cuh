@@ -35,22 +35,46 @@
 #include "scope.cuh"
 
 namespace gshmem {
+namespace detail {
+
+// What put/put_nbi and get/get_nbi do between the scope's barriers: the calling threads copy,
+// or (proxy PE) thread 0 appends a descriptor and, when `complete`, waits for it. The route is
+// decided once, before the copy, so that nothing of the proxy path stays live across it.
+template <class Scope>
+__device__ inline void put_body(const Device& dev, void* dst, const void* src, size_t bytes,
+                                int pe, bool complete) {
+  if (!via_proxy(dev, pe)) {
+    copy<Scope>(peer(dev, dst, pe), src, bytes);
+  } else if (Scope::rank() == 0 && bytes != 0 && proxy_put(dev, dst, src, bytes, pe) &&
+             complete) {
+    proxy_quiet(dev);
+  }
+}
+
+template <class Scope>
+__device__ inline void get_body(const Device& dev, void* dst, const void* src, size_t bytes,
+                                int pe, bool complete) {
+  if (!via_proxy(dev, pe)) {
+    copy<Scope>(dst, peer(dev, src, pe), bytes);
+  } else if (Scope::rank() == 0 && bytes != 0 && proxy_get(dev, dst, src, bytes, pe) &&
+             complete) {
+    proxy_quiet(dev);
+  }
+}
+
+}  // namespace detail
 
 template <class Scope = Thread>
 __device__ inline void put_nbi(const Device& dev, void* dst, const void* src, size_t bytes,
                                int pe) {
   Scope::sync();
-  if (detail::via_proxy(dev, pe)) {
-    if (Scope::rank() == 0 && bytes != 0) detail::proxy_put(dev, dst, src, bytes, pe);
-    return;
-  }
-  detail::copy<Scope>(detail::peer(dev, dst, pe), src, bytes);
+  detail::put_body<Scope>(dev, dst, src, bytes, pe, false);
 }
 
 template <class Scope = Thread>
 __device__ inline void put(const Device& dev, void* dst, const void* src, size_t bytes, int pe) {
-  put_nbi<Scope>(dev, dst, src, bytes, pe);
-  if (bytes != 0 && detail::via_proxy(dev, pe) && Scope::rank() == 0) detail::proxy_quiet(dev);
+  Scope::sync();
+  detail::put_body<Scope>(dev, dst, src, bytes, pe, true);
   Scope::sync();
 }
 
@@ -58,17 +82,13 @@ template <class Scope = Thread>
 __device__ inline void get_nbi(const Device& dev, void* dst, const void* src, size_t bytes,
                                int pe) {
   Scope::sync();
-  if (detail::via_proxy(dev, pe)) {
-    if (Scope::rank() == 0 && bytes != 0) detail::proxy_get(dev, dst, src, bytes, pe);
-    return;
-  }
-  detail::copy<Scope>(dst, detail::peer(dev, src, pe), bytes);
+  detail::get_body<Scope>(dev, dst, src, bytes, pe, false);
 }
 
 template <class Scope = Thread>
 __device__ inline void get(const Device& dev, void* dst, const void* src, size_t bytes, int pe) {
-  get_nbi<Scope>(dev, dst, src, bytes, pe);
-  if (bytes != 0 && detail::via_proxy(dev, pe) && Scope::rank() == 0) detail::proxy_quiet(dev);
+  Scope::sync();
+  detail::get_body<Scope>(dev, dst, src, bytes, pe, true);
   Scope::sync();
 }
 

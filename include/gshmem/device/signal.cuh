@@ -44,28 +44,42 @@ __device__ inline void signal_op(const Device& dev, uint64_t* sig, uint64_t valu
 // put_nbi of `bytes` to PE `pe`, then signal_op on its `sig`: a receiver that sees the new signal
 // value (signal_wait_until, wait_until, signal_fetch) sees all the data. On return the source may
 // be reused after quiet<Scope>() (the non-blocking form) or at once (put_signal).
+namespace detail {
+
+// put_signal/put_signal_nbi after the entry barrier: the copy, the scope's barrier and thread
+// 0's signal, or (proxy PE) thread 0's descriptor and, when `complete`, the wait for it. The
+// route is decided once, before the copy (rma.cuh put_body).
+template <class Scope>
+__device__ inline void put_signal_body(const Device& dev, void* dst, const void* src,
+                                       size_t bytes, uint64_t* sig, uint64_t value, SignalOp op,
+                                       int pe, bool complete) {
+  if (!via_proxy(dev, pe)) {
+    copy<Scope>(peer(dev, dst, pe), src, bytes);
+    Scope::sync();
+    if (Scope::rank() == 0) signal_op(dev, sig, value, op, pe);
+  } else if (Scope::rank() == 0 && proxy_put(dev, dst, src, bytes, pe, sig, value, op) &&
+             complete) {
+    proxy_quiet(dev);
+  }
+}
+
+}  // namespace detail
+
 template <class Scope = Thread>
 __device__ inline void put_signal_nbi(const Device& dev, void* dst, const void* src, size_t bytes,
                                       uint64_t* sig, uint64_t value, SignalOp op, int pe) {
   Scope::sync();
-  if (detail::via_proxy(dev, pe)) {
-    if (Scope::rank() == 0) detail::proxy_put(dev, dst, src, bytes, pe, sig, value, op);
-    return;
-  }
-  detail::copy<Scope>(detail::peer(dev, dst, pe), src, bytes);
-  Scope::sync();
-  if (Scope::rank() == 0) signal_op(dev, sig, value, op, pe);
+  detail::put_signal_body<Scope>(dev, dst, src, bytes, sig, value, op, pe, false);
 }
 
 template <class Scope = Thread>
 __device__ inline void put_signal(const Device& dev, void* dst, const void* src, size_t bytes,
                                   uint64_t* sig, uint64_t value, SignalOp op, int pe) {
-  put_signal_nbi<Scope>(dev, dst, src, bytes, sig, value, op, pe);
-  if (detail::via_proxy(dev, pe) && Scope::rank() == 0) detail::proxy_quiet(dev);
+  Scope::sync();
+  detail::put_signal_body<Scope>(dev, dst, src, bytes, sig, value, op, pe, true);
   Scope::sync();
 }
 
-// This PE's current value of `sig`, with acquire semantics. Not blocking.
 __device__ inline uint64_t signal_fetch(const uint64_t* sig) {
   return detail::ld_acquire(reinterpret_cast<const unsigned long long*>(sig));
 }

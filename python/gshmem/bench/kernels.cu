@@ -87,10 +87,11 @@ __device__ void ping_pong(const gshmem::Device& dev, char* buf, const char* src,
 // Device barrier of every PE (one thread): lines up the PEs' next kernels within ~1 us.
 extern "C" __global__ void start_sync(gshmem::Device dev) { gshmem::sync_all<Thread>(dev); }
 
+// Up to 1024 threads per CTA (-t): the bound keeps the register count launchable.
 #define GSHMEM_BENCH_BW(NAME, SCOPE)                                                          \
-  extern "C" __global__ void bw_##NAME(gshmem::Device dev, char* dst, const char* src,       \
-                                       u64 bytes, u64 stride, int nslots, int iters, int pe,  \
-                                       int get) {                                             \
+  extern "C" __global__ void __launch_bounds__(1024)                                          \
+      bw_##NAME(gshmem::Device dev, char* dst, const char* src, u64 bytes, u64 stride,        \
+                int nslots, int iters, int pe, int get) {                                     \
     bw_loop<SCOPE>(dev, dst, src, bytes, stride, nslots, iters, pe, get);                     \
   }
 GSHMEM_BENCH_BW(thread, Thread)
