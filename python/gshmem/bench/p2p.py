@@ -631,7 +631,8 @@ def finish(o: Options, rows: list[Row], meta: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report.to_json(rows, meta, o.compare))
     print(f"gshmem.bench: results written to {path}")
-    path = ", every peer through the proxy (UCX)" if o.path == "proxy" else ""
+    tls = os.environ.get("UCX_TLS", "UCX's choice of transports")
+    path = f", every peer through the proxy (UCX: {tls})" if o.path == "proxy" else ""
     title = f"gshmem p2p on {meta.get('gpu', '?')} ({meta.get('nranks', '?')} PEs{path})"
     print()
     print(report.format_table(rows, o.compare, title=title), flush=True)
