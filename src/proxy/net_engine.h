@@ -95,6 +95,10 @@ class NetEngine {
   virtual void flush() = 0;
   // Advances outstanding operations; returns whether anything happened. Throws once a peer fails.
   virtual bool progress() = 0;
+  // Whether anything is in flight (issued and not complete, or arriving here): a caller that
+  // drives progress() should keep driving it rather than sleep, since over TCP the data moves
+  // only while the worker progresses.
+  virtual bool busy() const = 0;
 };
 
 // Puts and gets from this size up travel as rendezvous messages (above): measured over TCP on an

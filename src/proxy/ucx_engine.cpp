@@ -272,6 +272,12 @@ class UcxEngine final : public NetEngine {
     return progress_locked();
   }
 
+  bool busy() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !pending_.empty() || !arrivals_.empty() || !receiving_.empty() || !serves_.empty() ||
+           !fetches_.empty() || unacked() > 0;
+  }
+
  private:
   static wire::Signal to_wire(const SignalAfter& s) {
     return {static_cast<uint64_t>(s.region), s.offset, s.value, static_cast<uint64_t>(s.update)};

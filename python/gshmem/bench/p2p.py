@@ -598,9 +598,16 @@ class Bench:
         send = self.random(777 + self.rank, self.cap)
         expect = self.random(777 + self.peer, self.cap) if self.paired else send
         recv = torch.empty_like(send)
-        for direction in self.o.directions:
-            for size in sizes:
-                self.nccl(direction, size, send, recv, expect)
+        try:
+            for direction in self.o.directions:
+                for size in sizes:
+                    self.nccl(direction, size, send, recv, expect)
+        except BenchError:
+            raise
+        except Exception as e:  # noqa: BLE001 - NCCL refused (e.g. two ranks on one GPU): a note
+            first = next((ln for ln in str(e).splitlines() if "Duplicate GPU" in ln), str(e))
+            self.add(Row("nccl", "put", "host", "GB/s", None,
+                         note=f"NCCL failed: {first.strip()[:160]}"))  # fmt: skip
         self.sync("NCCL done")
         dist.destroy_process_group()
         del send, expect, recv
