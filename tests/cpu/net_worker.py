@@ -213,6 +213,7 @@ def proxy(bs, rank: int, n: int) -> dict:
         time.sleep(0.001)
     if prox.counter(0) != len(peers) * per_peer:
         errors.append(f"counter 0 is {prox.counter(0)}, want {len(peers) * per_peer}")
+    eng.barrier()  # every rank checked its region before a peer's next phase writes into it
     # get through the proxy: read back the slot this rank filled in each peer (counter 1 counts
     # arrivals), with a fence and a quiet among the descriptors
     back = {q: np.full(slot, 0xEE, np.uint8) for q in peers}
