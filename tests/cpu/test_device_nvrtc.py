@@ -107,6 +107,31 @@ def test_device_api_needs_only_its_own_include_dir():
 
 
 @needs_nvrtc
+def test_block_scope_rma_stays_launchable_with_1024_threads():
+    # A kernel with no launch bounds that moves data with block-scope put/get must fit 1024
+    # threads (64K registers per SM on sm_90: at most 64 per thread). The proxy routing once made
+    # such a kernel 72 registers, and every 1024-thread launch of it failed; the route is now
+    # decided before the copy so that nothing of the proxy path is live across it.
+    source = (
+        "#include <gshmem/device.cuh>\n"
+        'extern "C" __global__ void bw(gshmem::Device d, char* dst, const char* src,\n'
+        "                              unsigned long long n, int iters, int pe, int get) {\n"
+        "  for (int i = 0; i < iters; ++i) {\n"
+        "    if (get) gshmem::get<gshmem::Block>(d, dst, src, n, pe);\n"
+        "    else gshmem::put<gshmem::Block>(d, dst, src, n, pe);\n"
+        "  }\n"
+        "  gshmem::quiet<gshmem::Block>();\n"
+        "}\n"
+    )
+    options = [f"-I{gshmem.include_dir()}", "-std=c++17", "--gpu-architecture=sm_90",
+               "--ptxas-options=-v"]  # fmt: skip
+    rc, log = nvrtc_compile(source, "launchable.cu", options)
+    assert rc == 0, log
+    used = [int(line.split("Used ")[1].split()[0]) for line in log.splitlines() if "Used " in line]
+    assert used and used[0] <= 64, log
+
+
+@needs_nvrtc
 def test_nvrtc_reports_errors():
     # The check above can fail: a broken kernel must come back as a compile error.
     source = "#include <gshmem/device.cuh>\n__global__ void k(gshmem::Device d) { d.nope(); }\n"
