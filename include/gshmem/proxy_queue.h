@@ -25,7 +25,8 @@
 //   word 0   op (bits 0-6) | signal stores instead of adding (bit 7) | target PE (bits 8-31)
 //            | data region (bits 32-47) | signal region (bits 48-63); region kHeapRegion is
 //            the comm's symmetric heap, whatever the engine's id for it is at the time
-//   word 1   local address: the source of a put, the destination of a get
+//   word 1   local address: the source of a put, the destination of a get; for kPutValue the
+//            value itself (its low `bytes` bytes, little-endian)
 //   word 2   offset in the target's data region
 //   word 3   bytes
 //   word 4   offset of the signal word in the target's signal region (kPutSignal, kSignal)
@@ -65,6 +66,7 @@ enum class Op : uint8_t {
   kGet = 4,
   kFence = 5,      // later operations to each PE land after earlier ones
   kQuiet = 6,      // every earlier operation is complete at its target before this one retires
+  kPutValue = 7,   // 1, 2, 4 or 8 bytes carried in the descriptor (word 1): what p() stores
 };
 
 struct Command {

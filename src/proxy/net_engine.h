@@ -77,6 +77,10 @@ class NetEngine {
   // `signal` is not null, applies it at the target once the data is there.
   virtual void put(int pe, const void* src, size_t bytes, int region, uint64_t offset,
                    Done done, void* arg, uint64_t tag, const SignalAfter* signal) = 0;
+  // Non-blocking. Stores the low `bytes` (1, 2, 4 or 8) bytes of `value` at `offset` of `pe`'s
+  // `region`; the engine keeps the value, so nothing of the caller's must outlive the call.
+  virtual void put_value(int pe, int region, uint64_t offset, uint64_t value, size_t bytes,
+                         Done done, void* arg, uint64_t tag) = 0;
   // Non-blocking. Copies from `pe`'s region into local `dst`.
   virtual void get(int pe, void* dst, size_t bytes, int region, uint64_t offset, Done done,
                    void* arg, uint64_t tag) = 0;

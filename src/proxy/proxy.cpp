@@ -108,6 +108,10 @@ void Proxy::execute(const Command& c) {
                   c.offset, done, this, c.counter, &signal);
       return;
     }
+    case Op::kPutValue:
+      engine_.put_value(pe, resolve(c.region), c.offset, c.local, c.bytes, done, this,
+                        c.counter);
+      return;
     case Op::kSignal:
       engine_.fence();  // a signal releases what was written before it (signal.cuh)
       engine_.signal(pe, resolve(c.signal_region), c.signal_offset, c.signal_value, update);

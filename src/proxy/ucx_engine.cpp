@@ -5,6 +5,7 @@
 #include <cstring>
 #include <atomic>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -72,6 +73,7 @@ struct Pending {
   Done done;
   void* arg;
   uint64_t tag;
+  std::shared_ptr<uint64_t> value;  // a put_value's source, kept until UCX is done with it
 };
 
 // Rendezvous data announced to this rank (a bulk put into one of its regions, or the reply to
@@ -218,6 +220,19 @@ class UcxEngine final : public NetEngine {
     if (signal == nullptr) return;
     fence_locked();  // the signal must not overtake its data
     send_signal(pe, to_wire(*signal));
+  }
+
+  void put_value(int pe, int region, uint64_t offset, uint64_t value, size_t bytes, Done done,
+                 void* arg, uint64_t tag) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    GSHMEM_REQUIRE(bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8,
+                   "put_value stores 1, 2, 4 or 8 bytes, not " + std::to_string(bytes));
+    const PeerRegion& target = reach(pe, region, offset, bytes, "put_value");
+    auto source = std::make_shared<uint64_t>(value);  // little-endian: the low bytes come first
+    ucp_request_param_t param{};
+    ucs_status_ptr_t req = api_.put_nbx(eps_[pe], source.get(), bytes, target.base + offset,
+                                        target.rkey, &param);
+    track(req, pe, done, arg, tag, "put_value", std::move(source));
   }
 
   void get(int pe, void* dst, size_t bytes, int region, uint64_t offset, Done done, void* arg,
@@ -433,7 +448,7 @@ class UcxEngine final : public NetEngine {
     if (UCS_PTR_IS_ERR(req)) {
       peer_errors_[pe] = UCS_PTR_STATUS(req);
     } else if (req != nullptr) {
-      pending_.push_back({req, pe, nullptr, nullptr, 0});
+      pending_.push_back({req, pe, nullptr, nullptr, 0, nullptr});
     }
   }
 
@@ -689,7 +704,8 @@ class UcxEngine final : public NetEngine {
     return target;
   }
 
-  void track(ucs_status_ptr_t req, int pe, Done done, void* arg, uint64_t tag, const char* op) {
+  void track(ucs_status_ptr_t req, int pe, Done done, void* arg, uint64_t tag, const char* op,
+             std::shared_ptr<uint64_t> value = nullptr) {
     if (UCS_PTR_IS_ERR(req)) {
       const ucs_status_t st = UCS_PTR_STATUS(req);
       if (st == UCS_ERR_UNSUPPORTED || st == UCS_ERR_INVALID_PARAM) {
@@ -704,7 +720,7 @@ class UcxEngine final : public NetEngine {
       if (done != nullptr) done(arg, tag);
       return;
     }
-    pending_.push_back({req, pe, done, arg, tag});
+    pending_.push_back({req, pe, done, arg, tag, std::move(value)});
   }
 
   struct Handler {

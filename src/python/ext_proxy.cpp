@@ -320,6 +320,7 @@ void bind_proxy(nb::module_& m) {
   ops["get"] = static_cast<int>(gshmem::proxy::Op::kGet);
   ops["fence"] = static_cast<int>(gshmem::proxy::Op::kFence);
   ops["quiet"] = static_cast<int>(gshmem::proxy::Op::kQuiet);
+  ops["put_value"] = static_cast<int>(gshmem::proxy::Op::kPutValue);
   m.attr("PROXY_OPS") = ops;
   m.attr("HEAP_REGION") = gshmem::proxy::kHeapRegion;
   m.def("transport", [] {

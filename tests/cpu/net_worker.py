@@ -10,8 +10,8 @@ Scenarios (several run one after another on the same bootstrap; the result is th
   rma       puts, gets and atomic adds between every pair of ranks into regions of different
             sizes per rank, checked byte for byte; an overrun and a self-put are refused
   proxy     the same traffic through a proxy thread fed by host producer threads: put_signal
-            of random sizes, signals, counters and quiet, while regions are registered and
-            deregistered; every byte and count checked
+            of random sizes, signals, put_value of 1-8 bytes, counters and quiet, while regions
+            are registered and deregistered; every byte and count checked
   die       rank 1 exits abruptly once set up; rank 0 keeps sending and must get a clear
             error (not a hang) within its timeout
   die_proxy the same through a proxy thread: the thread stops on the error, which the
@@ -141,6 +141,19 @@ def rma(bs, rank: int, n: int) -> dict:
     return {"errors": errors, "refused": refused, "sizes": sizes}
 
 
+def put_values(rank: int) -> list[tuple[int, int, int]]:
+    """(value, bytes, offset in the signal region) of the put_values rank `rank` sends each peer:
+    8 bytes into word 16 + rank, then 1, 2 and 4 bytes into word 24 + rank."""
+    word = 8 * (24 + rank)
+    return [(0x1122334455667788 + rank, 8, 8 * (16 + rank)), (0xAB, 1, word),
+            (0xCDEF, 2, word + 2), (0x01234567 + rank, 4, word + 4)]  # fmt: skip
+
+
+def put_value_words(rank: int) -> list[int]:
+    """Words 16 + rank and 24 + rank of a peer once rank's put_values landed (little-endian)."""
+    return [0x1122334455667788 + rank, 0xAB | (0xCDEF << 16) | ((0x01234567 + rank) << 32)]
+
+
 def allowed(tid: str) -> str:
     """The CPUs thread `tid` of this process may run on, as /proc lists them."""
     with open(f"/proc/self/task/{tid}/status") as f:
@@ -176,6 +189,9 @@ def proxy(bs, rank: int, n: int) -> dict:
         while not prox.try_push(ops["signal"], q, signal_region=signals,
                                 signal_offset=8 * (SIGNALS - 1), signal_value=7):  # fmt: skip
             time.sleep(0)
+        for value, nbytes, offset in put_values(rank):
+            while not prox.try_push(ops["put_value"], q, signals, value, offset, nbytes):
+                time.sleep(0)
         while not prox.try_push(ops["signal"], q, signal_region=signals, signal_set=True,
                                 signal_offset=8 * (SIGNALS // 2 + rank),
                                 signal_value=100 + rank):  # fmt: skip
@@ -193,7 +209,7 @@ def proxy(bs, rank: int, n: int) -> dict:
         eng.deregister(region)
     for t in threads:
         t.join()
-    total = len(peers) * (per_peer + 2)
+    total = len(peers) * (per_peer + 2 + len(put_values(rank)))
     while not prox.try_push(ops["quiet"], 0):
         time.sleep(0)
     prox.wait_retired(total + 1, 30.0)
@@ -204,6 +220,10 @@ def proxy(bs, rank: int, n: int) -> dict:
             errors.append(f"bytes from rank {q} wrong")
         if int(sig[q]) != per_peer:
             errors.append(f"signal from rank {q} is {int(sig[q])}, want {per_peer}")
+    for q in peers:
+        got = [int(sig[16 + q]), int(sig[24 + q])]
+        if got != put_value_words(q):
+            errors.append(f"put_values from rank {q} read {[hex(w) for w in got]}")
     if int(sig[SIGNALS - 1]) != 7 * len(peers):
         errors.append(f"plain signals sum to {int(sig[SIGNALS - 1])}")
     errors += [f"signal set by rank {q} reads {int(sig[SIGNALS // 2 + q])}" for q in peers

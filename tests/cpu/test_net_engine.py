@@ -41,9 +41,9 @@ def test_proxy_thread_executes_host_descriptors(nranks, bulk):
     for rank, res in enumerate(run_ranks("proxy", nranks, env=bulk)):
         assert res["ok"], (rank, res)
         assert res["result"]["errors"] == [], (rank, res)
-        # per peer: 200 put_signals, a signal add, a signal set, a fence, a get and a put to the
-        # heap region; three quiets
-        assert res["result"]["retired"] == (nranks - 1) * 205 + 3
+        # per peer: 200 put_signals, a signal add, 4 put_values, a signal set, a fence, a get and
+        # a put to the heap region; three quiets
+        assert res["result"]["retired"] == (nranks - 1) * 209 + 3
         if len(os.sched_getaffinity(0)) > 1:  # else every thread is on that one core anyway
             assert res["result"]["pinned_threads"] == 1, res
 

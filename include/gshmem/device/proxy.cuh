@@ -125,6 +125,21 @@ __device__ inline bool proxy_put(const Device& dev, void* dst, const void* src, 
   return proxy_push(dev, c);
 }
 
+// Stores the low `bytes` (1, 2, 4 or 8) bytes of `value` at symmetric `dst` on `pe`: the value
+// travels in the descriptor, so nothing of the caller's must stay valid. Complete once
+// proxy_quiet() returned.
+__device__ inline bool proxy_put_value(const Device& dev, void* dst, uint64_t value,
+                                       size_t bytes, int pe) {
+  proxy::Command c;
+  c.op = proxy::Op::kPutValue;
+  c.pe = static_cast<uint32_t>(pe);
+  c.region = proxy::kHeapRegion;
+  c.local = value;
+  c.offset = heap_offset(dev, dst);
+  c.bytes = bytes;
+  return proxy_push(dev, c);
+}
+
 // A get of `bytes` from symmetric `src` on `pe` into local `dst`, there once proxy_quiet()
 // returned.
 __device__ inline bool proxy_get(const Device& dev, void* dst, const void* src, size_t bytes,

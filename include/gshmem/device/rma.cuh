@@ -19,12 +19,14 @@
 // memory).
 //   p / g              one element of 1, 2, 4 or 8 bytes, as a strong (relaxed, system-scope)
 //                      store/load: never torn, never a stale cached value, so g can poll and
-//                      `put; fence; p(flag)` is a valid release pattern.
+//                      `put; fence; p(flag)` is a valid release pattern. On the proxy path p
+//                      appends one descriptor that carries the value (complete after
+//                      quiet<Scope>(dev)); g does not reach proxy PEs yet.
 //   iput / iget        dst[i * dst_stride] = src[i * src_stride] for i < nelems (strides in
 //                      elements), weak element accesses, blocking as put/get.
-// Symmetric addresses (dst of put, src of get) must lie in the symmetric heap. put/get and their
-// _nbi forms take any world rank that is load/store-reachable or on the proxy path; p, g, iput
-// and iget need a load/store-reachable one (gshmem::ptr(dev, p, pe) != nullptr).
+// Symmetric addresses (dst of put, src of get) must lie in the symmetric heap. put/get, their
+// _nbi forms and p take any world rank that is load/store-reachable or on the proxy path; g,
+// iput and iget need a load/store-reachable one (gshmem::ptr(dev, p, pe) != nullptr).
 #pragma once
 
 #include "copy.cuh"
@@ -95,6 +97,13 @@ __device__ inline void get(const Device& dev, void* dst, const void* src, size_t
 // Single element, made by the calling thread alone.
 template <class T>
 __device__ inline void p(const Device& dev, T* dst, T value, int pe) {
+  static_assert(sizeof(T) <= sizeof(uint64_t), "p stores elements of 1, 2, 4 or 8 bytes");
+  if (detail::via_proxy(dev, pe)) {
+    uint64_t bits = 0;
+    memcpy(&bits, &value, sizeof(T));
+    detail::proxy_put_value(dev, dst, bits, sizeof(T), pe);
+    return;
+  }
   detail::store_relaxed(detail::peer(dev, dst, pe), value);
 }
 
