@@ -33,6 +33,10 @@ def test_put_signal_and_get_through_the_proxy(scenario):
 
 @pytest.mark.gpu
 @needs_ucx
-def test_device_api_signal_suite_through_the_proxy():
-    # every scope, SET and ADD, blocking and non-blocking, 1 B .. 8 MiB, data after signal
-    launch_pes(2, str(SCRIPTS / "device_api_check.py"), "signal", timeout=300, **PROXY)
+@pytest.mark.parametrize("suite", ["signal", "barrier"])
+def test_device_api_suite_through_the_proxy(suite):
+    # signal: every scope, SET and ADD, blocking and non-blocking, 1 B .. 8 MiB, data after the
+    # signal; barrier: p to the right neighbour (put_value through the proxy), the team barrier,
+    # the left neighbour's value checked, on the world and a strided team, every scope
+    env = {**PROXY, "GSHMEM_TEST_SMALL": "1"} if suite == "barrier" else PROXY
+    launch_pes(2, str(SCRIPTS / "device_api_check.py"), suite, timeout=300, **env)
