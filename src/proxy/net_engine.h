@@ -4,7 +4,8 @@
 //
 // Ordering and completion, as UCX gives them:
 //   - operations to one peer may complete in any order; fence() orders every operation issued
-//     before it before every one issued after it, per peer (put, fence, signal add);
+//     before it before every one issued after it (put, fence, signal add). On UCX a fence is a
+//     flush: UCX's own fence does not order an active message (a signal) behind a put;
 //   - a signal update (add or set) travels as a UCX active message and the target's engine
 //     applies it when it progresses (its proxy thread always does): network atomics on arbitrary
 //     memory are not available on every transport (TCP, shared memory), messages are. The
@@ -18,8 +19,8 @@
 //   - puts and gets of at least `bulk_bytes` (make_ucx_engine) travel as rendezvous active
 //     messages that the target receives into the region itself, so UCX may choose a zero-copy
 //     protocol for them (CUDA IPC, RDMA) where its one-sided put/get into GPU memory would be a
-//     software emulation. The target acknowledges each bulk put once its data (and signal)
-//     landed; fence() and flush() wait for those acks;
+//     software emulation. The target acknowledges each bulk put once its data landed and its
+//     signal went to the sink; fence() and flush() wait for those acks;
 //   - flush() returns once every operation issued so far is complete at its target.
 // Every wait is bounded by the engine's timeout; a failed peer is named in the error.
 #pragma once

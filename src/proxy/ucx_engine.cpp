@@ -65,6 +65,10 @@ void cpu_signal_sink(void*, uint64_t* word, uint64_t value, SignalUpdate update)
   }
 }
 
+// What a target answers a bulk put for a region it does not have: the sender's request fails
+// with it, which the sender raises as its own usage error.
+constexpr ucs_status_t kNoRegion = UCS_ERR_NO_ELEM;
+
 // An operation UCX has not finished yet: a put or get (with its completion callback), a
 // signal, a bulk put's ack or a get's reply.
 struct Pending {
@@ -74,6 +78,7 @@ struct Pending {
   void* arg;
   uint64_t tag;
   std::shared_ptr<uint64_t> value;  // a put_value's source, kept until UCX is done with it
+  bool bulk_put = false;            // its ack is counted in unacked_
 };
 
 // Rendezvous data announced to this rank (a bulk put into one of its regions, or the reply to
@@ -209,7 +214,7 @@ class UcxEngine final : public NetEngine {
                            {wire::kNoSignal, 0, 0, 0}};
       if (signal != nullptr) header.signal = to_wire(*signal);
       track(send(pe, wire::kBulkPut, &header, sizeof header, src, bytes), pe, done, arg, tag,
-            "put");
+            "put", nullptr, true);
       ++unacked_[pe];
       return;
     }
@@ -290,7 +295,7 @@ class UcxEngine final : public NetEngine {
   bool busy() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return !pending_.empty() || !arrivals_.empty() || !receiving_.empty() || !serves_.empty() ||
-           !fetches_.empty() || unacked() > 0;
+           !acks_.empty() || !fetches_.empty() || unacked() > 0;
   }
 
  private:
@@ -320,14 +325,10 @@ class UcxEngine final : public NetEngine {
     return api_.am_send_nbx(eps_[pe], id, header, header_bytes, data, bytes, &param);
   }
 
-  // Bulk puts are ordered by their acks (UCX's fence orders its own operations, not data a
-  // target receives when it gets to it); then UCX's fence for the rest.
-  void fence_locked() {
-    check_peers();
-    if (unacked() > 0) wait_flushes(nullptr);
-    ucs_status_t st = api_.worker_fence(worker_);
-    if (st != UCS_OK) throw_error(GSHMEM_ERROR_SYSTEM, ucx_failure("ucp_worker_fence", st));
-  }
+  // A fence is a flush: UCX's own fence orders its one-sided operations among themselves, not
+  // before an active message (a signal, a bulk put) issued after it, nor bulk data a target
+  // receives when it gets to it. Everything issued before is complete before anything after.
+  void fence_locked() { flush_locked(); }
 
   void flush_locked() {
     // One flush per peer, so that a timeout can name the peers that did not finish.
@@ -340,7 +341,7 @@ class UcxEngine final : public NetEngine {
         if (UCS_PTR_IS_ERR(req)) fail_peer(r, UCS_PTR_STATUS(req), "flush");
         flushes[r] = req;
       }
-      wait_flushes(&flushes);
+      wait_flushes(flushes);
     } catch (...) {
       for (void* f : flushes) {
         if (f != nullptr) api_.request_free(f);
@@ -358,7 +359,11 @@ class UcxEngine final : public NetEngine {
   bool progress_locked() {
     check_peers();
     bool moved = advance();
-    if (!arrival_error_.empty()) throw_error(GSHMEM_ERROR_SYSTEM, arrival_error_);
+    if (!arrival_error_.empty()) {
+      std::string what;
+      what.swap(arrival_error_);  // raised once; the engine stays usable
+      throw_error(GSHMEM_ERROR_SYSTEM, what);
+    }
     for (size_t i = 0; i < pending_.size();) {
       Pending& p = pending_[i];
       ucs_status_t st = api_.request_check_status(p.request);
@@ -371,6 +376,13 @@ class UcxEngine final : public NetEngine {
       pending_[i] = pending_.back();
       pending_.pop_back();
       moved = true;
+      if (st != UCS_OK && finished.bulk_put) {
+        --unacked_[finished.pe];  // refused: no ack will come
+        if (st == kNoRegion) {
+          throw_error(GSHMEM_ERROR_USAGE, "rank " + std::to_string(finished.pe) +
+                                              " has no region for a bulk put (deregistered?)");
+        }
+      }
       if (st != UCS_OK) fail_peer(finished.pe, st, "operation");
       if (finished.done != nullptr) finished.done(finished.arg, finished.tag);
     }
@@ -382,6 +394,17 @@ class UcxEngine final : public NetEngine {
   // finishing what landed, serving peers' gets. Never throws (it also runs while a bootstrap
   // exchange is under way on another thread): failures wait in arrival_error_ and peer_errors_.
   bool advance() {
+    try {
+      return advance_unguarded();
+    } catch (const std::exception& e) {
+      note_arrival_error(e.what());
+    } catch (...) {
+      note_arrival_error("unknown error while progressing the network");
+    }
+    return true;
+  }
+
+  bool advance_unguarded() {
     bool moved = api_.worker_progress(worker_) != 0;
     std::vector<Arrival> started;
     started.swap(arrivals_);
@@ -390,7 +413,7 @@ class UcxEngine final : public NetEngine {
       ucs_status_ptr_t req = api_.am_recv_data_nbx(worker_, a.desc, a.dst, a.bytes, &param);
       moved = true;
       if (UCS_PTR_IS_ERR(req)) {
-        note_arrival_error(ucx_failure("receiving rendezvous data", UCS_PTR_STATUS(req)));
+        failed(a, ucx_failure("receiving rendezvous data", UCS_PTR_STATUS(req)));
       } else if (req == nullptr) {
         landed(a);
       } else {
@@ -410,10 +433,17 @@ class UcxEngine final : public NetEngine {
       receiving_.pop_back();
       moved = true;
       if (st != UCS_OK) {
-        note_arrival_error(ucx_failure("receiving rendezvous data", st));
+        failed(done, ucx_failure("receiving rendezvous data", st));
       } else {
         landed(done);
       }
+    }
+    std::vector<std::pair<int, bool>> acks;
+    acks.swap(acks_);
+    for (const auto& [sender, landed] : acks) {
+      const wire::BulkPutAck ack{static_cast<uint64_t>(rank_), landed ? 1u : 0u};
+      send_quietly(sender, wire::kBulkPutAck, &ack, sizeof ack, nullptr, 0);
+      moved = true;
     }
     std::vector<Serve> serving;
     serving.swap(serves_);
@@ -436,10 +466,22 @@ class UcxEngine final : public NetEngine {
       return;
     }
     if (a.header.signal.region != wire::kNoSignal) apply_signal(a.header.signal);
-    const wire::BulkPutAck ack{static_cast<uint64_t>(rank_)};
-    send_quietly(static_cast<int>(a.header.from), wire::kBulkPutAck, &ack, sizeof ack, nullptr,
-                 0);
+    acknowledge(static_cast<int>(a.header.from), true);
   }
+
+  // Rendezvous data that could not be received: this rank raises `what`; the sender of a put
+  // hears that it failed (no wait for an ack that cannot come); a get is over.
+  void failed(const Arrival& a, const std::string& what) {
+    note_arrival_error(what);
+    if (a.put) {
+      acknowledge(static_cast<int>(a.header.from), false);
+    } else {
+      fetches_.erase(a.get_id);
+    }
+  }
+
+  // Queued: it may be called from a UCX callback; advance() sends it.
+  void acknowledge(int sender, bool landed) { acks_.push_back({sender, landed}); }
 
   // A send from advance(): a failure marks the peer failed instead of throwing.
   void send_quietly(int pe, unsigned id, const void* header, size_t header_bytes,
@@ -448,7 +490,7 @@ class UcxEngine final : public NetEngine {
     if (UCS_PTR_IS_ERR(req)) {
       peer_errors_[pe] = UCS_PTR_STATUS(req);
     } else if (req != nullptr) {
-      pending_.push_back({req, pe, nullptr, nullptr, 0, nullptr});
+      pending_.push_back({req, pe, nullptr, nullptr, 0, nullptr, false});
     }
   }
 
@@ -533,14 +575,15 @@ class UcxEngine final : public NetEngine {
   }
 
   void close() {
-    for (Region& r : regions_) release(r);
-    regions_.clear();
+    // Requests and announced data first: they may still name memory of the regions.
     for (Pending& p : pending_) api_.request_free(p.request);
     pending_.clear();
     for (Arrival& a : arrivals_) api_.am_data_release(worker_, a.desc);
     arrivals_.clear();
     for (Arrival& a : receiving_) api_.request_free(a.request);
     receiving_.clear();
+    for (Region& r : regions_) release(r);
+    regions_.clear();
     std::vector<void*> closing;
     for (ucp_ep_h& ep : eps_) {
       if (ep == nullptr) continue;
@@ -571,16 +614,16 @@ class UcxEngine final : public NetEngine {
     context_ = nullptr;
   }
 
-  // Progresses until every flush request (none for a fence: `flushes` null), every pending
-  // operation, every bulk get and every bulk put's ack is done; frees the done flush requests
-  // (nulling them); throws on a failed peer or at the deadline, naming the peers waited for.
-  void wait_flushes(std::vector<void*>* flushes) {
+  // Progresses until every flush request, every pending operation, every bulk get and every
+  // bulk put's ack is done; frees the done flush requests (nulling them); throws on a failed
+  // peer or at the deadline, naming the peers waited for.
+  void wait_flushes(std::vector<void*>& flushes) {
     const Deadline deadline(timeout_);
     for (;;) {
       progress_locked();
       std::vector<bool> waiting(nranks_, false);
-      for (int r = 0; flushes != nullptr && r < nranks_; ++r) {
-        void*& f = (*flushes)[r];
+      for (int r = 0; r < nranks_; ++r) {
+        void*& f = flushes[r];
         if (f == nullptr) continue;
         const ucs_status_t st = api_.request_check_status(f);
         if (st == UCS_INPROGRESS) {
@@ -593,22 +636,17 @@ class UcxEngine final : public NetEngine {
       }
       for (int r = 0; r < nranks_; ++r) waiting[r] = waiting[r] || unacked_[r] > 0;
       for (const auto& [id, f] : fetches_) waiting[f.pe] = true;
-      if (flushes == nullptr) {
-        if (unacked() == 0) return;
-      } else if (std::find(waiting.begin(), waiting.end(), true) == waiting.end() &&
-                 pending_.empty()) {
-        return;
-      }
+      for (const Pending& p : pending_) waiting[p.pe] = true;
+      if (std::find(waiting.begin(), waiting.end(), true) == waiting.end()) return;
       if (deadline.passed()) {
         std::string names;
         for (int r = 0; r < nranks_; ++r) {
           if (waiting[r]) names += (names.empty() ? "" : ", ") + std::to_string(r);
         }
         throw_error(GSHMEM_ERROR_TIMEOUT,
-                    "network " + std::string(flushes == nullptr ? "fence" : "flush") +
-                        " did not finish within " + std::to_string(timeout_) +
+                    "network flush did not finish within " + std::to_string(timeout_) +
                         " s (GSHMEM_TIMEOUT); still waiting for rank(s) " +
-                        (names.empty() ? std::string("(operations in flight)") : names));
+                        names);
       }
     }
   }
@@ -705,7 +743,7 @@ class UcxEngine final : public NetEngine {
   }
 
   void track(ucs_status_ptr_t req, int pe, Done done, void* arg, uint64_t tag, const char* op,
-             std::shared_ptr<uint64_t> value = nullptr) {
+             std::shared_ptr<uint64_t> value = nullptr, bool bulk_put = false) {
     if (UCS_PTR_IS_ERR(req)) {
       const ucs_status_t st = UCS_PTR_STATUS(req);
       if (st == UCS_ERR_UNSUPPORTED || st == UCS_ERR_INVALID_PARAM) {
@@ -720,7 +758,7 @@ class UcxEngine final : public NetEngine {
       if (done != nullptr) done(arg, tag);
       return;
     }
-    pending_.push_back({req, pe, done, arg, tag, std::move(value)});
+    pending_.push_back({req, pe, done, arg, tag, std::move(value), bulk_put});
   }
 
   struct Handler {
@@ -757,9 +795,11 @@ class UcxEngine final : public NetEngine {
     try {
       sink_(sink_arg_, reinterpret_cast<uint64_t*>(mine.base + s.offset), s.value,
             static_cast<SignalUpdate>(s.update));
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       // UCX calls us from C: the error travels to the next engine call instead.
       note_arrival_error("applying an arriving signal failed: " + std::string(e.what()));
+    } catch (...) {
+      note_arrival_error("applying an arriving signal failed");
     }
   }
 
@@ -790,13 +830,13 @@ class UcxEngine final : public NetEngine {
       return UCS_OK;
     }
     const PeerRegion* mine = self->landing(msg.region, msg.offset, bytes);
-    if (mine == nullptr || !rendezvous(param)) {
+    if (!rendezvous(param)) {  // UCX was told to send it by rendezvous: not expected
       self->note_arrival_error("a bulk put of " + std::to_string(bytes) + " bytes from rank " +
-                               std::to_string(msg.from) + " for region " +
-                               std::to_string(msg.region) + " was dropped (" +
-                               (mine == nullptr ? "no such region here" : "sent eagerly") + ")");
+                               std::to_string(msg.from) + " arrived without rendezvous");
+      self->acknowledge(static_cast<int>(msg.from), false);
       return UCS_OK;
     }
+    if (mine == nullptr) return kNoRegion;  // the sender's request fails with it: its error
     self->arrivals_.push_back({data, reinterpret_cast<void*>(mine->base + msg.offset), bytes,
                                true, msg, 0});
     return UCS_INPROGRESS;
@@ -809,6 +849,10 @@ class UcxEngine final : public NetEngine {
     if (read_header(header, header_bytes, msg) && msg.from < self->unacked_.size() &&
         self->unacked_[msg.from] > 0) {
       --self->unacked_[msg.from];
+      if (msg.landed == 0) {
+        self->note_arrival_error("a bulk put to rank " + std::to_string(msg.from) +
+                                 " failed there (it could not receive the data)");
+      }
     }
     return UCS_OK;
   }
@@ -880,6 +924,7 @@ class UcxEngine final : public NetEngine {
   std::vector<Arrival> arrivals_;  // rendezvous data announced, not yet being received
   std::vector<Arrival> receiving_;
   std::vector<Serve> serves_;
+  std::vector<std::pair<int, bool>> acks_;  // (sender, landed) owed a BulkPutAck
   std::unordered_map<uint64_t, Fetch> fetches_;  // this rank's bulk gets, by id
   uint64_t next_fetch_ = 0;
   SignalSink sink_ = &cpu_signal_sink;

@@ -32,6 +32,7 @@ struct BulkPut {
 
 struct BulkPutAck {
   uint64_t from;
+  uint64_t landed;  // 0: the target could not receive the data (it says why on its side)
 };
 
 struct GetRequest {
