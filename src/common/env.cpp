@@ -69,6 +69,7 @@ double timeout_seconds() {
 bool watchdog() { return get_bool("GSHMEM_WATCHDOG", true); }
 bool check_alloc() { return get_bool("GSHMEM_CHECK_ALLOC", true); }
 bool disable_p2p() { return get_bool("GSHMEM_DISABLE_P2P", false); }
+bool proxy_staging() { return get_bool("GSHMEM_PROXY_STAGING", false); }
 bool debug() { return get_bool("GSHMEM_DEBUG", false); }
 uint64_t heap_reserve(uint64_t fallback) { return get_size("GSHMEM_HEAP_RESERVE", fallback); }
 uint64_t heap_initial() { return get_size("GSHMEM_HEAP_INITIAL", 64ull << 20); }

@@ -24,6 +24,9 @@ enum class Transport {
 Transport transport();
 // GSHMEM_PROXY_QUEUE: descriptors in a comm's proxy queue (a power of two, default 1024).
 uint64_t proxy_queue();
+// GSHMEM_PROXY_STAGING: the proxy path stages GPU memory through pinned host chunks
+// (src/proxy/staging.h; default 0: UCX moves GPU memory itself).
+bool proxy_staging();
 // GSHMEM_HEAP_RESERVE: bytes of address space per PE heap (default: the device's memory).
 uint64_t heap_reserve(uint64_t fallback);
 // GSHMEM_HEAP_INITIAL: bytes mapped at init (default 64 MiB).

@@ -4,11 +4,16 @@
 #include <vector>
 
 #include "common/cuda_api.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
 
 namespace gshmem {
 namespace {
+
+// Staging chunks (GSHMEM_PROXY_STAGING): 4 MiB parts, 4 in flight each way (32 MiB pinned).
+constexpr size_t kStagingChunk = size_t{4} << 20;
+constexpr int kStagingChunks = 4;
 
 std::vector<int> cpus_near(int device) {
   char bus_id[32] = {};
@@ -24,6 +29,10 @@ ProxyPath::ProxyPath(Bootstrap& bs, SymmetricHeap& heap, int device, uint64_t ca
   sink_ = std::make_unique<proxy::GpuSignalSink>(device);
   engine_ = proxy::make_ucx_engine(bs, timeout);
   engine_->set_signal_sink(&proxy::GpuSignalSink::apply, sink_.get());
+  if (env::proxy_staging()) {
+    staging_ = proxy::make_gpu_staging(device, kStagingChunk, kStagingChunks);
+    engine_->set_staging(staging_.get());
+  }
   // Counters are for windows (not yet): the heap path completes through quiet.
   channel_ = std::make_unique<proxy::ProxyChannel>(*engine_, capacity, 0, proxy::Producers::kGpu,
                                                    device, cpus_near(device));
@@ -37,6 +46,7 @@ ProxyPath::~ProxyPath() {
   heap_.set_grow_hook(nullptr);
   channel_.reset();
   engine_.reset();
+  staging_.reset();
   sink_.reset();
 }
 

@@ -1,8 +1,9 @@
 // ProxyPath: how one comm reaches the PEs that its loads and stores do not (docs/network.md).
 // It owns the network engine (UCX, on the comm's bootstrap), the comm's symmetric heap
 // registered with it (again after every growth, so descriptors may name any heap address), the
-// proxy channel that the comm's kernels feed, and the sink that applies signals arriving for
-// this PE to its heap on its GPU. Kernels reach it through gshmem_device_t's proxy_* fields.
+// proxy channel that the comm's kernels feed, the sink that applies signals arriving for this
+// PE to its heap on its GPU, and (GSHMEM_PROXY_STAGING) the pinned chunks GPU memory is staged
+// through. Kernels reach it through gshmem_device_t's proxy_* fields.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "proxy/channel.h"
 #include "proxy/gpu_signal_sink.h"
 #include "proxy/net_engine.h"
+#include "proxy/staging.h"
 
 namespace gshmem {
 
@@ -35,6 +37,7 @@ class ProxyPath {
  private:
   SymmetricHeap& heap_;
   std::unique_ptr<proxy::GpuSignalSink> sink_;
+  std::unique_ptr<proxy::Staging> staging_;  // outlives the engine that uses it
   std::unique_ptr<proxy::NetEngine> engine_;
   std::unique_ptr<proxy::ProxyChannel> channel_;
 };

@@ -36,6 +36,8 @@ class Bootstrap;
 
 namespace gshmem::proxy {
 
+class Staging;
+
 // Called from progress() (or from put()/get() when it completed at once) with the call's `tag`.
 using Done = void (*)(void* arg, uint64_t tag);
 
@@ -92,6 +94,9 @@ class NetEngine {
   // How signals arriving at this rank are applied (default: a CPU atomic on host memory).
   // Set before the first region is registered.
   virtual void set_signal_sink(SignalSink sink, void* arg) = 0;
+  // How GPU memory is moved (staging.h); null (the default): every buffer goes to UCX as it
+  // is. Set before the first transfer; `staging` must outlive the engine.
+  virtual void set_staging(Staging* staging) = 0;
   // Orders the operations issued before it before those issued after it (to each peer).
   virtual void fence() = 0;
   // Blocking: every operation issued so far is complete at its target (a signal add: delivered to

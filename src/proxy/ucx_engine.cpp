@@ -5,6 +5,8 @@
 #include <cstring>
 #include <atomic>
 #include <exception>
+#include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +19,7 @@
 #include "bootstrap/tcp_bootstrap.h"
 #include "common/error.h"
 #include "proxy/net_engine.h"
+#include "proxy/staging.h"
 #include "proxy/ucx_api.h"
 #include "proxy/ucx_wire.h"
 
@@ -87,10 +90,34 @@ struct Arrival {
   void* desc;        // UCX's data descriptor
   void* dst;
   uint64_t bytes;
-  bool put;          // else the reply to get `get_id`
+  bool put;          // else a part of the reply to get `get_id`
   wire::BulkPut header;
   uint64_t get_id;
+  uint64_t parts;    // of the get's reply
   void* request = nullptr;  // the receive, once started
+  void* chunk = nullptr;    // the staging chunk it lands in first (staged memory)
+};
+
+// A bulk transfer of staged memory on its way out (a put, or the reply to a peer's get): its
+// parts are copied into outgoing chunks and sent as chunks come free.
+struct Outgoing {
+  int pe;
+  unsigned id;  // wire::kBulkPut or wire::kGetReply
+  wire::BulkPut put;
+  wire::GetReply reply;
+  const char* src;
+  uint64_t bytes;
+  Done done;  // local completion, once every part was sent
+  void* arg;
+  uint64_t tag;
+  uint64_t next = 0;       // bytes handed to parts so far
+  uint64_t in_flight = 0;  // parts sent and not complete
+};
+
+struct PartSend {
+  void* request;
+  void* chunk;
+  Outgoing* transfer;
 };
 
 // A bulk get of this rank waiting for its reply.
@@ -101,6 +128,7 @@ struct Fetch {
   Done done;
   void* arg;
   uint64_t tag;
+  uint64_t landed = 0;  // parts of the reply
 };
 
 // A peer's bulk get this rank serves once the worker is outside its callbacks.
@@ -211,10 +239,16 @@ class UcxEngine final : public NetEngine {
     if (signal != nullptr) reach_signal(pe, signal->region, signal->offset);
     if (bytes >= bulk_bytes_) {
       wire::BulkPut header{static_cast<uint64_t>(rank_), static_cast<uint64_t>(region), offset,
-                           {wire::kNoSignal, 0, 0, 0}};
+                           next_message_++, 1, {wire::kNoSignal, 0, 0, 0}};
       if (signal != nullptr) header.signal = to_wire(*signal);
-      track(send(pe, wire::kBulkPut, &header, sizeof header, src, bytes), pe, done, arg, tag,
-            "put", nullptr, true);
+      if (staging_ != nullptr && staging_->staged(src)) {
+        header.parts = parts_of(bytes);
+        outgoing_.push_back({pe, wire::kBulkPut, header, {}, static_cast<const char*>(src), bytes,
+                             done, arg, tag});
+      } else {
+        track(send(pe, wire::kBulkPut, &header, sizeof header, src, bytes), pe, done, arg, tag,
+              "put", nullptr, true);
+      }
       ++unacked_[pe];
       return;
     }
@@ -271,6 +305,11 @@ class UcxEngine final : public NetEngine {
     send_signal(pe, to_wire({region, offset, value, update}));
   }
 
+  void set_staging(Staging* staging) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    staging_ = staging;
+  }
+
   void set_signal_sink(SignalSink sink, void* arg) override {
     std::lock_guard<std::mutex> lock(mu_);
     sink_ = sink;
@@ -295,10 +334,15 @@ class UcxEngine final : public NetEngine {
   bool busy() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return !pending_.empty() || !arrivals_.empty() || !receiving_.empty() || !serves_.empty() ||
-           !acks_.empty() || !fetches_.empty() || unacked() > 0;
+           !acks_.empty() || !fetches_.empty() || unacked() > 0 || !outgoing_.empty();
   }
 
  private:
+  uint64_t parts_of(uint64_t bytes) const {
+    const uint64_t chunk = staging_->chunk_bytes();
+    return (bytes + chunk - 1) / chunk;
+  }
+
   static wire::Signal to_wire(const SignalAfter& s) {
     return {static_cast<uint64_t>(s.region), s.offset, s.value, static_cast<uint64_t>(s.update)};
   }
@@ -409,13 +453,23 @@ class UcxEngine final : public NetEngine {
     std::vector<Arrival> started;
     started.swap(arrivals_);
     for (Arrival& a : started) {
+      void* into = a.dst;
+      if (staging_ != nullptr && staging_->staged(a.dst)) {
+        a.chunk = staging_->take(false);
+        if (a.chunk == nullptr) {  // every incoming chunk busy: later
+          arrivals_.push_back(a);
+          continue;
+        }
+        into = a.chunk;
+      }
       ucp_request_param_t param{};
-      ucs_status_ptr_t req = api_.am_recv_data_nbx(worker_, a.desc, a.dst, a.bytes, &param);
+      ucs_status_ptr_t req = api_.am_recv_data_nbx(worker_, a.desc, into, a.bytes, &param);
       moved = true;
       if (UCS_PTR_IS_ERR(req)) {
+        if (a.chunk != nullptr) staging_->give_back(a.chunk, false);
         failed(a, ucx_failure("receiving rendezvous data", UCS_PTR_STATUS(req)));
       } else if (req == nullptr) {
-        landed(a);
+        received(a);
       } else {
         a.request = req;
         receiving_.push_back(a);
@@ -433,9 +487,10 @@ class UcxEngine final : public NetEngine {
       receiving_.pop_back();
       moved = true;
       if (st != UCS_OK) {
+        if (done.chunk != nullptr) staging_->give_back(done.chunk, false);
         failed(done, ucx_failure("receiving rendezvous data", st));
       } else {
-        landed(done);
+        received(done);
       }
     }
     std::vector<std::pair<int, bool>> acks;
@@ -448,23 +503,99 @@ class UcxEngine final : public NetEngine {
     std::vector<Serve> serving;
     serving.swap(serves_);
     for (const Serve& s : serving) {
-      const wire::GetReply reply{s.id, s.bytes > 0 ? 1u : 0u};
-      send_quietly(s.pe, wire::kGetReply, &reply, sizeof reply, s.src, s.bytes);
+      wire::GetReply reply{s.id, s.bytes > 0 ? 1u : 0u, 0, 1};
+      if (s.bytes > 0 && staging_ != nullptr && staging_->staged(s.src)) {
+        reply.parts = parts_of(s.bytes);
+        outgoing_.push_back({s.pe, wire::kGetReply, {}, reply, static_cast<const char*>(s.src),
+                             s.bytes, nullptr, nullptr, 0});
+      } else {
+        send_quietly(s.pe, wire::kGetReply, &reply, sizeof reply, s.src, s.bytes);
+      }
       moved = true;
+    }
+    return send_parts() || moved;
+  }
+
+  // Staged transfers out: parts whose send completed give their chunk back (a transfer whose
+  // parts are all sent and complete is done); then every free outgoing chunk takes the next
+  // part, copied in from the GPU, and sends it.
+  bool send_parts() {
+    bool moved = false;
+    for (size_t i = 0; i < part_sends_.size();) {
+      const ucs_status_t st = api_.request_check_status(part_sends_[i].request);
+      if (st == UCS_INPROGRESS) {
+        ++i;
+        continue;
+      }
+      api_.request_free(part_sends_[i].request);
+      const PartSend done = part_sends_[i];
+      part_sends_[i] = part_sends_.back();
+      part_sends_.pop_back();
+      staging_->give_back(done.chunk, true);
+      --done.transfer->in_flight;
+      if (st != UCS_OK) peer_errors_[done.transfer->pe] = st;
+      moved = true;
+    }
+    for (auto it = outgoing_.begin(); it != outgoing_.end();) {
+      Outgoing& t = *it;
+      while (t.next < t.bytes) {
+        void* chunk = staging_->take(true);
+        if (chunk == nullptr) break;
+        const uint64_t len = std::min<uint64_t>(staging_->chunk_bytes(), t.bytes - t.next);
+        staging_->copy(chunk, t.src + t.next, len);
+        wire::BulkPut put = t.put;
+        wire::GetReply reply = t.reply;
+        put.offset += t.next;
+        reply.offset = t.next;
+        const bool is_put = t.id == wire::kBulkPut;
+        ucs_status_ptr_t req = send(t.pe, t.id, is_put ? static_cast<const void*>(&put) : &reply,
+                                    is_put ? sizeof put : sizeof reply, chunk, len);
+        t.next += len;
+        moved = true;
+        if (UCS_PTR_IS_ERR(req)) {
+          staging_->give_back(chunk, true);
+          peer_errors_[t.pe] = UCS_PTR_STATUS(req);
+        } else if (req == nullptr) {
+          staging_->give_back(chunk, true);
+        } else {
+          part_sends_.push_back({req, chunk, &t});
+          ++t.in_flight;
+        }
+      }
+      if (t.next < t.bytes || t.in_flight > 0) {
+        ++it;
+        continue;
+      }
+      const Outgoing finished = t;
+      it = outgoing_.erase(it);
+      if (finished.done != nullptr) finished.done(finished.arg, finished.tag);
     }
     return moved;
   }
 
-  // A bulk put's data (and signal) are in place: the sender hears so; a get's reply: done.
+  // A part arrived: out of its staging chunk (if any), then counted.
+  void received(const Arrival& a) {
+    if (a.chunk != nullptr) {
+      staging_->copy(a.dst, a.chunk, a.bytes);
+      staging_->give_back(a.chunk, false);
+    }
+    landed(a);
+  }
+
+  // A part of a bulk transfer is in place. Once every part of a put is: its signal, and the
+  // sender hears so; of a get's reply: the get is done.
   void landed(const Arrival& a) {
     if (!a.put) {
       const auto it = fetches_.find(a.get_id);
-      if (it == fetches_.end()) return;
+      if (it == fetches_.end() || ++it->second.landed < a.parts) return;
       const Fetch f = it->second;
       fetches_.erase(it);
       if (f.done != nullptr) f.done(f.arg, f.tag);
       return;
     }
+    const std::pair<uint64_t, uint64_t> key{a.header.from, a.header.message};
+    if (a.header.parts > 1 && ++parts_landed_[key] < a.header.parts) return;
+    parts_landed_.erase(key);
     if (a.header.signal.region != wire::kNoSignal) apply_signal(a.header.signal);
     acknowledge(static_cast<int>(a.header.from), true);
   }
@@ -582,6 +713,9 @@ class UcxEngine final : public NetEngine {
     arrivals_.clear();
     for (Arrival& a : receiving_) api_.request_free(a.request);
     receiving_.clear();
+    for (PartSend& p : part_sends_) api_.request_free(p.request);
+    part_sends_.clear();
+    outgoing_.clear();
     for (Region& r : regions_) release(r);
     regions_.clear();
     std::vector<void*> closing;
@@ -838,7 +972,7 @@ class UcxEngine final : public NetEngine {
     }
     if (mine == nullptr) return kNoRegion;  // the sender's request fails with it: its error
     self->arrivals_.push_back({data, reinterpret_cast<void*>(mine->base + msg.offset), bytes,
-                               true, msg, 0});
+                               true, msg, 0, msg.parts});
     return UCS_INPROGRESS;
   }
 
@@ -881,7 +1015,8 @@ class UcxEngine final : public NetEngine {
     const auto it = self->fetches_.find(msg.id);
     if (it == self->fetches_.end()) return UCS_OK;
     const Fetch& f = it->second;
-    if (msg.served == 0 || bytes != f.bytes || !rendezvous(param)) {
+    if (msg.served == 0 || msg.offset > f.bytes || bytes > f.bytes - msg.offset ||
+        !rendezvous(param)) {
       self->note_arrival_error("a bulk get of " + std::to_string(f.bytes) + " bytes from rank " +
                                std::to_string(f.pe) + " failed (" +
                                (msg.served == 0 ? "the region is gone there"
@@ -889,7 +1024,8 @@ class UcxEngine final : public NetEngine {
       self->fetches_.erase(it);
       return UCS_OK;
     }
-    self->arrivals_.push_back({data, f.dst, bytes, false, {}, msg.id});
+    self->arrivals_.push_back({data, static_cast<char*>(f.dst) + msg.offset, bytes, false, {},
+                               msg.id, msg.parts});
     return UCS_INPROGRESS;
   }
 
@@ -927,6 +1063,11 @@ class UcxEngine final : public NetEngine {
   std::vector<std::pair<int, bool>> acks_;  // (sender, landed) owed a BulkPutAck
   std::unordered_map<uint64_t, Fetch> fetches_;  // this rank's bulk gets, by id
   uint64_t next_fetch_ = 0;
+  uint64_t next_message_ = 0;  // ids of this rank's bulk puts
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> parts_landed_;  // (sender, message)
+  Staging* staging_ = nullptr;
+  std::list<Outgoing> outgoing_;  // a list: parts in flight point at their transfer
+  std::vector<PartSend> part_sends_;
   SignalSink sink_ = &cpu_signal_sink;
   void* sink_arg_ = nullptr;
   std::string arrival_error_;  // what went wrong with something that arrived, for progress()

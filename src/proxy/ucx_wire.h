@@ -23,11 +23,15 @@ struct Signal {
 
 constexpr uint64_t kNoSignal = ~uint64_t{0};
 
+// One part of a bulk put (a transfer of staged memory travels in parts: staging.h); the target
+// applies the signal and acknowledges once all `parts` of `message` landed.
 struct BulkPut {
-  uint64_t from;    // the sender's rank, for the ack
+  uint64_t from;     // the sender's rank, for the ack
   uint64_t region;
-  uint64_t offset;
-  Signal signal;    // signal.region == kNoSignal: none
+  uint64_t offset;   // of this part
+  uint64_t message;  // the sender's id for the transfer
+  uint64_t parts;
+  Signal signal;     // signal.region == kNoSignal: none
 };
 
 struct BulkPutAck {
@@ -43,9 +47,12 @@ struct GetRequest {
   uint64_t bytes;
 };
 
+// One part of the reply to a bulk get: `offset` into the requester's buffer, of `parts`.
 struct GetReply {
   uint64_t id;
   uint64_t served;  // 0: the target refused (the region went away); no data follows
+  uint64_t offset;
+  uint64_t parts;
 };
 
 }  // namespace gshmem::proxy::wire

@@ -11,6 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +25,7 @@
 #include "proxy/channel.h"
 #include "proxy/descriptor_queue.h"
 #include "proxy/net_engine.h"
+#include "proxy/staging.h"
 #include "python/ext_bootstrap.h"
 #include "python/ext_common.h"
 
@@ -151,15 +154,48 @@ nb::dict stress(int producers, uint64_t count, uint64_t capacity) {
   return d;
 }
 
+// Staging for tests on host memory: stages every buffer through two chunks per direction of
+// `chunk` bytes (memcpy), so the CPU tests drive the staged protocol (parts, chunk pools that
+// run dry) that a comm uses for GPU memory.
+class HostTestStaging final : public gshmem::proxy::Staging {
+ public:
+  explicit HostTestStaging(size_t chunk) : chunk_(chunk) {
+    for (int direction = 0; direction < 2; ++direction) {
+      for (int i = 0; i < 2; ++i) {
+        all_.emplace_back(chunk);
+        free_[direction].push_back(all_.back().data());
+      }
+    }
+  }
+  bool staged(const void*) const override { return true; }
+  size_t chunk_bytes() const override { return chunk_; }
+  void* take(bool outgoing) override {
+    std::vector<void*>& pool = free_[outgoing ? 0 : 1];
+    if (pool.empty()) return nullptr;
+    void* p = pool.back();
+    pool.pop_back();
+    return p;
+  }
+  void give_back(void* chunk, bool outgoing) override { free_[outgoing ? 0 : 1].push_back(chunk); }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+
+ private:
+  size_t chunk_;
+  std::list<std::vector<char>> all_;
+  std::vector<void*> free_[2];
+};
+
 // The network engine on a test bootstrap (which must outlive it). Addresses are plain integers:
 // the tests use numpy arrays' host memory.
 class EngineHandle {
  public:
   EngineHandle(gshmem::python::BootstrapHandle& bs, std::optional<double> timeout,
-               std::optional<size_t> bulk_bytes) {
+               std::optional<size_t> bulk_bytes, std::optional<size_t> staging_chunk) {
     const double t = timeout.value_or(bs.timeout());
     const size_t bulk = bulk_bytes.value_or(gshmem::proxy::kDefaultBulkBytes);
+    if (staging_chunk) staging_ = std::make_unique<HostTestStaging>(*staging_chunk);
     engine_ = call_internal([&] { return gshmem::proxy::make_ucx_engine(bs.bs(), t, bulk); });
+    if (staging_) engine_->set_staging(staging_.get());
   }
   gshmem::proxy::NetEngine& engine() {
     if (!engine_) gshmem::python::raise(GSHMEM_ERROR_USAGE, "this network engine is closed");
@@ -209,6 +245,7 @@ class EngineHandle {
   void close() { engine_.reset(); }
 
  private:
+  std::unique_ptr<HostTestStaging> staging_;  // outlives the engine
   std::unique_ptr<gshmem::proxy::NetEngine> engine_;
 };
 
@@ -281,9 +318,9 @@ void bind_proxy(nb::module_& m) {
 
   nb::class_<EngineHandle>(m, "NetEngine")
       .def(nb::init<gshmem::python::BootstrapHandle&, std::optional<double>,
-                    std::optional<size_t>>(),
+                    std::optional<size_t>, std::optional<size_t>>(),
            "bootstrap"_a, "timeout"_a = nb::none(), "bulk_bytes"_a = nb::none(),
-           nb::keep_alive<1, 2>())
+           "staging_chunk"_a = nb::none(), nb::keep_alive<1, 2>())
       .def("register", &EngineHandle::register_region, "base"_a, "bytes"_a)
       .def("deregister", &EngineHandle::deregister_region, "region"_a)
       .def("region_bytes", &EngineHandle::region_bytes, "region"_a, "pe"_a)

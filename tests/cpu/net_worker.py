@@ -46,9 +46,13 @@ SIGNALS = 64
 
 def engine(bs, **kw):
     """The engine under test. $NET_BULK_BYTES (set by the test) moves the size from which puts
-    and gets travel as rendezvous messages: 1 sends every transfer that way."""
+    and gets travel as rendezvous messages: 1 sends every transfer that way. $NET_STAGING_CHUNK
+    stages every buffer through two chunks per direction of that many bytes (the protocol a comm
+    uses for GPU memory, on host memory)."""
     bulk = os.environ.get("NET_BULK_BYTES")
-    return _C.NetEngine(bs, bulk_bytes=int(bulk) if bulk else None, **kw)
+    chunk = os.environ.get("NET_STAGING_CHUNK")
+    return _C.NetEngine(bs, bulk_bytes=int(bulk) if bulk else None,
+                        staging_chunk=int(chunk) if chunk else None, **kw)  # fmt: skip
 
 
 def region_bytes(rank: int) -> int:

@@ -18,8 +18,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-# Every transfer one-sided (the default for the test's sizes) or every one a rendezvous message.
-BULK = pytest.mark.parametrize("bulk", [{}, {"NET_BULK_BYTES": "1"}], ids=["rma", "bulk"])
+# Every transfer one-sided (the default for the test's sizes), every one a rendezvous message,
+# or every one staged through 4 KiB chunks (two per direction: pools run dry, parts wait).
+BULK = pytest.mark.parametrize(
+    "bulk",
+    [{}, {"NET_BULK_BYTES": "1"}, {"NET_BULK_BYTES": "1", "NET_STAGING_CHUNK": "4096"}],
+    ids=["rma", "bulk", "staged"],
+)
 
 
 @BULK
