@@ -372,6 +372,9 @@ void bind_proxy(nb::module_& m) {
   m.def("proxy_queue_capacity", [] {
         return call_internal([] { return gshmem::env::proxy_queue(); });
       }, "GSHMEM_PROXY_QUEUE as a comm created now would read it (default 1024).");
+  m.def("proxy_staging", [] {
+        return call_internal([] { return gshmem::env::proxy_staging(); });
+      }, "GSHMEM_PROXY_STAGING as a comm created now would read it (default off).");
   m.def("ucx_unavailable", [] { return gshmem::proxy::ucx_unavailable(); },
         "Empty when the proxy path's UCX loads in this process; else why not.");
 }

@@ -1,5 +1,5 @@
-"""GSHMEM_TRANSPORT and GSHMEM_PROXY_QUEUE as a comm reads them (docs/network.md), and whether
-the proxy path's UCX loads here."""
+"""GSHMEM_TRANSPORT, GSHMEM_PROXY_QUEUE and GSHMEM_PROXY_STAGING as a comm reads them
+(docs/network.md), and whether the proxy path's UCX loads here."""
 
 from __future__ import annotations
 
@@ -39,6 +39,18 @@ def test_proxy_queue_must_be_a_power_of_two(monkeypatch, bad):
     monkeypatch.setenv("GSHMEM_PROXY_QUEUE", bad)
     with pytest.raises(gshmem.UsageError, match="must be a power of two"):
         _C.proxy_queue_capacity()
+
+
+@pytest.mark.parametrize(("text", "expected"), [(None, False), ("1", True), ("off", False)])
+def test_proxy_staging_from_env(set_env, text, expected):
+    set_env("GSHMEM_PROXY_STAGING", text)
+    assert _C.proxy_staging() is expected
+
+
+def test_bad_proxy_staging_is_a_usage_error(monkeypatch):
+    monkeypatch.setenv("GSHMEM_PROXY_STAGING", "sometimes")
+    with pytest.raises(gshmem.UsageError, match="'sometimes' is not a boolean"):
+        _C.proxy_staging()
 
 
 def test_ucx_unavailable_names_the_library():
