@@ -1,5 +1,6 @@
 #include <cuda_runtime_api.h>
 
+#include <unordered_map>
 #include <vector>
 
 #include "common/cuda_api.h"
@@ -11,25 +12,37 @@ namespace {
 
 class GpuStaging final : public Staging {
  public:
-  GpuStaging(int device, size_t chunk_bytes, int chunks) : device_(device), chunk_(chunk_bytes) {
+  GpuStaging(int device, size_t chunk_bytes, int chunks) : Staging(chunk_bytes), device_(device) {
     GSHMEM_REQUIRE(chunk_bytes > 0 && chunks > 0, "staging needs chunks of some size");
     cuda::DeviceGuard guard(device);
-    cuda::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
-                "creating the network staging stream");
+    for (cudaStream_t& s : streams_) {
+      cuda::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                  "creating a network staging stream");
+    }
     for (int direction = 0; direction < 2; ++direction) {
       for (int i = 0; i < chunks; ++i) {
         void* p = nullptr;
         cuda::check(cudaHostAlloc(&p, chunk_bytes, cudaHostAllocPortable),
                     "allocating pinned network staging chunks");
-        all_.push_back(p);
-        free_[direction].push_back(p);
+        cudaEvent_t done = nullptr;
+        const cudaError_t made = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+        if (made != cudaSuccess) cudaFreeHost(p);
+        cuda::check(made, "creating a network staging event");
+        events_[p] = done;
+        add_chunk(p, direction == 0);
       }
     }
   }
 
   ~GpuStaging() override {
-    for (void* p : all_) cudaFreeHost(p);  // nothing more to do if it fails during teardown
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    // Nothing more to do if a call fails during teardown.
+    for (auto& [chunk, done] : events_) {
+      cudaEventDestroy(done);
+      cudaFreeHost(chunk);
+    }
+    for (cudaStream_t s : streams_) {
+      if (s != nullptr) cudaStreamDestroy(s);
+    }
   }
 
   bool staged(const void* p) const override {
@@ -41,33 +54,25 @@ class GpuStaging final : public Staging {
     return attr.type == cudaMemoryTypeDevice;
   }
 
-  size_t chunk_bytes() const override { return chunk_; }
-
-  void* take(bool outgoing) override {
-    std::vector<void*>& pool = free_[outgoing ? 0 : 1];
-    if (pool.empty()) return nullptr;
-    void* p = pool.back();
-    pool.pop_back();
-    return p;
-  }
-
-  void give_back(void* chunk, bool outgoing) override {
-    free_[outgoing ? 0 : 1].push_back(chunk);
-  }
-
-  void copy(void* dst, const void* src, size_t bytes) override {
+  void start_copy(void* chunk, void* dst, const void* src, size_t bytes) override {
     cuda::DeviceGuard guard(device_);
-    cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_),
+    cudaStream_t stream = streams_[dst == chunk ? 0 : 1];  // out of the GPU, into it
+    cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream),
                 "copying a network staging chunk");
-    cuda::check(cudaStreamSynchronize(stream_), "copying a network staging chunk");
+    cuda::check(cudaEventRecord(events_.at(chunk), stream), "copying a network staging chunk");
+  }
+
+  bool copied(void* chunk) override {
+    const cudaError_t st = cudaEventQuery(events_.at(chunk));
+    if (st == cudaErrorNotReady) return false;
+    cuda::check(st, "copying a network staging chunk");
+    return true;
   }
 
  private:
   int device_;
-  size_t chunk_;
-  cudaStream_t stream_ = nullptr;
-  std::vector<void*> all_;
-  std::vector<void*> free_[2];  // outgoing, incoming
+  cudaStream_t streams_[2] = {nullptr, nullptr};
+  std::unordered_map<void*, cudaEvent_t> events_;  // every chunk, and its copy's event
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 namespace gshmem::proxy {
 
@@ -19,17 +20,36 @@ class Staging {
   // Whether `p` must be staged (GPU memory).
   virtual bool staged(const void* p) const = 0;
   // Bytes of one chunk (one part of a transfer).
-  virtual size_t chunk_bytes() const = 0;
-  // A free chunk for an outgoing or an incoming part, or null when the pool is exhausted (try
+  size_t chunk_bytes() const { return chunk_bytes_; }
+  // A free chunk for an outgoing or an incoming part, or null when that pool is exhausted (try
   // again once a part finished).
-  virtual void* take(bool outgoing) = 0;
-  virtual void give_back(void* chunk, bool outgoing) = 0;
-  // Copies `bytes` between a chunk and staged memory; returns once the copy is complete.
-  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  void* take(bool outgoing) {
+    std::vector<void*>& pool = free_[outgoing ? 0 : 1];
+    if (pool.empty()) return nullptr;
+    void* chunk = pool.back();
+    pool.pop_back();
+    return chunk;
+  }
+  void give_back(void* chunk, bool outgoing) { free_[outgoing ? 0 : 1].push_back(chunk); }
+  // Starts copying `bytes` between `chunk` and staged memory (dst or src is the chunk); one copy
+  // per chunk at a time. Not blocking.
+  virtual void start_copy(void* chunk, void* dst, const void* src, size_t bytes) = 0;
+  // Whether the copy last started on `chunk` is complete. Throws on a failed copy.
+  virtual bool copied(void* chunk) = 0;
+
+ protected:
+  explicit Staging(size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {}
+  // Makes `chunk` (of chunk_bytes()) part of one pool; derived classes own the memory.
+  void add_chunk(void* chunk, bool outgoing) { give_back(chunk, outgoing); }
+
+ private:
+  size_t chunk_bytes_;
+  std::vector<void*> free_[2];  // outgoing, incoming
 };
 
-// Staging for GPU `device`: `chunks` pinned chunks of `chunk_bytes` per direction, copies on a
-// non-blocking stream of its own (they wait for nothing else on the GPU).
+// Staging for GPU `device`: `chunks` pinned chunks of `chunk_bytes` per direction; copies out
+// of and into the GPU on two non-blocking streams of its own (they wait for nothing else on the
+// GPU), completion seen through an event per chunk.
 std::unique_ptr<Staging> make_gpu_staging(int device, size_t chunk_bytes, int chunks);
 
 }  // namespace gshmem::proxy

@@ -114,6 +114,14 @@ struct Outgoing {
   uint64_t in_flight = 0;  // parts sent and not complete
 };
 
+// A part of an Outgoing transfer: being copied into its chunk, then sent from it.
+struct PartCopy {
+  void* chunk;
+  Outgoing* transfer;
+  uint64_t offset;  // in the transfer
+  uint64_t bytes;
+};
+
 struct PartSend {
   void* request;
   void* chunk;
@@ -334,7 +342,8 @@ class UcxEngine final : public NetEngine {
   bool busy() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return !pending_.empty() || !arrivals_.empty() || !receiving_.empty() || !serves_.empty() ||
-           !acks_.empty() || !fetches_.empty() || unacked() > 0 || !outgoing_.empty();
+           !acks_.empty() || !fetches_.empty() || unacked() > 0 || !outgoing_.empty() ||
+           !copying_in_.empty();
   }
 
  private:
@@ -408,18 +417,7 @@ class UcxEngine final : public NetEngine {
       what.swap(arrival_error_);  // raised once; the engine stays usable
       throw_error(GSHMEM_ERROR_SYSTEM, what);
     }
-    for (size_t i = 0; i < pending_.size();) {
-      Pending& p = pending_[i];
-      ucs_status_t st = api_.request_check_status(p.request);
-      if (st == UCS_INPROGRESS) {
-        ++i;
-        continue;
-      }
-      api_.request_free(p.request);
-      Pending finished = p;
-      pending_[i] = pending_.back();
-      pending_.pop_back();
-      moved = true;
+    moved = reap(pending_, [&](const Pending& finished, ucs_status_t st) {
       if (st != UCS_OK && finished.bulk_put) {
         --unacked_[finished.pe];  // refused: no ack will come
         if (st == kNoRegion) {
@@ -429,9 +427,49 @@ class UcxEngine final : public NetEngine {
       }
       if (st != UCS_OK) fail_peer(finished.pe, st, "operation");
       if (finished.done != nullptr) finished.done(finished.arg, finished.tag);
-    }
+    }) || moved;
     check_peers();
     return moved;
+  }
+
+  // Takes the entries of `v` whose staging copy (into or out of `chunk`) is complete out of it
+  // and hands each to `finish`; returns whether there were any.
+  template <typename T, typename F>
+  bool reap_copies(std::vector<T>& v, F&& finish) {
+    bool any = false;
+    for (size_t i = 0; i < v.size();) {
+      if (!staging_->copied(v[i].chunk)) {
+        ++i;
+        continue;
+      }
+      const T done = v[i];
+      v[i] = v.back();
+      v.pop_back();
+      any = true;
+      finish(done);
+    }
+    return any;
+  }
+
+  // Takes the entries of `v` whose UCX request (`request`) finished out of it, freeing the
+  // request, and hands each with its status to `finish`; returns whether there were any.
+  template <typename T, typename F>
+  bool reap(std::vector<T>& v, F&& finish) {
+    bool any = false;
+    for (size_t i = 0; i < v.size();) {
+      const ucs_status_t st = api_.request_check_status(v[i].request);
+      if (st == UCS_INPROGRESS) {
+        ++i;
+        continue;
+      }
+      api_.request_free(v[i].request);
+      const T done = v[i];
+      v[i] = v.back();
+      v.pop_back();
+      any = true;
+      finish(done, st);
+    }
+    return any;
   }
 
   // UCX's progress, then the work its callbacks left: receiving announced rendezvous data,
@@ -475,24 +513,18 @@ class UcxEngine final : public NetEngine {
         receiving_.push_back(a);
       }
     }
-    for (size_t i = 0; i < receiving_.size();) {
-      const ucs_status_t st = api_.request_check_status(receiving_[i].request);
-      if (st == UCS_INPROGRESS) {
-        ++i;
-        continue;
-      }
-      api_.request_free(receiving_[i].request);
-      const Arrival done = receiving_[i];
-      receiving_[i] = receiving_.back();
-      receiving_.pop_back();
-      moved = true;
+    moved = reap(receiving_, [&](const Arrival& done, ucs_status_t st) {
       if (st != UCS_OK) {
         if (done.chunk != nullptr) staging_->give_back(done.chunk, false);
         failed(done, ucx_failure("receiving rendezvous data", st));
       } else {
         received(done);
       }
-    }
+    }) || moved;
+    moved = reap_copies(copying_in_, [&](const Arrival& a) {  // parts now in the GPU
+      staging_->give_back(a.chunk, false);
+      landed(a);
+    }) || moved;
     std::vector<std::pair<int, bool>> acks;
     acks.swap(acks_);
     for (const auto& [sender, landed] : acks) {
@@ -516,51 +548,27 @@ class UcxEngine final : public NetEngine {
     return send_parts() || moved;
   }
 
-  // Staged transfers out: parts whose send completed give their chunk back (a transfer whose
-  // parts are all sent and complete is done); then every free outgoing chunk takes the next
-  // part, copied in from the GPU, and sends it.
+  // Staged transfers out: parts whose send completed give their chunk back; parts copied out
+  // of the GPU are sent; free outgoing chunks start the next parts' copies. A transfer whose
+  // parts were all sent and completed is done.
   bool send_parts() {
-    bool moved = false;
-    for (size_t i = 0; i < part_sends_.size();) {
-      const ucs_status_t st = api_.request_check_status(part_sends_[i].request);
-      if (st == UCS_INPROGRESS) {
-        ++i;
-        continue;
-      }
-      api_.request_free(part_sends_[i].request);
-      const PartSend done = part_sends_[i];
-      part_sends_[i] = part_sends_.back();
-      part_sends_.pop_back();
+    bool moved = reap(part_sends_, [&](const PartSend& done, ucs_status_t st) {
       staging_->give_back(done.chunk, true);
       --done.transfer->in_flight;
       if (st != UCS_OK) peer_errors_[done.transfer->pe] = st;
-      moved = true;
-    }
+    });
+    moved = reap_copies(copying_out_, [&](const PartCopy& c) { send_part(c); }) || moved;
     for (auto it = outgoing_.begin(); it != outgoing_.end();) {
       Outgoing& t = *it;
       while (t.next < t.bytes) {
         void* chunk = staging_->take(true);
         if (chunk == nullptr) break;
         const uint64_t len = std::min<uint64_t>(staging_->chunk_bytes(), t.bytes - t.next);
-        staging_->copy(chunk, t.src + t.next, len);
-        wire::BulkPut put = t.put;
-        wire::GetReply reply = t.reply;
-        put.offset += t.next;
-        reply.offset = t.next;
-        const bool is_put = t.id == wire::kBulkPut;
-        ucs_status_ptr_t req = send(t.pe, t.id, is_put ? static_cast<const void*>(&put) : &reply,
-                                    is_put ? sizeof put : sizeof reply, chunk, len);
+        staging_->start_copy(chunk, chunk, t.src + t.next, len);
+        copying_out_.push_back({chunk, &t, t.next, len});
         t.next += len;
+        ++t.in_flight;
         moved = true;
-        if (UCS_PTR_IS_ERR(req)) {
-          staging_->give_back(chunk, true);
-          peer_errors_[t.pe] = UCS_PTR_STATUS(req);
-        } else if (req == nullptr) {
-          staging_->give_back(chunk, true);
-        } else {
-          part_sends_.push_back({req, chunk, &t});
-          ++t.in_flight;
-        }
       }
       if (t.next < t.bytes || t.in_flight > 0) {
         ++it;
@@ -573,13 +581,32 @@ class UcxEngine final : public NetEngine {
     return moved;
   }
 
-  // A part arrived: out of its staging chunk (if any), then counted.
-  void received(const Arrival& a) {
-    if (a.chunk != nullptr) {
-      staging_->copy(a.dst, a.chunk, a.bytes);
-      staging_->give_back(a.chunk, false);
+  void send_part(const PartCopy& c) {
+    Outgoing& t = *c.transfer;
+    wire::BulkPut put = t.put;
+    wire::GetReply reply = t.reply;
+    put.offset += c.offset;
+    reply.offset = c.offset;
+    const bool is_put = t.id == wire::kBulkPut;
+    ucs_status_ptr_t req = send(t.pe, t.id, is_put ? static_cast<const void*>(&put) : &reply,
+                                is_put ? sizeof put : sizeof reply, c.chunk, c.bytes);
+    if (req != nullptr && !UCS_PTR_IS_ERR(req)) {
+      part_sends_.push_back({req, c.chunk, &t});
+      return;
     }
-    landed(a);
+    staging_->give_back(c.chunk, true);
+    --t.in_flight;
+    if (UCS_PTR_IS_ERR(req)) peer_errors_[t.pe] = UCS_PTR_STATUS(req);
+  }
+
+  // A part arrived: counted, once out of its staging chunk (if any) into the GPU.
+  void received(const Arrival& a) {
+    if (a.chunk == nullptr) {
+      landed(a);
+      return;
+    }
+    staging_->start_copy(a.chunk, a.dst, a.chunk, a.bytes);
+    copying_in_.push_back(a);
   }
 
   // A part of a bulk transfer is in place. Once every part of a put is: its signal, and the
@@ -715,6 +742,8 @@ class UcxEngine final : public NetEngine {
     receiving_.clear();
     for (PartSend& p : part_sends_) api_.request_free(p.request);
     part_sends_.clear();
+    copying_out_.clear();
+    copying_in_.clear();
     outgoing_.clear();
     for (Region& r : regions_) release(r);
     regions_.clear();
@@ -1067,7 +1096,9 @@ class UcxEngine final : public NetEngine {
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> parts_landed_;  // (sender, message)
   Staging* staging_ = nullptr;
   std::list<Outgoing> outgoing_;  // a list: parts in flight point at their transfer
+  std::vector<PartCopy> copying_out_;
   std::vector<PartSend> part_sends_;
+  std::vector<Arrival> copying_in_;  // staged parts received, on their way into the GPU
   SignalSink sink_ = &cpu_signal_sink;
   void* sink_arg_ = nullptr;
   std::string arrival_error_;  // what went wrong with something that arrived, for progress()
