@@ -93,7 +93,7 @@ struct Arrival {
   bool put;          // else a part of the reply to get `get_id`
   wire::BulkPut header;
   uint64_t get_id;
-  uint64_t parts;    // of the get's reply
+  uint64_t parts;    // of the transfer this part belongs to
   void* request = nullptr;  // the receive, once started
   void* chunk = nullptr;    // the staging chunk it lands in first (staged memory)
 };
@@ -621,7 +621,7 @@ class UcxEngine final : public NetEngine {
       return;
     }
     const std::pair<uint64_t, uint64_t> key{a.header.from, a.header.message};
-    if (a.header.parts > 1 && ++parts_landed_[key] < a.header.parts) return;
+    if (a.parts > 1 && ++parts_landed_[key] < a.parts) return;
     parts_landed_.erase(key);
     if (a.header.signal.region != wire::kNoSignal) apply_signal(a.header.signal);
     acknowledge(static_cast<int>(a.header.from), true);
