@@ -41,6 +41,12 @@ Driver load_driver() {
   load(d.error_string, "cuGetErrorString");
   load(d.stream_write_value64, "cuStreamWriteValue64");
   load(d.stream_wait_value64, "cuStreamWaitValue64");
+  load(d.ctx_create, "cuCtxCreate");
+  load(d.ctx_destroy, "cuCtxDestroy");
+  load(d.ctx_push, "cuCtxPushCurrent");
+  load(d.ctx_pop, "cuCtxPopCurrent");
+  load(d.stream_create, "cuStreamCreate");
+  load(d.stream_query, "cuStreamQuery");
   return d;
 }
 

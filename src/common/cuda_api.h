@@ -10,8 +10,11 @@
 
 namespace gshmem::cuda {
 
-// Driver entry points used by the heap (virtual memory management and device queries) and by
-// on-stream signals (stream memory operations, src/stream/).
+// cuCtxCreate as the CUDA 12.0 ABI defines it (newer headers declare a later version).
+using CtxCreateV2 = CUresult(CUDAAPI*)(CUcontext*, unsigned int, CUdevice);
+
+// Driver entry points used by the heap (virtual memory management and device queries), by
+// on-stream signals (stream memory operations, src/stream/) and by IsolatedStream (contexts).
 struct Driver {
   decltype(&::cuMemCreate) mem_create;
   decltype(&::cuMemRelease) mem_release;
@@ -28,6 +31,12 @@ struct Driver {
   decltype(&::cuGetErrorString) error_string;
   decltype(&::cuStreamWriteValue64) stream_write_value64;
   decltype(&::cuStreamWaitValue64) stream_wait_value64;
+  CtxCreateV2 ctx_create;
+  decltype(&::cuCtxDestroy) ctx_destroy;
+  decltype(&::cuCtxPushCurrent) ctx_push;
+  decltype(&::cuCtxPopCurrent) ctx_pop;
+  decltype(&::cuStreamCreate) stream_create;
+  decltype(&::cuStreamQuery) stream_query;
 };
 
 // Loads the entry points once per process (thread-safe). Throws GSHMEM_ERROR_CUDA if no driver.

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <thread>
 #include <string>
 
 #include "common/cuda_api.h"
@@ -70,22 +69,32 @@ void StreamState::note_wait(uint64_t* sig, uint64_t satisfying) {
 }
 
 void StreamState::release_waits() noexcept {
+  using std::chrono::milliseconds;
   std::lock_guard<std::mutex> lock(waits_mutex_);
+  if (waits_[0].sig == nullptr) return;  // no on-stream wait was ever queued
   try {
     cuda::DeviceGuard guard(device_);
+    if (!isolated_) {
+      for (const NotedWait& w : waits_) {
+        if (w.sig == nullptr) continue;
+        cuda::check(cuda::driver().stream_write_value64(reinterpret_cast<CUstream>(release_stream_),
+                                                        reinterpret_cast<CUdeviceptr>(w.sig),
+                                                        w.value, CU_STREAM_WRITE_VALUE_DEFAULT),
+                    "cuStreamWriteValue64 (releasing on-stream waits)");
+      }
+      if (cuda::stream_idle_within(release_stream_, milliseconds(50))) return;
+      isolated_ = std::make_unique<cuda::IsolatedStream>(device_);
+    }
     for (const NotedWait& w : waits_) {
-      if (w.sig == nullptr) continue;
-      // Best effort: a failure here cannot be reported to anyone waiting.
-      cuda::driver().stream_write_value64(reinterpret_cast<CUstream>(release_stream_),
-                                          reinterpret_cast<CUdeviceptr>(w.sig), w.value,
-                                          CU_STREAM_WRITE_VALUE_DEFAULT);
+      if (w.sig != nullptr) isolated_->write_value64(w.sig, w.value);
     }
-    // The comm may unmap the heap right after this: let the writes land first, but never wait
-    // long for a GPU that may be wedged.
-    for (int i = 0; i < 1000 && cudaStreamQuery(release_stream_) == cudaErrorNotReady; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    // The comm may unmap the heap right after this: let the writes land first (the release
+    // stream's too, which run once the streams they sat behind go on), but never wait long for
+    // a GPU that may be wedged.
+    isolated_->idle_within(milliseconds(1000));
+    cuda::stream_idle_within(release_stream_, milliseconds(1000));
   } catch (const Error&) {
+    // Best effort: a failure here cannot be reported to anyone waiting.
   }
 }
 

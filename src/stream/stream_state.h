@@ -9,7 +9,10 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+
+#include "common/isolated_stream.h"
 
 #include "gshmem/device_state.h"
 
@@ -49,8 +52,12 @@ class StreamState {
   // Remembers a stream memory operation's wait on `sig` (no deadline bounds those) with a value
   // that satisfies it; the last kNotedWaits distinct ones are kept. Any thread.
   void note_wait(uint64_t* sig, uint64_t satisfying);
-  // Writes every noted value into its signal, on a stream of its own, so that streams blocked on
-  // a peer that will never signal go on (with undefined data). For a comm that has stopped.
+  // Writes every noted value into its signal, so that streams blocked on a peer that will never
+  // signal go on (with undefined data). For a comm that has stopped; the watchdog calls it again
+  // every period (a stream may re-arm a flag and wait on it again). The writes go on a stream of
+  // this comm's own; when that stream's hardware queue turns out to be stuck behind a blocked
+  // stream, on an IsolatedStream (a context of its own) from then on. Returns once the writes
+  // ran, or after about a second for a GPU that does not run them.
   void release_waits() noexcept;
 
   static constexpr size_t kNotedWaits = 64;
@@ -66,6 +73,7 @@ class StreamState {
   bool wait_kernel_ = false;
   int device_ = 0;
   cudaStream_t release_stream_ = nullptr;
+  std::unique_ptr<cuda::IsolatedStream> isolated_;  // made at the first release that got stuck
   std::mutex waits_mutex_;
   std::array<NotedWait, kNotedWaits> waits_{};
   size_t next_wait_ = 0;

@@ -6,6 +6,7 @@ one."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,13 @@ def test_fault_is_raised_not_hung(scenario, how):
     assert proc.returncode == 0, out
     assert f"PASS {scenario} {how}" in out, out
     print(next(line for line in out.splitlines() if line.startswith("PASS")))  # the delay
+
+
+@pytest.mark.gpu
+def test_abort_releases_a_wait_whose_hardware_queue_is_shared():
+    # One hardware queue for every stream: the release must not queue behind the blocked wait.
+    env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "shared_queue"], capture_output=True,
+                          text=True, timeout=120, env=env)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "PASS shared_queue" in out, out

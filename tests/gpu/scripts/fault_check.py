@@ -28,6 +28,9 @@ scenario (PE 0's operation):
               is otherwise captured, and the backward's capture synchronises the device behind
               the forward's blocked wait: the host, not the GPU, would wait there)
 Prints "PASS <scenario> <how>" and the detection time when everything held.
+
+`fault_check.py shared_queue` (one PE, CUDA_DEVICE_MAX_CONNECTIONS=1): comm.abort() releases an
+on-stream wait although every stream of the context shares the blocked hardware queue.
 """
 
 from __future__ import annotations
@@ -328,8 +331,41 @@ def prepare(comm, scenario: str):
     raise SystemExit(f"unknown scenario {scenario}")
 
 
+def shared_queue() -> None:
+    """One PE with every stream on one hardware queue (the caller sets
+    CUDA_DEVICE_MAX_CONNECTIONS=1): the current stream waits on a flag nobody sets and another
+    stream holds a copy ordered after it, so any work the comm queued on a stream of this
+    context would sit behind the wait. comm.abort() must still release it."""
+    import torch
+
+    import gshmem
+
+    assert os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1", "set by the caller"
+    comm = gshmem.init()
+    flag = comm.zeros((1,), torch.int64)
+    src, side = torch.randn(1 << 20, device="cuda"), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    comm.signal_wait_until(flag, "eq", 1)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        src.clone()
+    time.sleep(0.2)
+    assert not side.query(), "the copy ran before the wait was released"
+    start = time.time()
+    comm.abort()
+    streams = (torch.cuda.current_stream(), side)
+    while not all(s.query() for s in streams) and time.time() - start < 10:
+        time.sleep(0.01)
+    if not all(s.query() for s in streams):
+        print("FAIL shared_queue: the streams still wait 10 s after abort()", flush=True)
+        os._exit(1)  # a normal exit would wait for the blocked streams
+    print(f"PASS shared_queue: abort() released the wait in {time.time() - start:.2f} s")
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "pe":
+    if sys.argv[1] == "shared_queue":
+        shared_queue()
+    elif sys.argv[1] == "pe":
         pe(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
     else:
         drive(sys.argv[1], sys.argv[2])
