@@ -77,6 +77,12 @@ void recv_all(int fd, void* buf, size_t n, const Deadline& deadline, const std::
 // block). Throws GSHMEM_ERROR_BOOTSTRAP if the peer closed the connection.
 size_t recv_some(int fd, void* buf, size_t n, const std::string& who);
 
+// Whether the peer has closed `fd` or the connection failed (a reset, or keepalive probes
+// unanswered), without reading from it or blocking: safe beside another thread's reads.
+bool connection_closed(int fd);
+// Copies up to n bytes waiting on `fd` into buf without consuming or blocking; returns how many.
+size_t peek_some(int fd, void* buf, size_t n);
+
 // Fills buf with bytes from the kernel's random source.
 void random_bytes(void* buf, size_t n);
 

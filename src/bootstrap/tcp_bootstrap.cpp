@@ -262,12 +262,58 @@ void Bootstrap::broadcast(void* buf, size_t bytes, int root) {
 void Bootstrap::barrier() { exchange(kBarrier, 0, nullptr, 0, 0); }
 
 void Bootstrap::close() {
+  std::lock_guard<std::mutex> lock(io_mutex_);
   root_.reset();
   for (auto& c : clients_) c.reset();
 }
 
+int Bootstrap::closed_peer(std::string* notice) {
+  std::unique_lock<std::mutex> lock(io_mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || announced_) return -1;
+  if (rank_ != 0) {
+    if (!root_.valid() || !connection_closed(root_.get())) return -1;
+    // Rank 0's announcement, if it left one, is the whole of what is waiting: nothing else is
+    // sent to a rank outside its collectives.
+    std::vector<char> got(sizeof(Header) + kMaxErrorBytes);
+    const size_t n = peek_some(root_.get(), got.data(), got.size());
+    Header h{};
+    if (n >= sizeof h) std::memcpy(&h, got.data(), sizeof h);
+    if (n >= sizeof h && h.magic == kMsgMagic && h.op == kAck && h.status != GSHMEM_SUCCESS &&
+        h.bytes <= n - sizeof h) {
+      notice->assign(got.data() + sizeof h, h.bytes);
+    }
+    return 0;
+  }
+  for (int r = 1; r < static_cast<int>(clients_.size()); ++r) {
+    if (clients_[r].valid() && connection_closed(clients_[r].get())) return r;
+  }
+  return -1;
+}
+
+void Bootstrap::announce_failure(const std::string& message) {
+  std::unique_lock<std::mutex> lock(io_mutex_, std::try_to_lock);
+  if (rank_ != 0 || !lock.owns_lock() || announced_) return;
+  announced_ = true;
+  announcement_ = message.substr(0, kMaxErrorBytes);
+  Deadline deadline(1.0);
+  Header h{kMsgMagic, kAck, 0, GSHMEM_ERROR_FAULT, 0, announcement_.size()};
+  for (int r = 1; r < static_cast<int>(clients_.size()); ++r) {
+    if (!clients_[r].valid()) continue;
+    try {
+      send_all(clients_[r].get(), &h, sizeof h, deadline, rank_name(r));
+      send_all(clients_[r].get(), announcement_.data(), announcement_.size(), deadline,
+               rank_name(r));
+    } catch (const Error&) {
+      // that rank is gone too, or not reading: it learns from the closed connection
+    }
+    ::shutdown(clients_[r].get(), SHUT_WR);  // after the notice: the rank sees it, then the end
+  }
+}
+
 std::vector<uint8_t> Bootstrap::exchange(uint32_t op, uint32_t arg, const void* in,
                                          size_t in_bytes, size_t out_bytes) {
+  std::lock_guard<std::mutex> lock(io_mutex_);
+  if (announced_) throw_error(GSHMEM_ERROR_FAULT, announcement_);
   ++seq_;
   Header mine{kMsgMagic, op, arg, GSHMEM_SUCCESS, seq_, in_bytes};
   if (nranks_ == 1) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,18 @@ class Bootstrap {
   // Closes every connection now; peers' pending and later operations fail naming this rank.
   void close();
 
+  // For a watchdog thread while the collectives above may run on another: neither call blocks,
+  // and both leave the connections alone while a collective is in progress (it notices a closed
+  // connection by itself and fails naming the rank, on every rank).
+  //
+  // The rank whose connection to this one has closed or failed (its process exited, or its host
+  // stopped answering keepalive probes), or -1. Ranks > 0 are connected to rank 0 only, so they
+  // see rank 0; `notice` then receives the failure rank 0 announced before it closed, if any.
+  int closed_peer(std::string* notice);
+  // Rank 0: sends `message` to every other rank as the failure of their current or next
+  // collective (their closed_peer() reports it as the notice), then ends the connections.
+  void announce_failure(const std::string& message);
+
  private:
   struct Header;
   std::vector<uint8_t> exchange(uint32_t op, uint32_t arg, const void* in, size_t in_bytes,
@@ -53,6 +66,9 @@ class Bootstrap {
   int nranks_;
   double timeout_;
   uint64_t seq_ = 0;
+  std::mutex io_mutex_;      // held by each collective (and close); the watchdog's calls try it
+  bool announced_ = false;   // rank 0 has announced a failure: its collectives fail with it
+  std::string announcement_;
   Fd root_;                  // on ranks > 0: the connection to rank 0
   std::vector<Fd> clients_;  // on rank 0: index r is the connection to rank r
 };

@@ -178,8 +178,11 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
         peers.push_back({r, all[r].pid, all[r].start_time});
       }
     }
+    std::vector<int> pids(nranks);
+    for (int r = 0; r < nranks; ++r) pids[r] = all[r].pid;
     watchdog_ = std::make_unique<Watchdog>(
         std::move(peers), [this] { return faults_->failed(); },
+        [this, pids] { return lost_connection(pids); },
         [this](const std::string& reason) { stop_waits(reason); },
         [this] {
           if (stream_state_) stream_state_->release_waits();
@@ -210,6 +213,22 @@ void Comm::open_proxy(env::Transport transport, double timeout) {
     throw_error(GSHMEM_ERROR_SYSTEM, "GSHMEM_TRANSPORT=proxy, but " + reason);
   }
   log_debug(rank_, "no proxy path: %s; PEs on other hosts are unreachable", reason.c_str());
+}
+
+std::string Comm::lost_connection(const std::vector<int>& pids) noexcept try {
+  std::string notice;
+  const int pe = bootstrap_->closed_peer(&notice);
+  if (pe < 0) return "";
+  if (!notice.empty()) return notice;  // rank 0's announcement: it names the PE
+  const std::string message =
+      "PE " + std::to_string(pe) + " (pid " + std::to_string(pids[pe]) +
+      ") closed its bootstrap connection while this comm was in use: its process exited or "
+      "aborted, or its host stopped answering. Every wait of this comm was stopped; it can only "
+      "be aborted now.";
+  if (rank_ == 0) bootstrap_->announce_failure(message);  // every other PE learns it from us
+  return message;
+} catch (...) {
+  return "";  // cannot tell now; the next period asks again
 }
 
 void Comm::stop_waits(const std::string& reason) noexcept {
@@ -262,6 +281,8 @@ void Comm::finalize() {
       cuda::DeviceGuard guard(device_);
       cuda::check(cudaDeviceSynchronize(), "waiting for GPU work before finalize");
     }
+    // Peers close their connections once past this barrier: that is not a fault to report.
+    watchdog_.reset();
     bootstrap_->barrier();  // no peer still reads or writes our memory
   } catch (...) {
     abort();

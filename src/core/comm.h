@@ -67,6 +67,10 @@ class Comm {
   // Collective: the proxy path when every rank can load UCX; otherwise an error
   // (GSHMEM_TRANSPORT=proxy) or, under auto, peers beyond load/store reach stay unreachable.
   void open_proxy(env::Transport transport, double timeout);
+  // The watchdog's check of the bootstrap's connections (`pids`: every PE's process id): the
+  // fault message for a PE whose connection closed, or "". Rank 0 also announces it to the
+  // other PEs, which are connected to it only.
+  std::string lost_connection(const std::vector<int>& pids) noexcept;
 
   int rank_;
   int nranks_;

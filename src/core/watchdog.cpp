@@ -43,10 +43,12 @@ bool process_alive(int pid, uint64_t start_time) {
 }
 
 Watchdog::Watchdog(std::vector<PeerProcess> peers, std::function<bool()> device_failed,
+                   std::function<std::string()> lost_connection,
                    std::function<void(const std::string&)> stop, std::function<void()> release,
                    std::chrono::milliseconds period)
     : peers_(std::move(peers)),
       device_failed_(std::move(device_failed)),
+      lost_connection_(std::move(lost_connection)),
       stop_(std::move(stop)),
       release_(std::move(release)),
       period_(period),
@@ -82,6 +84,13 @@ void Watchdog::run() {
         stopped = true;
         break;
       }
+    }
+    if (stopped) continue;
+    // After /proc: a peer on this host that died is named with its pid.
+    const std::string lost = lost_connection_();
+    if (!lost.empty()) {
+      stop_(lost);
+      stopped = true;
     }
   }
 }

@@ -8,8 +8,9 @@
 //
 // Peers are watched through /proc: a PE is gone when its pid no longer names the process that
 // started at the recorded time, or names a zombie. That covers the PEs this PE reaches by
-// loads/stores (same host and pid namespace), the ones its kernels wait for. Peers on other hosts
-// are seen by the bootstrap when the comm next uses it.
+// loads/stores (same host and pid namespace), the ones its kernels wait for. Every other peer is
+// watched through the bootstrap's connections (`lost_connection`): a process that exits closes
+// them, a host that stops answering fails its keepalive probes.
 #pragma once
 
 #include <chrono>
@@ -37,9 +38,11 @@ bool process_alive(int pid, uint64_t start_time);
 
 class Watchdog {
  public:
-  // `device_failed` is polled each period; `stop(reason)` is called at most once, with a message
-  // naming the dead PE, or with "" when a device wait gave up; `release` every period after it.
+  // `device_failed` and `lost_connection` (a message naming the PE whose connection closed, or
+  // "") are polled each period; `stop(reason)` is called at most once, with a message naming
+  // the dead PE, or with "" when a device wait gave up; `release` every period after it.
   Watchdog(std::vector<PeerProcess> peers, std::function<bool()> device_failed,
+           std::function<std::string()> lost_connection,
            std::function<void(const std::string&)> stop, std::function<void()> release,
            std::chrono::milliseconds period);
   ~Watchdog();  // stops the thread and joins it
@@ -51,6 +54,7 @@ class Watchdog {
 
   std::vector<PeerProcess> peers_;
   std::function<bool()> device_failed_;
+  std::function<std::string()> lost_connection_;
   std::function<void(const std::string&)> stop_;
   std::function<void()> release_;
   std::chrono::milliseconds period_;

@@ -4,6 +4,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -204,6 +205,8 @@ NB_MODULE(_C, m) {
       .def("barrier", &BootstrapHandle::barrier)
       .def("connect_local", &BootstrapHandle::connect_local)
       .def("exchange_fd", &BootstrapHandle::exchange_fd, "fd"_a, "tag"_a)
+      .def("closed_peer", &BootstrapHandle::closed_peer)
+      .def("announce_failure", &BootstrapHandle::announce_failure, "message"_a)
       .def("close", &BootstrapHandle::close);
   bind_device(m);
   bind_stream(m);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bootstrap/local_channel.h"
@@ -63,6 +64,15 @@ class BootstrapHandle {
       for (auto& f : fds) raw.push_back(f.valid() ? f.release() : -1);
       return raw;
     });
+  }
+  // (rank, notice) of a closed connection, or (-1, "") (the watchdog's poll).
+  std::pair<int, std::string> closed_peer() {
+    std::string notice;
+    const int r = call_internal([&] { return bs().closed_peer(&notice); });
+    return {r, notice};
+  }
+  void announce_failure(const std::string& message) {
+    call_internal([&] { bs().announce_failure(message); });
   }
   void close() {
     if (lc_) lc_->close();

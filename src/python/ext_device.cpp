@@ -41,9 +41,18 @@ class WatchdogProbe {
  public:
   WatchdogProbe(int pe, int pid, uint64_t start_time, int period_ms)
       : dog_({{pe, pid, start_time}}, [this] { return device_failed_.load(); },
+             [this] {
+               std::lock_guard<std::mutex> lock(mutex_);
+               return lost_;
+             },
              [this](const std::string& reason) { stopped(reason); },
              [this] { releases_.fetch_add(1); }, std::chrono::milliseconds(period_ms)) {}
   void fail_device() { device_failed_.store(true); }
+  // What the next poll of the connections reports (a closed connection's message).
+  void lose_connection(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lost_ = reason;
+  }
   // How often the watchdog released the on-stream waits again since it stopped.
   int releases() const { return releases_.load(); }
   std::optional<std::string> wait(double timeout) {
@@ -68,6 +77,7 @@ class WatchdogProbe {
   std::condition_variable done_;
   bool fired_ = false;
   std::string reason_;
+  std::string lost_;
   gshmem::Watchdog dog_;  // last: its thread starts once the members above exist
 };
 
@@ -133,6 +143,7 @@ void bind_device(nb::module_& m) {
   nb::class_<WatchdogProbe>(m, "WatchdogProbe")
       .def(nb::init<int, int, uint64_t, int>(), "pe"_a, "pid"_a, "start_time"_a, "period_ms"_a)
       .def("fail_device", &WatchdogProbe::fail_device)
+      .def("lose_connection", &WatchdogProbe::lose_connection, "reason"_a)
       .def("wait", &WatchdogProbe::wait, "timeout"_a,
            "The reason the watchdog stopped (\"\" for a device failure), or None by the timeout.")
       .def("releases", &WatchdogProbe::releases);

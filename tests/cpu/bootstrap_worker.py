@@ -47,6 +47,26 @@ def run(uid: bytes, rank: int, nranks: int, timeout: float, scenario: str) -> ob
             os.close(fd)
         bs.close()
         return out
+    if scenario == "watch":  # the watchdog's view of the connections, polled as it does
+        bs.barrier()
+        print(json.dumps({"connected": True}), flush=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            pe, notice = bs.closed_peer()
+            if pe >= 0:
+                break
+            time.sleep(0.05)
+        else:
+            return {"closed": -1}
+        out = {"closed": pe, "notice": notice}
+        if rank == 0:
+            bs.announce_failure(f"PE {pe} is gone (announced by rank 0)")
+        try:
+            bs.barrier()  # the next collective fails with the announcement
+            out["next"] = "ok"
+        except Error as e:
+            out["next"] = f"{type(e).__name__}: {e}"
+        return out
     raise ValueError(scenario)
 
 

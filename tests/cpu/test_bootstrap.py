@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _netns import two_hosts_fixture  # noqa: F401  (the two_hosts fixture)
 
 from gshmem import _C, BootstrapError, HeapError, TimeoutError, UsageError
 
@@ -204,6 +205,55 @@ def test_a_rank_killed_while_the_others_wait_is_named_at_once(victim):
         assert res["error"] == "BootstrapError", res
         assert f"rank {victim}" in res["msg"], res
     assert time.monotonic() - begin < 10.0
+
+
+@pytest.mark.parametrize("victim", [0, 2])
+def test_a_closed_connection_is_seen_without_a_collective_and_relayed_by_rank_0(victim):
+    """The watchdog's view: while no collective runs, kill -9 of a rank shows as its closed
+    connection within a second; rank 0 names it to the others (its announcement fails their next
+    collective with the same words); when rank 0 itself dies, every rank sees rank 0."""
+    uid = new_uid()
+    procs = [start(uid, r, 3, "watch", timeout=60.0) for r in range(3)]
+    for p in procs:
+        assert json.loads(p.stdout.readline())["connected"]
+    time.sleep(1.0)
+    assert all(p.poll() is None for p in procs), "a connection was reported closed too early"
+    begin = time.monotonic()
+    procs[victim].kill()
+    procs[victim].wait(10)
+    results = {r: outcome(p)["result"] for r, p in enumerate(procs) if r != victim}
+    assert time.monotonic() - begin < 5.0
+    if victim == 0:
+        for res in results.values():
+            assert res["closed"] == 0 and res["notice"] == "", res
+            assert res["next"].startswith("BootstrapError"), res
+        return
+    announced = "PE 2 is gone (announced by rank 0)"
+    assert results[0]["closed"] == 2, results
+    assert results[0]["next"] == f"FaultError: {announced}", results
+    assert results[1] == {"closed": 0, "notice": announced, "next": f"FaultError: {announced}"}
+
+
+def test_a_host_that_stops_answering_is_seen_by_keepalive(two_hosts):
+    """A host that dies closes nothing: two namespaces stand for two hosts, and the link of
+    rank 1's goes down after the job formed. Keepalive probes (5 s idle, 3 every 2 s) fail the
+    connection on both sides, and both ranks' next collective fails instead of waiting."""
+    names, prefix = two_hosts
+    make = "from gshmem import _C; print(_C.unique_id_create('10.251.0.1', 0, False).hex())"
+    uid = subprocess.run([*prefix[0], sys.executable, "-c", make], check=True,
+                         capture_output=True, text=True).stdout.strip()  # fmt: skip
+    procs = [subprocess.Popen([*prefix[r], sys.executable, WORKER, uid, str(r), "2", "60", "watch"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]  # fmt: skip
+    for p in procs:
+        assert json.loads(p.stdout.readline())["connected"]
+    begin = time.monotonic()
+    link = "vg" + names[1][3:]  # the fixture's veth end inside rank 1's namespace
+    subprocess.run(["ip", "-n", names[1], "link", "set", link, "down"], check=True)
+    results = [outcome(p)["result"] for p in procs]
+    assert time.monotonic() - begin < 25.0
+    assert results[0]["closed"] == 1 and results[1]["closed"] == 0, results
+    assert all(res["next"].split(":")[0] in ("BootstrapError", "FaultError") for res in results)
 
 
 def test_nranks_disagreement_is_a_usage_error():

@@ -70,6 +70,14 @@ def test_the_watchdog_reports_a_failed_device_wait():
     assert probe.wait(5.0) == ""
 
 
+def test_the_watchdog_reports_a_closed_connection_with_its_message():
+    # Peers beyond /proc's reach (other hosts) are seen through the bootstrap's connections.
+    probe = _C.WatchdogProbe(1, os.getpid(), _C.process_start_time(os.getpid()), PERIOD_MS)
+    assert probe.wait(0.1) is None
+    probe.lose_connection("PE 3 (pid 42) closed its bootstrap connection")
+    assert probe.wait(5.0) == "PE 3 (pid 42) closed its bootstrap connection"
+
+
 def test_after_stopping_the_watchdog_keeps_releasing_waits():
     # A ring re-arms its flags (wait, reset, wait again) with the later waits already queued:
     # one release at the stop would leave those blocked, so it releases every period after it.
