@@ -16,6 +16,8 @@
 //   device/barrier.cuh  sync, barrier, sync_all, barrier_all
 //   device/reduce.cuh   ReduceOp (Sum, Prod, Min, Max) and what reducing each element type means
 //   device/coll.cuh     broadcast, all_gather, all_to_all, all_reduce, reduce_scatter (in kernels)
+//   device/window.cuh   WindowContext: put/put_value/signal/flush with SignalAdd and CounterInc
+//                       over registered windows (docs/windows.md)
 #pragma once
 
 #include "device/atomic.cuh"
@@ -32,3 +34,4 @@
 #include "device/sync.cuh"
 #include "device/team.cuh"
 #include "device/types.cuh"
+#include "device/window.cuh"

@@ -113,7 +113,27 @@ typedef struct gshmem_device {
   uint64_t proxy_failed;   /* uint64_t: nonzero once the proxy thread stopped on an error */
 } gshmem_device_t;
 
-/* World rank of team PE `pe` (0 <= pe < team->size). */
+#define GSHMEM_WINDOW_STATE_VERSION 1
+
+/* A window (docs/windows.md): memory every PE registered collectively, of possibly different
+ * sizes, with its signals and counters in `n_contexts` independent sets. Filled by
+ * gshmem_window_register (Python: Comm.register_window); kernels take it by value. Every array
+ * lives in the GPU memory of the PE that registered it. */
+typedef struct gshmem_window {
+  uint32_t version;    /* GSHMEM_WINDOW_STATE_VERSION */
+  int32_t my_pe;       /* this PE's world rank */
+  int32_t n_pes;       /* PEs in the world */
+  int32_t n_contexts;  /* independent (signals, counters) sets */
+  int32_t n_signals;   /* signals per context */
+  int32_t n_counters;  /* counters per context */
+  uint64_t bases;      /* uint64_t[n_pes]: PE p's window as this PE addresses it */
+  uint64_t sizes;      /* uint64_t[n_pes]: bytes of PE p's window */
+  uint64_t signals;    /* uint64_t[n_pes]: PE p's signal array (uint64_t[n_contexts][n_signals]),
+                          which puts to p add into, as this PE addresses it */
+  uint64_t counters;   /* uint64_t[n_contexts][n_counters]: this PE's counters (local only) */
+} gshmem_window_t;
+
+
 static inline GSHMEM_HOST_DEVICE int32_t gshmem_team_world_pe(const gshmem_team_t* team,
                                                               int32_t pe) {
   return team->start + pe * team->stride;

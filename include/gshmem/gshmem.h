@@ -175,6 +175,26 @@ gshmem_result_t gshmem_team_translate_pe(const gshmem_team_t* src, int src_pe,
                                          const gshmem_team_t* dst, int* dst_pe);
 
 /* =============================================================================================
+ * Windows (docs/windows.md): memory every PE registers, sizes free per PE, with numbered signals
+ * and counters in independent contexts; kernels use a gshmem_window_t through
+ * gshmem/device/window.cuh (WindowContext: put with SignalAdd / CounterInc, flush, wait_signal).
+ * ===========================================================================================*/
+typedef struct gshmem_window_handle* gshmem_window_handle_t;
+
+/* Collective over the comm's world: every PE passes its own [ptr, ptr + bytes) of this comm's
+ * GPU (symmetric-heap memory, or any cudaMalloc'd memory that CUDA IPC can share) and the same
+ * contexts (>= 1), signals and counters per context. Blocking. Fails with GSHMEM_ERROR_USAGE on
+ * every PE when any PE's buffer cannot be shared, the counts differ, or a peer is beyond
+ * load/store reach (windows over the proxy path are not built yet). The comm owns the window. */
+gshmem_result_t gshmem_window_register(gshmem_comm_t comm, void* ptr, size_t bytes, int contexts,
+                                       int signals, int counters, gshmem_window_handle_t* win);
+/* The by-value state kernels take; valid until the window is deregistered or the comm ends. */
+gshmem_result_t gshmem_window_device(gshmem_window_handle_t win, gshmem_window_t* state);
+/* Collective: waits for this GPU's work and for every PE (no PE may still use the window), then
+ * releases it. */
+gshmem_result_t gshmem_window_deregister(gshmem_comm_t comm, gshmem_window_handle_t win);
+
+/* =============================================================================================
  * On-stream operations (host-initiated, docs/on-stream.md)
  *
  * The host enqueues one-sided operations on a CUDA stream; they run in that stream's order, on

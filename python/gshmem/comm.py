@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from gshmem.device import DeviceHandle
     from gshmem.team import Team
+    from gshmem.window import Window
 
 T = TypeVar("T")
 
@@ -116,6 +117,18 @@ class Comm(SymmetricMemory, OnStreamOps, Collectives):
         from gshmem.device import device_handle
 
         return device_handle(self)
+
+    def register_window(
+        self, memory: Any, *, contexts: int = 1, signals: int = 1, counters: int = 1
+    ) -> Window:
+        """Collective: this PE's ``memory`` (a contiguous CUDA tensor on this GPU, or a Buffer;
+        sizes may differ per PE) as its part of a new window with ``contexts`` independent sets
+        of ``signals`` signals and ``counters`` counters (the same counts on every PE). Kernels
+        take ``window.handle()`` as a ``gshmem::Window`` (docs/windows.md). Raises UsageError on
+        every PE when any PE's memory cannot be shared or a peer is beyond load/store reach."""
+        from gshmem.window import Window
+
+        return Window(self, memory, contexts=contexts, signals=signals, counters=counters)
 
     def peer_bases(self) -> torch.Tensor:
         """int64 tensor on this GPU: PE q's heap base as this GPU sees it (0: unreachable), for

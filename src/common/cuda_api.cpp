@@ -36,6 +36,7 @@ Driver load_driver() {
   load(d.mem_export, "cuMemExportToShareableHandle");
   load(d.mem_import, "cuMemImportFromShareableHandle");
   load(d.mem_granularity, "cuMemGetAllocationGranularity");
+  load(d.mem_get_address_range, "cuMemGetAddressRange");
   load(d.device_attribute, "cuDeviceGetAttribute");
   load(d.device_get, "cuDeviceGet");
   load(d.error_string, "cuGetErrorString");

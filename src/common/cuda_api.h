@@ -26,6 +26,7 @@ struct Driver {
   decltype(&::cuMemExportToShareableHandle) mem_export;
   decltype(&::cuMemImportFromShareableHandle) mem_import;
   decltype(&::cuMemGetAllocationGranularity) mem_granularity;
+  decltype(&::cuMemGetAddressRange) mem_get_address_range;
   decltype(&::cuDeviceGetAttribute) device_attribute;
   decltype(&::cuDeviceGet) device_get;
   decltype(&::cuGetErrorString) error_string;

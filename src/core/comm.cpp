@@ -215,6 +215,22 @@ void Comm::open_proxy(env::Transport transport, double timeout) {
   log_debug(rank_, "no proxy path: %s; PEs on other hosts are unreachable", reason.c_str());
 }
 
+Window& Comm::register_window(void* ptr, uint64_t bytes, int contexts, int signals,
+                              int counters) {
+  windows_.push_back(std::make_unique<Window>(*this, ptr, bytes, contexts, signals, counters));
+  return *windows_.back();
+}
+
+void Comm::deregister_window(const Window* window) {
+  for (auto it = windows_.begin(); it != windows_.end(); ++it) {
+    if (it->get() != window) continue;
+    (*it)->deregister();
+    windows_.erase(it);
+    return;
+  }
+  throw_error(GSHMEM_ERROR_USAGE, "deregister_window: not a live window of this comm");
+}
+
 std::string Comm::lost_connection(const std::vector<int>& pids) noexcept try {
   std::string notice;
   const int pe = bootstrap_->closed_peer(&notice);
@@ -295,6 +311,7 @@ void Comm::abort() noexcept {
   watchdog_.reset();
   if (faults_) stop_waits("");
   nccl_.reset();
+  windows_.clear();
   coll_state_.reset();
   stream_state_.reset();
   device_state_.reset();

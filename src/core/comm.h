@@ -16,6 +16,7 @@
 #include "core/fault.h"
 #include "core/proxy_path.h"
 #include "core/watchdog.h"
+#include "core/window.h"
 #include "heap/symmetric_heap.h"
 #include "stream/stream_state.h"
 
@@ -63,6 +64,12 @@ class Comm {
   coll::NcclBackend* nccl() { return nccl_.get(); }
   void set_nccl(std::unique_ptr<coll::NcclBackend> nccl) { nccl_ = std::move(nccl); }
 
+  // Collective (core/window.h): registers this PE's [ptr, ptr + bytes) as its part of a new
+  // window the comm owns until deregister_window or the comm's end.
+  Window& register_window(void* ptr, uint64_t bytes, int contexts, int signals, int counters);
+  // Collective. GSHMEM_ERROR_USAGE when `window` is not a live window of this comm.
+  void deregister_window(const Window* window);
+
  private:
   // Collective: the proxy path when every rank can load UCX; otherwise an error
   // (GSHMEM_TRANSPORT=proxy) or, under auto, peers beyond load/store reach stay unreachable.
@@ -86,6 +93,7 @@ class Comm {
   std::unique_ptr<stream::StreamState> stream_state_;  // on-stream operations (src/stream/)
   std::unique_ptr<coll::CollState> coll_state_;  // gshmem's collectives (src/coll/)
   std::unique_ptr<coll::NcclBackend> nccl_;  // src/coll/nccl.h; released first in abort()
+  std::vector<std::unique_ptr<Window>> windows_;  // before heap_, which holds their signals
   std::unique_ptr<Watchdog> watchdog_;       // last: it uses faults_ and stream_state_
 };
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <cstring>
@@ -151,6 +152,27 @@ void bind_device(nb::module_& m) {
   m.def("process_alive", &gshmem::process_alive, "pid"_a, "start_time"_a,
         "The watchdog's liveness test of a peer process.");
 
+  m.attr("WINDOW_STATE_VERSION") = GSHMEM_WINDOW_STATE_VERSION;
+  m.attr("WINDOW_STATE_SIZE") = sizeof(gshmem_window_t);
+  m.def("window_register", [](nb::handle comm, uintptr_t ptr, uint64_t bytes, int contexts,
+                              int signals, int counters) {
+        gshmem_window_handle_t win{};
+        call([&] {
+          return gshmem_window_register(comm_of(comm), reinterpret_cast<void*>(ptr), bytes,
+                                        contexts, signals, counters, &win);
+        });
+        gshmem_window_t state{};
+        call([&] { return gshmem_window_device(win, &state); });
+        return std::make_pair(reinterpret_cast<uintptr_t>(win),
+                              nb::bytes(reinterpret_cast<const char*>(&state), sizeof state));
+      }, "comm"_a, "ptr"_a, "bytes"_a, "contexts"_a, "signals"_a, "counters"_a,
+      "Collective: (window handle, its gshmem_window_t as bytes).");
+  m.def("window_deregister", [](nb::handle comm, uintptr_t win) {
+        call([&] {
+          return gshmem_window_deregister(comm_of(comm),
+                                          reinterpret_cast<gshmem_window_handle_t>(win));
+        });
+      }, "comm"_a, "win"_a, "Collective.");
   m.def("comm_device", [](nb::handle comm) {
         gshmem_device_t dev{};
         call([&] { return gshmem_comm_device(comm_of(comm), &dev); });

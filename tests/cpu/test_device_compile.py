@@ -12,15 +12,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "include"
 KERNELS = ROOT / "tests" / "gpu" / "kernels" / "device_api_test.cu"
+WINDOW_KERNELS = ROOT / "tests" / "gpu" / "kernels" / "window_test.cu"
 NVCC = shutil.which("nvcc")
 
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 
 
 @needs_nvcc
+@pytest.mark.parametrize("kernels", [KERNELS, WINDOW_KERNELS], ids=["device_api", "window"])
 @pytest.mark.parametrize("arch", ["80", "90"])
-def test_device_api_compiles_without_rdc(tmp_path, arch):
-    obj = tmp_path / f"device_api_sm{arch}.o"
+def test_device_api_compiles_without_rdc(tmp_path, arch, kernels):
+    obj = tmp_path / f"{kernels.stem}_sm{arch}.o"
     cmd = [
         NVCC,
         "-c",
@@ -29,7 +31,7 @@ def test_device_api_compiles_without_rdc(tmp_path, arch):
         "-Werror",
         "all-warnings",
         f"-gencode=arch=compute_{arch},code=sm_{arch}",
-        str(KERNELS),
+        str(kernels),
         "-o",
         str(obj),
     ]

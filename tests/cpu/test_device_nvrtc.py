@@ -17,6 +17,7 @@ import gshmem
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "tests" / "gpu" / "kernels" / "device_api_test.cu"
 PROXY_KERNELS = ROOT / "tests" / "gpu" / "kernels" / "proxy_test.cu"
+WINDOW_KERNELS = ROOT / "tests" / "gpu" / "kernels" / "window_test.cu"
 
 
 def find_nvrtc() -> str | None:
@@ -87,6 +88,15 @@ def test_proxy_queue_producer_compiles_with_nvrtc():
     # GPU threads as proxy producers (gshmem/device/proxy.cuh), as the GPU test compiles them.
     options = [f"-I{gshmem.include_dir()}", "-std=c++17", "--gpu-architecture=compute_80"]
     rc, log = nvrtc_compile(PROXY_KERNELS.read_text(), "proxy_test.cu", options)
+    assert rc == 0, log
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_window_kernels_compile_with_nvrtc(arch):
+    # WindowContext's whole surface, as the GPU test (scripts/window_check.py) compiles it.
+    options = [f"-I{gshmem.include_dir()}", "-std=c++17", f"--gpu-architecture={arch}"]
+    rc, log = nvrtc_compile(WINDOW_KERNELS.read_text(), "window_test.cu", options)
     assert rc == 0, log
 
 

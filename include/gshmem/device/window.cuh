@@ -1,0 +1,185 @@
+// Windows: one-sided puts into memory every PE registered (the GPU-initiated networking
+// vocabulary of NCCL's GIN, docs/windows.md), where sizes may differ per PE and completion is
+// tracked by numbered signals and counters instead of symmetric addresses.
+//
+//   WindowContext w(dev, win, ctx);   one of the window's contexts: its own signals and counters
+//   w.put<Scope>(offset, src, bytes, pe, SignalAdd{id}, CounterInc{id})
+//   w.put_value(offset, value, pe, SignalAdd{id})
+//   w.signal(pe, SignalAdd{id})       a signal alone
+//   w.flush<Scope>()                  every earlier put of the scope complete at its target
+//   w.wait_signal<Scope>(id, value)   bounded: this PE's signal id >= value
+//   w.read_signal(id), w.reset_signal(id), w.read_counter(id), w.wait_counter<Scope>(id, value),
+//   w.reset_counter(id), w.local(offset), w.barrier<Scope>()
+//
+// Ordering: a SignalAdd is a release add into the target's signal made after the scope's copy
+// (bar.sync, then thread 0's red.release.sys): a PE whose wait_signal saw it sees the data. A
+// CounterInc counts on this PE once the source may be reused: the scope's loads of it are done.
+// Puts without a signal are ordered with nothing: flush(), then a signal, to publish them.
+// Contexts share nothing: kernels (or blocks) on different contexts never see each other's
+// signals and counters, so independent flows need no coordination.
+//
+// Peers are load/store reachable (registration refuses others for now): a put is the scope's
+// stores into the peer's mapping, and flush is a system-scope fence. A put past the end of the
+// target's window, or to a PE outside the world, prints what was asked and traps.
+#pragma once
+
+#if !defined(__CUDACC_RTC__)
+#include <cstdio>  // device printf (NVRTC declares it itself)
+#endif
+
+#include "barrier.cuh"
+#include "copy.cuh"
+#include "ptx.cuh"
+#include "scope.cuh"
+#include "signal.cuh"
+#include "types.cuh"
+
+namespace gshmem {
+
+using Window = gshmem_window_t;
+
+// Add `value` to the target PE's signal `id` (of the context) once the data has landed.
+struct SignalAdd {
+  int id;
+  uint64_t value = 1;
+};
+// Add 1 to this PE's counter `id` (of the context) once the source may be reused.
+struct CounterInc {
+  int id;
+};
+struct NoSignal {};
+struct NoCounter {};
+
+class WindowContext {
+ public:
+  __device__ WindowContext(const Device& dev, const Window& win, int ctx)
+      : dev_(dev), win_(win), ctx_(ctx) {
+    if (ctx < 0 || ctx >= win.n_contexts) {
+      printf("gshmem window: context %d is outside [0, %d)\n", ctx, win.n_contexts);
+      __trap();
+    }
+  }
+
+  // The scope copies `bytes` from `src` (this GPU) to PE `pe`'s window at `offset`, then signals
+  // and counts as asked. Made by the whole scope; the source may be reused when it returns.
+  template <class Scope = Thread, class Sig = NoSignal, class Ctr = NoCounter>
+  __device__ void put(size_t offset, const void* src, size_t bytes, int pe, Sig sig = {},
+                      Ctr ctr = {}) const {
+    char* dst = target(pe, offset, bytes);
+    Scope::sync();
+    detail::copy<Scope>(dst, src, bytes);
+    Scope::sync();
+    if (Scope::rank() == 0) {
+      add_signal(pe, sig);
+      count(ctr);
+    }
+  }
+
+  // Stores `value` (1, 2, 4 or 8 bytes, naturally aligned in the target) at `offset` of PE
+  // `pe`'s window, then signals as asked. Made by the calling thread.
+  template <class T, class Sig = NoSignal>
+  __device__ void put_value(size_t offset, T value, int pe, Sig sig = {}) const {
+    T* dst = reinterpret_cast<T*>(target(pe, offset, sizeof(T)));
+    detail::store_relaxed(dst, value);
+    add_signal(pe, sig);
+  }
+
+  // Adds to PE `pe`'s signal, ordered after every write this thread made or observed.
+  __device__ void signal(int pe, SignalAdd sig) const {
+    check_pe(pe);
+    add_signal(pe, sig);
+  }
+
+  // Returns once the scope's earlier puts are complete and visible at their targets.
+  template <class Scope = Thread>
+  __device__ void flush() const {
+    quiet<Scope>();
+  }
+
+  // Bounded: until this PE's signal `id` >= `value` (true), or the wait gave up (false,
+  // docs/reliability.md); the data of every put whose SignalAdd it saw is visible afterwards.
+  template <class Scope = Thread>
+  __device__ bool wait_signal(int id, uint64_t value, int from_pe = -1) const {
+    return signal_wait_until<Scope>(dev_, own_signal(id), Cmp::GE, value, from_pe);
+  }
+  __device__ uint64_t read_signal(int id) const { return signal_fetch(own_signal(id)); }
+  // Not ordered with puts in flight: reset a signal only when no peer adds to it any more.
+  __device__ void reset_signal(int id) const {
+    detail::store_release(own_signal(id), uint64_t{0});
+  }
+
+  __device__ uint64_t read_counter(int id) const { return signal_fetch(counter(id)); }
+  // Bounded, like wait_signal, for this PE's counter `id` >= `value`.
+  template <class Scope = Thread>
+  __device__ bool wait_counter(int id, uint64_t value) const {
+    return signal_wait_until<Scope>(dev_, counter(id), Cmp::GE, value, dev_.my_pe);
+  }
+  __device__ void reset_counter(int id) const {
+    detail::store_release(counter(id), uint64_t{0});
+  }
+
+  // This PE's own window at `offset`.
+  __device__ void* local(size_t offset) const {
+    return reinterpret_cast<char*>(base(dev_.my_pe)) + offset;
+  }
+
+  // Bounded barrier over every PE (the window's group is the world); the scope's earlier puts
+  // are complete first. False when it gave up.
+  template <class Scope = Block>
+  __device__ bool barrier() const {
+    return barrier_all<Scope>(dev_);
+  }
+
+ private:
+  __device__ void check_pe(int pe) const {
+    if (pe < 0 || pe >= win_.n_pes) {
+      printf("gshmem window: PE %d is outside [0, %d)\n", pe, win_.n_pes);
+      __trap();
+    }
+  }
+  __device__ uint64_t base(int pe) const {
+    return reinterpret_cast<const uint64_t*>(win_.bases)[pe];
+  }
+  __device__ char* target(int pe, size_t offset, size_t bytes) const {
+    check_pe(pe);
+    const uint64_t size = reinterpret_cast<const uint64_t*>(win_.sizes)[pe];
+    if (offset > size || bytes > size - offset) {
+      printf("gshmem window: a put of %llu bytes at offset %llu to PE %d passes the end of its "
+             "%llu-byte window\n",
+             static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(offset), pe,
+             static_cast<unsigned long long>(size));
+      __trap();
+    }
+    return reinterpret_cast<char*>(base(pe)) + offset;
+  }
+  __device__ uint64_t* slot(uint64_t array, int id, int n, const char* what) const {
+    if (id < 0 || id >= n) {
+      printf("gshmem window: %s %d is outside [0, %d)\n", what, id, n);
+      __trap();
+    }
+    return reinterpret_cast<uint64_t*>(array) + static_cast<size_t>(ctx_) * n + id;
+  }
+  __device__ uint64_t* own_signal(int id) const { return signal_of(dev_.my_pe, id); }
+  __device__ uint64_t* signal_of(int pe, int id) const {
+    return slot(reinterpret_cast<const uint64_t*>(win_.signals)[pe], id, win_.n_signals,
+                "signal");
+  }
+  __device__ uint64_t* counter(int id) const {
+    return slot(win_.counters, id, win_.n_counters, "counter");
+  }
+  __device__ void add_signal(int, NoSignal) const {}
+  __device__ void add_signal(int pe, SignalAdd sig) const {
+    detail::red_add_release(reinterpret_cast<unsigned long long*>(signal_of(pe, sig.id)),
+                            static_cast<unsigned long long>(sig.value));
+  }
+  __device__ void count(NoCounter) const {}
+  __device__ void count(CounterInc ctr) const {
+    detail::red_add_release(reinterpret_cast<unsigned long long*>(counter(ctr.id)), 1ull);
+  }
+
+  const Device& dev_;
+  const Window& win_;
+  int ctx_;
+};
+
+}  // namespace gshmem

@@ -1,0 +1,154 @@
+"""GPU checks of windows (docs/windows.md), run as one rank of `python -m gshmem.run -n N`.
+
+Usage: window_check.py SCENARIO...
+  load     a window over a torch tensor whose size differs per PE (CUDA IPC), 4 contexts of 2
+           signals and 2 counters: every block of every PE puts chunks to every PE with
+           SignalAdd and CounterInc while the receivers wait on their signals and compare every
+           word; each PE's last chunk-sized tail written by all; exact signal and counter totals
+           read from the host; put_value to the right neighbour; reset; a second window over the
+           same torch segment that outlives the first (the shared IPC mapping)
+  heap     the same exchange over a window of symmetric-heap memory, lengths differing per PE
+  errors   bad arguments raise UsageError on every PE (counts that differ between PEs, a CPU
+           tensor, a wrong context count) and the comm works afterwards
+Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+import torch
+from device_api_check import cuda_include
+
+import gshmem
+from gshmem.device import device_handle
+
+KERNELS = Path(__file__).resolve().parents[1] / "kernels" / "window_test.cu"
+BLOCKS, THREADS, ROUNDS, CHUNK = 12, 256, 3, 4096
+CONTEXTS, SIGNALS, COUNTERS = 4, 2, 2
+
+
+def module() -> cp.RawModule:
+    inc = Path(gshmem.include_dir())
+    return cp.RawModule(code=KERNELS.read_text(), options=(f"-I{inc}", *cuda_include(),
+                                                           "-std=c++17"))  # fmt: skip
+
+
+def launch(mod, name: str, grid: int, args: tuple) -> None:
+    mod.get_function(name)((grid,), (THREADS,), args)
+
+
+def settle(comm: gshmem.Comm) -> None:
+    torch.cuda.synchronize()
+    cp.cuda.Device().synchronize()
+    comm.barrier()
+
+
+def per_context(c: int) -> int:
+    return len(range(c, BLOCKS, CONTEXTS))
+
+
+def run_exchange(comm: gshmem.Comm, mod, win: gshmem.window.Window) -> None:
+    """exchange + verify, then the exact totals from the host."""
+    n, dev = comm.nranks, device_handle(comm).numpy()
+    src = cp.zeros(BLOCKS * CHUNK // 4, dtype=cp.uint32)
+    out = cp.zeros(2, dtype=cp.uint64)
+    launch(mod, "exchange", BLOCKS, (dev, win.numpy(), src, np.int32(ROUNDS), np.uint64(CHUNK)))
+    launch(mod, "verify", CONTEXTS, (dev, win.numpy(), np.int32(ROUNDS), np.uint64(CHUNK),
+                                     np.int32(BLOCKS), out))  # fmt: skip
+    settle(comm)
+    mismatched, gave_up = (int(x) for x in out.get())
+    assert gave_up == 0, f"PE {comm.rank}: {gave_up} signal waits gave up"
+    assert mismatched == 0, f"PE {comm.rank}: {mismatched} words differ from what was put"
+    signals, counters = win.signals.cpu().tolist(), win.counters.cpu().tolist()
+    for c in range(CONTEXTS):
+        puts = n * per_context(c) * ROUNDS
+        assert signals[c][0] == puts, (c, signals)
+        assert signals[c][1] == (5 * n if c == 0 else 0), (c, signals)
+        assert counters[c] == [puts, 0], (c, counters)
+
+
+def run_values(comm: gshmem.Comm, mod, win: gshmem.window.Window) -> None:
+    out = cp.zeros(2, dtype=cp.uint64)
+    launch(mod, "values", 1, (device_handle(comm).numpy(), win.numpy(), np.uint64(0), out))
+    settle(comm)
+    assert [int(x) for x in out.get()] == [0, 0], f"PE {comm.rank}: put_value {out.get()}"
+    assert win.signals.cpu().tolist()[1][1] == THREADS, win.signals
+
+
+def run_reset(comm: gshmem.Comm, mod, win: gshmem.window.Window) -> None:
+    launch(mod, "reset", 1, (device_handle(comm).numpy(), win.numpy()))
+    settle(comm)
+    assert not win.signals.any() and not win.counters.any(), (win.signals, win.counters)
+
+
+def window_bytes(comm: gshmem.Comm) -> int:
+    """Room for every sender's slots plus a tail, larger on higher PEs (sizes differ)."""
+    return (comm.nranks * BLOCKS * ROUNDS + 1) * CHUNK + comm.rank * 3 * CHUNK
+
+
+def scenario_load(comm: gshmem.Comm, mod) -> None:
+    torch.manual_seed(comm.rank)
+    data = torch.randint(0, 255, (window_bytes(comm),), dtype=torch.uint8, device="cuda")
+    later = torch.zeros(window_bytes(comm), dtype=torch.uint8, device="cuda")  # same segment
+    win = comm.register_window(data, contexts=CONTEXTS, signals=SIGNALS, counters=COUNTERS)
+    assert win.sizes == [(comm.nranks * BLOCKS * ROUNDS + 1) * CHUNK + r * 3 * CHUNK
+                         for r in range(comm.nranks)], win.sizes  # fmt: skip
+    run_exchange(comm, mod, win)
+    run_values(comm, mod, win)
+    run_reset(comm, mod, win)
+    second = comm.register_window(later, contexts=CONTEXTS, signals=SIGNALS, counters=COUNTERS)
+    win.deregister()  # the second window's mapping of the peers' segment must survive this
+    run_exchange(comm, mod, second)
+    second.deregister()
+
+
+def scenario_heap(comm: gshmem.Comm, mod) -> None:
+    full = (comm.nranks * BLOCKS * ROUNDS + 1) * CHUNK + comm.nranks * 3 * CHUNK
+    buf = comm.calloc(full)
+    part = buf.view(0, window_bytes(comm))
+    win = comm.register_window(part, contexts=CONTEXTS, signals=SIGNALS, counters=COUNTERS)
+    run_exchange(comm, mod, win)
+    win.deregister()
+    comm.free(buf)
+
+
+def scenario_errors(comm: gshmem.Comm, mod) -> None:
+    data = torch.zeros(1 << 16, dtype=torch.uint8, device="cuda")
+    cases = [
+        (lambda: comm.register_window(data, signals=1 + comm.rank), "every PE must ask"),
+        (lambda: comm.register_window(torch.zeros(8)), "is on cpu"),
+        (lambda: comm.register_window(data, contexts=0), "contexts must be"),
+    ]
+    for call, words in cases:
+        try:
+            call()
+        except gshmem.UsageError as e:
+            assert words in str(e), (words, str(e))
+        else:
+            raise AssertionError(f"no UsageError for {words!r}")
+    comm.barrier()  # the comm is still usable, on every PE
+    win = comm.register_window(data)
+    win.deregister()
+
+
+def main() -> None:
+    comm = gshmem.init()
+    cp.cuda.Device(comm.device).use()
+    try:
+        mod = module()
+        for scenario in sys.argv[1:]:
+            globals()[f"scenario_{scenario}"](comm, mod)
+            settle(comm)
+            print(f"PASS {scenario}", flush=True)
+    except BaseException:
+        comm.abort()
+        raise
+    comm.finalize()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""Windows on GPUs (docs/windows.md): every scenario of scripts/window_check.py at 2 and 4 PEs,
+launched through the project's launcher with a timeout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gpu_launch import launch_pes
+
+pytest.importorskip("cupy")
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "window_check.py")
+PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
+
+
+@pytest.mark.parametrize("n", PES)
+@pytest.mark.parametrize("scenario", ["load", "heap", "errors"])
+def test_windows(n, scenario, tmp_path):
+    out = launch_pes(n, SCRIPT, scenario, 300, CUPY_CACHE_DIR=str(tmp_path))
+    assert f"PASS {scenario}" in out, out
