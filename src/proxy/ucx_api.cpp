@@ -43,6 +43,7 @@ UcxApi load() {
   resolve(lib, api.path, "ucp_worker_query", api.worker_query);
   resolve(lib, api.path, "ucp_worker_release_address", api.worker_release_address);
   resolve(lib, api.path, "ucp_worker_progress", api.worker_progress);
+  resolve(lib, api.path, "ucp_worker_flush_nbx", api.worker_flush_nbx);
   resolve(lib, api.path, "ucp_ep_flush_nbx", api.ep_flush_nbx);
   resolve(lib, api.path, "ucp_ep_create", api.ep_create);
   resolve(lib, api.path, "ucp_ep_close_nbx", api.ep_close_nbx);

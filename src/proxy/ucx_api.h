@@ -19,6 +19,7 @@ struct UcxApi {
   decltype(&ucp_worker_query) worker_query;
   decltype(&ucp_worker_release_address) worker_release_address;
   decltype(&ucp_worker_progress) worker_progress;
+  decltype(&ucp_worker_flush_nbx) worker_flush_nbx;
   decltype(&ucp_ep_flush_nbx) ep_flush_nbx;
   decltype(&ucp_ep_create) ep_create;
   decltype(&ucp_ep_close_nbx) ep_close_nbx;

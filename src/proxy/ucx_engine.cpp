@@ -771,7 +771,20 @@ class UcxEngine final : public NetEngine {
       }
     }
     for (void* req : closing) api_.request_free(req);
-    if (worker_ != nullptr) api_.worker_destroy(worker_);
+    // A failed peer's endpoint (and a forced close) leaves UCX discarding its transport lanes
+    // in later progress calls; destroying the worker with discards pending made UCX free one
+    // of its callback entries twice (a rare abort in the die_proxy test). A worker flush
+    // completes once they are done.
+    if (worker_ != nullptr) {
+      ucp_request_param_t param{};
+      void* flushing = api_.worker_flush_nbx(worker_, &param);
+      while (flushing != nullptr && !UCS_PTR_IS_ERR(flushing) && !deadline.passed()) {
+        api_.worker_progress(worker_);
+        if (api_.request_check_status(flushing) != UCS_INPROGRESS) break;
+      }
+      if (flushing != nullptr && !UCS_PTR_IS_ERR(flushing)) api_.request_free(flushing);
+      api_.worker_destroy(worker_);
+    }
     worker_ = nullptr;
     if (context_ != nullptr) api_.cleanup(context_);
     context_ = nullptr;

@@ -316,6 +316,10 @@ def fault(bs, rank: int, n: int, how: str, through: str) -> dict:
             prox.wait_retired(2 * (i + 1), 30.0)
     except Error as e:
         return {"error": type(e).__name__, "message": str(e), "after": time.monotonic() - start}
+    finally:
+        # The proxy thread, then the engine (which unmaps `mem`), before `mem` itself goes.
+        del prox
+        eng.close()
     return {"error": None, "after": time.monotonic() - start}
 
 
