@@ -92,7 +92,7 @@ Export describe(Comm& comm, void* ptr, uint64_t bytes) {
   };
   if (comm.heap().contains(ptr)) {
     if (!comm.heap().contains(static_cast<char*>(ptr) + bytes - 1)) {
-      return fail("the buffer runs past the end of its symmetric-heap block");
+      return fail("the buffer runs past the end of the symmetric heap");
     }
     e.kind = kHeap;
     e.offset = reinterpret_cast<uint64_t>(ptr) - reinterpret_cast<uint64_t>(comm.heap().base());

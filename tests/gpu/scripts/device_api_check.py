@@ -64,14 +64,16 @@ if PROXY:
 
 
 @functools.cache
-def module() -> cp.RawModule:
+def raw_module(kernels: Path) -> cp.RawModule:
+    """The kernels of `kernels` compiled by NVRTC, with gshmem's headers (their digest in the
+    options, so CuPy's cache misses when a header changed)."""
     inc = Path(gshmem.include_dir())
     digest = hashlib.sha256()
     for h in sorted((inc / "gshmem").rglob("*")):
         if h.is_file():
             digest.update(h.read_bytes())
     return cp.RawModule(
-        code=KERNELS.read_text(),
+        code=kernels.read_text(),
         options=(
             f"-I{inc}",
             *cuda_include(),
@@ -79,6 +81,10 @@ def module() -> cp.RawModule:
             f"-DGSHMEM_HEADERS={digest.hexdigest()[:16]}",
         ),
     )
+
+
+def module() -> cp.RawModule:
+    return raw_module(KERNELS)
 
 
 def cuda_include() -> tuple[str, ...]:

@@ -15,51 +15,37 @@ Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import cupy as cp
 import numpy as np
 import torch
-from device_api_check import cuda_include
+from device_api_check import raw_module, run_scenarios, sync
 
 import gshmem
-from gshmem.device import device_handle
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels" / "window_test.cu"
 BLOCKS, THREADS, ROUNDS, CHUNK = 12, 256, 3, 4096
 CONTEXTS, SIGNALS, COUNTERS = 4, 2, 2
 
 
-def module() -> cp.RawModule:
-    inc = Path(gshmem.include_dir())
-    return cp.RawModule(code=KERNELS.read_text(), options=(f"-I{inc}", *cuda_include(),
-                                                           "-std=c++17"))  # fmt: skip
-
-
-def launch(mod, name: str, grid: int, args: tuple) -> None:
-    mod.get_function(name)((grid,), (THREADS,), args)
-
-
-def settle(comm: gshmem.Comm) -> None:
-    torch.cuda.synchronize()
-    cp.cuda.Device().synchronize()
-    comm.barrier()
+def launch(name: str, grid: int, args: tuple) -> None:
+    raw_module(KERNELS).get_function(name)((grid,), (THREADS,), args)
 
 
 def per_context(c: int) -> int:
     return len(range(c, BLOCKS, CONTEXTS))
 
 
-def run_exchange(comm: gshmem.Comm, mod, win: gshmem.window.Window) -> None:
+def run_exchange(comm: gshmem.Comm, dev, win: gshmem.window.Window) -> None:
     """exchange + verify, then the exact totals from the host."""
-    n, dev = comm.nranks, device_handle(comm).numpy()
+    n = comm.nranks
     src = cp.zeros(BLOCKS * CHUNK // 4, dtype=cp.uint32)
     out = cp.zeros(2, dtype=cp.uint64)
-    launch(mod, "exchange", BLOCKS, (dev, win.numpy(), src, np.int32(ROUNDS), np.uint64(CHUNK)))
-    launch(mod, "verify", CONTEXTS, (dev, win.numpy(), np.int32(ROUNDS), np.uint64(CHUNK),
-                                     np.int32(BLOCKS), out))  # fmt: skip
-    settle(comm)
+    launch("exchange", BLOCKS, (dev, win.numpy(), src, np.int32(ROUNDS), np.uint64(CHUNK)))
+    args = (dev, win.numpy(), np.int32(ROUNDS), np.uint64(CHUNK), np.int32(BLOCKS), out)
+    launch("verify", CONTEXTS, args)
+    sync(comm)
     mismatched, gave_up = (int(x) for x in out.get())
     assert gave_up == 0, f"PE {comm.rank}: {gave_up} signal waits gave up"
     assert mismatched == 0, f"PE {comm.rank}: {mismatched} words differ from what was put"
@@ -71,17 +57,17 @@ def run_exchange(comm: gshmem.Comm, mod, win: gshmem.window.Window) -> None:
         assert counters[c] == [puts, 0], (c, counters)
 
 
-def run_values(comm: gshmem.Comm, mod, win: gshmem.window.Window) -> None:
+def run_values(comm: gshmem.Comm, dev, win: gshmem.window.Window) -> None:
     out = cp.zeros(2, dtype=cp.uint64)
-    launch(mod, "values", 1, (device_handle(comm).numpy(), win.numpy(), np.uint64(0), out))
-    settle(comm)
+    launch("values", 1, (dev, win.numpy(), np.uint64(0), out))
+    sync(comm)
     assert [int(x) for x in out.get()] == [0, 0], f"PE {comm.rank}: put_value {out.get()}"
     assert win.signals.cpu().tolist()[1][1] == THREADS, win.signals
 
 
-def run_reset(comm: gshmem.Comm, mod, win: gshmem.window.Window) -> None:
-    launch(mod, "reset", 1, (device_handle(comm).numpy(), win.numpy()))
-    settle(comm)
+def run_reset(comm: gshmem.Comm, dev, win: gshmem.window.Window) -> None:
+    launch("reset", 1, (dev, win.numpy()))
+    sync(comm)
     assert not win.signals.any() and not win.counters.any(), (win.signals, win.counters)
 
 
@@ -90,33 +76,33 @@ def window_bytes(comm: gshmem.Comm) -> int:
     return (comm.nranks * BLOCKS * ROUNDS + 1) * CHUNK + comm.rank * 3 * CHUNK
 
 
-def scenario_load(comm: gshmem.Comm, mod) -> None:
+def scenario_load(comm: gshmem.Comm, dev) -> None:
     torch.manual_seed(comm.rank)
     data = torch.randint(0, 255, (window_bytes(comm),), dtype=torch.uint8, device="cuda")
     later = torch.zeros(window_bytes(comm), dtype=torch.uint8, device="cuda")  # same segment
     win = comm.register_window(data, contexts=CONTEXTS, signals=SIGNALS, counters=COUNTERS)
     assert win.sizes == [(comm.nranks * BLOCKS * ROUNDS + 1) * CHUNK + r * 3 * CHUNK
                          for r in range(comm.nranks)], win.sizes  # fmt: skip
-    run_exchange(comm, mod, win)
-    run_values(comm, mod, win)
-    run_reset(comm, mod, win)
+    run_exchange(comm, dev, win)
+    run_values(comm, dev, win)
+    run_reset(comm, dev, win)
     second = comm.register_window(later, contexts=CONTEXTS, signals=SIGNALS, counters=COUNTERS)
     win.deregister()  # the second window's mapping of the peers' segment must survive this
-    run_exchange(comm, mod, second)
+    run_exchange(comm, dev, second)
     second.deregister()
 
 
-def scenario_heap(comm: gshmem.Comm, mod) -> None:
+def scenario_heap(comm: gshmem.Comm, dev) -> None:
     full = (comm.nranks * BLOCKS * ROUNDS + 1) * CHUNK + comm.nranks * 3 * CHUNK
     buf = comm.calloc(full)
     part = buf.view(0, window_bytes(comm))
     win = comm.register_window(part, contexts=CONTEXTS, signals=SIGNALS, counters=COUNTERS)
-    run_exchange(comm, mod, win)
+    run_exchange(comm, dev, win)
     win.deregister()
     comm.free(buf)
 
 
-def scenario_errors(comm: gshmem.Comm, mod) -> None:
+def scenario_errors(comm: gshmem.Comm, dev) -> None:
     data = torch.zeros(1 << 16, dtype=torch.uint8, device="cuda")
     cases = [
         (lambda: comm.register_window(data, signals=1 + comm.rank), "every PE must ask"),
@@ -136,18 +122,7 @@ def scenario_errors(comm: gshmem.Comm, mod) -> None:
 
 
 def main() -> None:
-    comm = gshmem.init()
-    cp.cuda.Device(comm.device).use()
-    try:
-        mod = module()
-        for scenario in sys.argv[1:]:
-            globals()[f"scenario_{scenario}"](comm, mod)
-            settle(comm)
-            print(f"PASS {scenario}", flush=True)
-    except BaseException:
-        comm.abort()
-        raise
-    comm.finalize()
+    run_scenarios(globals(), lambda: raw_module(KERNELS).compile())
 
 
 if __name__ == "__main__":
