@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gshmem.bench import train
+from gshmem.train.config import LLAMA3_8B
+from gshmem.train.flops import train_flops
 
 
 def test_options() -> None:
     o = train.parse_args(["--seq", "128K", "--layers", "2", "--np", "2", "--backend", "nccl"])
     assert o.seq == 131072 and o.layers == 2 and o.nprocs == 2 and o.backend == "nccl"
     assert train.parse_args(["--np", "4"]).seq == 65536
+    assert o.framework == "torch" and getattr(o, "layout", None) is None  # relaunched per GPU
+    j = train.parse_args(["--framework", "jax", "--np", "2"])
+    assert j.framework == "jax" and j.layout == "one"  # one process drives every GPU
 
 
 @pytest.mark.parametrize("bad", [["--steps", "2"], ["--seq", "1004", "--np", "4"],
-                                 ["--backend", "mpi"], ["--layers", "0"]])  # fmt: skip
+                                 ["--backend", "mpi"], ["--layers", "0"],
+                                 ["--framework", "tf"]])  # fmt: skip
 def test_bad_options_exit_2(bad) -> None:
     with pytest.raises(SystemExit) as e:
         train.parse_args(bad)
@@ -27,3 +35,17 @@ def test_summary_averages_steps_3_on() -> None:
     assert s["tflops_per_gpu"] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="no step"):
         train.summarize([1.0, 1.0], 1.0, 1)
+
+
+def test_report_counts_flops_per_gpu_and_writes_json(tmp_path, capsys) -> None:
+    o = train.parse_args(["--seq", "8K", "--layers", "2", "--np", "2", "--steps", "4",
+                          "--json", str(tmp_path / "t.json")])  # fmt: skip
+    seconds = [5.0, 3.0, 2.0, 4.0]
+    row = train.report(o, {"framework": "jax", "gpus": 2, "losses": [11.0, 10.5, 10.0, 9.5],
+                           "seconds": seconds, "peak_gib": 7.5})  # fmt: skip
+    flops = train_flops(LLAMA3_8B.with_layers(2), 1, 8192)
+    assert row["step_s"] == pytest.approx(3.0)
+    assert row["tflops_per_gpu"] == pytest.approx(flops / 2 / 3.0 / 1e12)
+    assert json.loads((tmp_path / "t.json").read_text()) == row
+    assert row["framework"] == "jax" and row["cp"] == 2 and row["step_seconds"] == seconds
+    assert "(jax): 8192 tokens, 2 layers, CP=2, gshmem" in capsys.readouterr().out

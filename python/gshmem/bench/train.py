@@ -1,8 +1,9 @@
 """``python -m gshmem.bench train``: the training step of the Llama 3 architecture
-(gshmem.train) with context parallelism over every GPU and FSDP2, the seeds' measurement: step
-time and model TFLOP/s per GPU (MaxText's count), averaged over steps 3 to ``--steps``; peak
-memory; JSON. ``--backend`` picks the ring's transport: gshmem (copy engines) or nccl (the same
-ring over ``batch_isend_irecv``)."""
+(gshmem.train) with context parallelism over every GPU, the seeds' measurement: step time and
+model TFLOP/s per GPU (MaxText's count), averaged over steps 3 to ``--steps``; peak memory; JSON.
+``--framework torch`` (FSDP2, one process per GPU) or ``jax`` (jit + shard_map, one process
+driving every GPU). ``--backend`` picks the ring's transport: gshmem (copy engines) or nccl (the
+same ring over ``batch_isend_irecv`` in PyTorch, over ``jax.lax.ppermute`` in JAX)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from statistics import mean
 from gshmem.bench.options import parse_size
 
 BACKENDS = ("gshmem", "nccl")
+FRAMEWORKS = ("torch", "jax")
 FIRST_TIMED_STEP = 3  # the seeds average steps 3-20
 
 
@@ -29,6 +31,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=1, help="sequences per step")
     p.add_argument("--steps", type=int, default=20, help="steps (timed: 3 to this)")
     p.add_argument("--backend", choices=BACKENDS, default="gshmem")
+    p.add_argument("--framework", choices=FRAMEWORKS, default="torch")
     p.add_argument("--no-checkpoint", action="store_true", help="keep every block's activations")
     p.add_argument("--np", dest="nprocs", type=int, default=None, help="GPUs (default: every one)")
     p.add_argument("--timeout", type=float, default=3600.0, help="launcher timeout, s")
@@ -42,6 +45,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         ns.nprocs = max(1, gpu_count())
     if ns.seq % (2 * ns.nprocs):
         p.error(f"--seq ({ns.seq}) must divide into 2 x {ns.nprocs} zigzag chunks")
+    if ns.framework == "jax":
+        ns.layout = "one"  # one process drives every GPU: the bench command does not relaunch
     return ns
 
 
@@ -54,7 +59,8 @@ def summarize(step_seconds: Sequence[float], flops_per_step: float, gpus: int) -
     return {"step_s": seconds, "tflops_per_gpu": flops_per_step / gpus / seconds / 1e12}
 
 
-def run(o: argparse.Namespace) -> int:
+def run_torch(o: argparse.Namespace) -> dict | None:
+    """This rank's part of a PyTorch run (collective); rank 0 returns the row, others None."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -65,7 +71,6 @@ def run(o: argparse.Namespace) -> int:
     from gshmem.train.config import LLAMA3_8B
     from gshmem.train.cp import shard_batch
     from gshmem.train.data import repeated_blocks
-    from gshmem.train.flops import train_flops
     from gshmem.train.model import Llama
     from gshmem.train.step import optimizer, shard_model, train_step
 
@@ -92,21 +97,48 @@ def run(o: argparse.Namespace) -> int:
         losses.append(train_step(model, opt, t, y, pos, attend, checkpoint=not o.no_checkpoint))
         torch.cuda.synchronize()
         seconds.append(time.perf_counter() - start)
-    row = {"seq": o.seq, "layers": o.layers, "batch": o.batch, "gpus": world, "cp": world,
-           "backend": o.backend, "losses": losses,
-           "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-           **summarize(seconds, train_flops(cfg, o.batch, o.seq), world)}  # fmt: skip
-    if me == 0:
-        print(f"gshmem.bench train: {o.seq} tokens, {o.layers} layers, CP={world}, {o.backend}: "
-              f"{row['step_s']:.3f} s/step, {row['tflops_per_gpu']:.1f} TFLOP/s per GPU, peak "
-              f"{row['peak_gib']:.1f} GiB, loss {losses[0]:.3f} -> {losses[-1]:.3f}")  # fmt: skip
-        out = o.json or os.path.join(os.environ.get("OUT", "results"), "bench_train.json")
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(row, indent=1))
+    peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], device="cuda")
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     dist.barrier()
     dist.destroy_process_group()
     comm.finalize()
+    if me:
+        return None
+    return {"framework": "torch", "gpus": world, "losses": losses, "seconds": seconds,
+            "peak_gib": float(peak)}  # fmt: skip
+
+
+def report(o: argparse.Namespace, run: dict) -> dict:
+    """The printed line and the JSON row of a run (its losses, step seconds, GPUs, peak)."""
+    from gshmem.train.config import LLAMA3_8B
+    from gshmem.train.flops import train_flops
+
+    gpus, losses = run["gpus"], run["losses"]
+    row = {"framework": run["framework"], "seq": o.seq, "layers": o.layers, "batch": o.batch,
+           "gpus": gpus, "cp": gpus, "backend": o.backend, "losses": losses,
+           "step_seconds": run["seconds"], "peak_gib": run["peak_gib"],
+           **summarize(run["seconds"], train_flops(LLAMA3_8B.with_layers(o.layers), o.batch, o.seq),
+                       gpus)}  # fmt: skip
+    print(f"gshmem.bench train ({row['framework']}): {o.seq} tokens, {o.layers} layers, "
+          f"CP={gpus}, {o.backend}: {row['step_s']:.3f} s/step, {row['tflops_per_gpu']:.1f} "
+          f"TFLOP/s per GPU, peak {row['peak_gib']:.1f} GiB, loss {losses[0]:.3f} -> "
+          f"{losses[-1]:.3f}")  # fmt: skip
+    out = o.json or os.path.join(os.environ.get("OUT", "results"), "bench_train.json")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(row, indent=1))
+    return row
+
+
+def run(o: argparse.Namespace) -> int:
+    if o.framework == "jax":
+        from gshmem.bench import train_jax
+
+        result = train_jax.run(o)
+    else:
+        result = run_torch(o)
+    if result is not None:
+        report(o, result)
     return 0
 
 
-__all__ = ["parse_args", "run", "summarize"]
+__all__ = ["parse_args", "report", "run", "run_torch", "summarize"]

@@ -74,10 +74,14 @@ def shardings(params: Any, mesh: Any, axis: str) -> Any:
 def make_step(
     cfg: LlamaConfig, mesh: Any, opt: Optimizer, axis: str = "cp",
     implementation: str | None = None, checkpoint: bool = True, chunk: int = 4096,
+    compute_dtype: Any = None,
 ):  # fmt: skip
     """step(params, opt_state, tokens, labels, positions) -> (params, opt_state, loss), jitted;
     tokens/labels [B, S] and positions [S] laid out by gshmem.jax.attention.shard (each device's
-    block of the sequence axis is its ring shard)."""
+    block of the sequence axis is its ring shard). ``compute_dtype`` (e.g. bfloat16): the
+    forward and backward run on the parameters cast to it (cast while still sharded, so XLA
+    gathers the cast weights), the parameters, gradients and optimizer stay in their own dtype
+    (fp32 master weights); None computes in the parameters' dtype."""
     import jax
     from jax.sharding import PartitionSpec as P
 
@@ -95,8 +99,13 @@ def make_step(
     sharded = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(None, axis), P(None, axis), P(axis)),
                             out_specs=P(), check_vma=False)  # fmt: skip
 
+    def cast_then_shard(params, tokens, labels, positions):
+        if compute_dtype is not None:
+            params = jax.tree.map(lambda p: p.astype(compute_dtype), params)
+        return sharded(params, tokens, labels, positions)
+
     def step(params, state, tokens, labels, positions):
-        loss, grads = jax.value_and_grad(sharded)(params, tokens, labels, positions)
+        loss, grads = jax.value_and_grad(cast_then_shard)(params, tokens, labels, positions)
         params, state = opt[1](params, grads, state)
         return params, state, loss
 

@@ -1,0 +1,87 @@
+"""The JAX rows of ``python -m gshmem.bench train``: the JAX model (gshmem.train.model_jax) in one
+process driving every visible GPU (JAX's one-host layout), the sequence split over a ``cp`` mesh
+axis for gshmem.jax.ring_attention inside ``shard_map``, parameters and AdamW states stored
+sharded over the same axis, bf16 compute on fp32 master weights. ``--backend nccl`` runs the
+same ring with its permutes on XLA's collective (GSHMEM_JAX_PPERMUTE_BACKEND=xla, read when
+the step is traced): the comparison swaps only the transport."""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import partial
+from typing import Any
+
+PERMUTE_BACKEND = {"gshmem": "gshmem", "nccl": "xla"}
+
+
+def peak_gib(devices: Any) -> float:
+    """The largest peak of bytes in use over ``devices`` (0 where JAX keeps no statistics)."""
+    peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use", 0) for d in devices]
+    return max(peaks, default=0) / 2**30
+
+
+def train(cfg: Any, mesh: Any, seq: int, batch: int, steps: int, *, checkpoint: bool = True,
+          implementation: str | None = "cudnn", compute_dtype: Any = "bfloat16",
+          seed: int = 0) -> tuple[list[float], list[float]]:  # fmt: skip
+    """(losses, seconds) of ``steps`` training steps on the synthetic stream, each step timed
+    from its inputs' hand-off to its loss on the host."""
+    import jax
+    import jax.numpy as jnp
+
+    from gshmem.jax.attention.layout import order
+    from gshmem.train import model_jax, step_jax
+    from gshmem.train.data import repeated_blocks
+
+    n = mesh.shape["cp"]
+    opt = step_jax.adamw()
+    init = partial(model_jax.init, cfg)
+    where = step_jax.shardings(jax.eval_shape(init, jax.random.key(seed)), mesh, "cp")
+    # made sharded: the whole fp32 model never sits on one device
+    params = jax.jit(init, out_shardings=where)(jax.random.key(seed))
+    state = jax.jit(opt[0])(params)
+    step = step_jax.make_step(cfg, mesh, opt, implementation=implementation,
+                              checkpoint=checkpoint, compute_dtype=compute_dtype)  # fmt: skip
+    data = repeated_blocks(cfg.vocab, seq, batch, period=max(1, seq // 8), seed=seed)
+    index = order(seq, n)
+    positions = jnp.asarray(index, jnp.int32)
+    losses, seconds = [], []
+    for _ in range(steps):
+        tokens, labels = (jnp.asarray(x.numpy()[:, index]) for x in next(data))
+        jax.block_until_ready((tokens, labels))
+        start = time.perf_counter()
+        params, state, loss = step(params, state, tokens, labels, positions)
+        losses.append(float(loss))
+        seconds.append(time.perf_counter() - start)
+    return losses, seconds
+
+
+def run(o: Any) -> dict:
+    """The row of one JAX training run over every visible GPU (the caller reports it)."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    os.environ["GSHMEM_JAX_PPERMUTE_BACKEND"] = PERMUTE_BACKEND[o.backend]
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    import gshmem.jax as gj
+    from gshmem.train.config import LLAMA3_8B
+
+    devices = jax.local_devices()
+    if len(devices) != o.nprocs:
+        raise RuntimeError(
+            f"--framework jax drives every GPU this process sees ({len(devices)}); "
+            f"for --np {o.nprocs} set CUDA_VISIBLE_DEVICES to {o.nprocs} of them"
+        )
+    gj.init()
+    try:
+        mesh = Mesh(np.array(devices), ("cp",))
+        losses, seconds = train(LLAMA3_8B.with_layers(o.layers), mesh, o.seq, o.batch, o.steps,
+                                checkpoint=not o.no_checkpoint)  # fmt: skip
+        return {"framework": "jax", "gpus": len(devices), "losses": losses,
+                "seconds": seconds, "peak_gib": peak_gib(devices)}  # fmt: skip
+    finally:
+        gj.finalize()
+
+
+__all__ = ["PERMUTE_BACKEND", "peak_gib", "run", "train"]
