@@ -18,11 +18,18 @@ def test_options() -> None:
     assert o.framework == "torch" and getattr(o, "layout", None) is None  # relaunched per GPU
     j = train.parse_args(["--framework", "jax", "--np", "2"])
     assert j.framework == "jax" and j.layout == "one"  # one process drives every GPU
+    assert train.model_config(o).vocab == 128256 and train.model_config(o).layers == 2
+    t = train.parse_args(["--data", "text", "--seq", "1K", "--np", "2", "--layers", "3"])
+    assert train.model_config(t).vocab == 256  # bytes
+    tokens, labels = next(train.batches(t, 256))
+    assert tokens.shape == (1, 1024) and int(tokens.max()) < 256
+    tokens, _ = next(train.batches(o, train.model_config(o).vocab))
+    assert tokens.shape == (1, 131072)  # the synthetic stream
 
 
 @pytest.mark.parametrize("bad", [["--steps", "2"], ["--seq", "1004", "--np", "4"],
                                  ["--backend", "mpi"], ["--layers", "0"],
-                                 ["--framework", "tf"]])  # fmt: skip
+                                 ["--framework", "tf"], ["--data", "web"]])  # fmt: skip
 def test_bad_options_exit_2(bad) -> None:
     with pytest.raises(SystemExit) as e:
         train.parse_args(bad)

@@ -169,3 +169,22 @@ def test_fsdp_step_equals_one_process(tmp_path) -> None:
         assert r["loss"] == pytest.approx(loss, rel=1e-5)
         for name, p in ref.named_parameters():
             assert torch.allclose(r["params"][name], p.detach(), rtol=1e-4, atol=1e-6), name
+
+
+def test_text_corpus_windows_are_next_byte_pairs() -> None:
+    from gshmem.train.text import BYTE_VOCAB, corpus, decode, encode, text_windows
+
+    text = corpus()
+    assert len(text) > 100_000 and "assert" in text  # Python's language reference
+    ids = encode(text)
+    assert int(ids.max()) < BYTE_VOCAB and decode(ids[:500]) == text.encode()[:500].decode()
+    tokens, labels = next(text_windows(64, 3, seed=5))
+    assert tokens.shape == labels.shape == (3, 64)
+    assert torch.equal(tokens[:, 1:], labels[:, :-1])  # labels are the next bytes
+    haystack = text.encode()
+    for row, lab in zip(tokens, labels, strict=True):  # real windows of the corpus
+        assert bytes(torch.cat([row, lab[-1:]]).tolist()) in haystack
+    again, _ = next(text_windows(64, 3, seed=5))
+    assert torch.equal(tokens, again)  # the same on every rank for one seed
+    with pytest.raises(ValueError, match="below the corpus"):
+        next(text_windows(ids.numel(), 1))

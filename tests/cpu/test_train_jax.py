@@ -183,7 +183,8 @@ def test_bench_training_loop_cp_equals_one_device(monkeypatch) -> None:
         pe_of = {d.id: i for i, d in enumerate(mesh.devices.flat)}
         monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, n, 0))
         with jax.set_mesh(mesh):
-            runs[n, dtype] = train_jax.train(tiny(layers=1), mesh, seq=32, batch=2, steps=4,
+            data = repeated_blocks(CFG.vocab, 32, 2, period=4, seed=0)
+            runs[n, dtype] = train_jax.train(tiny(layers=1), mesh, data, steps=4,
                                              implementation="xla", compute_dtype=dtype)  # fmt: skip
     cp, one, bf16 = runs[4, None][0], runs[1, None][0], runs[4, "bfloat16"][0]
     assert len(cp) == 4 and len(runs[4, None][1]) == 4

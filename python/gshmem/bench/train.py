@@ -11,14 +11,17 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
 from gshmem.bench.options import parse_size
 
 BACKENDS = ("gshmem", "nccl")
 FRAMEWORKS = ("torch", "jax")
+DATA = ("synthetic", "text")
 FIRST_TIMED_STEP = 3  # the seeds average steps 3-20
 
 
@@ -32,6 +35,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=20, help="steps (timed: 3 to this)")
     p.add_argument("--backend", choices=BACKENDS, default="gshmem")
     p.add_argument("--framework", choices=FRAMEWORKS, default="torch")
+    p.add_argument("--data", choices=DATA, default="synthetic",
+                   help="synthetic repeated blocks (throughput), or text: Python's language "
+                   "reference as UTF-8 bytes (the model's vocabulary becomes 256)")  # fmt: skip
     p.add_argument("--no-checkpoint", action="store_true", help="keep every block's activations")
     p.add_argument("--np", dest="nprocs", type=int, default=None, help="GPUs (default: every one)")
     p.add_argument("--timeout", type=float, default=3600.0, help="launcher timeout, s")
@@ -59,8 +65,28 @@ def summarize(step_seconds: Sequence[float], flops_per_step: float, gpus: int) -
     return {"step_s": seconds, "tflops_per_gpu": flops_per_step / gpus / seconds / 1e12}
 
 
-def run_torch(o: argparse.Namespace) -> dict | None:
-    """This rank's part of a PyTorch run (collective); rank 0 returns the row, others None."""
+def model_config(o: argparse.Namespace) -> Any:
+    """Llama-3-8B with ``--layers`` decoder layers; a byte vocabulary for ``--data text``."""
+    from gshmem.train.config import LLAMA3_8B
+    from gshmem.train.text import BYTE_VOCAB
+
+    cfg = LLAMA3_8B.with_layers(o.layers)
+    return replace(cfg, vocab=BYTE_VOCAB) if o.data == "text" else cfg
+
+
+def batches(o: argparse.Namespace, vocab: int) -> Iterator[tuple[Any, Any]]:
+    """The (tokens, labels) stream of ``--data``, [batch, seq] each, the same on every rank."""
+    from gshmem.train.data import repeated_blocks
+    from gshmem.train.text import text_windows
+
+    if o.data == "text":
+        return text_windows(o.seq, o.batch, seed=0)
+    return repeated_blocks(vocab, o.seq, o.batch, period=max(1, o.seq // 8), seed=0)
+
+
+def run_torch(o: argparse.Namespace, cfg: Any, data: Iterator[tuple[Any, Any]]) -> dict | None:
+    """This rank's part of a PyTorch run of ``cfg`` on ``data`` (collective); rank 0 returns
+    its losses, step seconds, GPUs and peak memory, the others None."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -68,9 +94,7 @@ def run_torch(o: argparse.Namespace) -> dict | None:
     import gshmem
     from gshmem.attention import ring_attention
     from gshmem.bench.nccl_group import join_nccl
-    from gshmem.train.config import LLAMA3_8B
     from gshmem.train.cp import shard_batch
-    from gshmem.train.data import repeated_blocks
     from gshmem.train.model import Llama
     from gshmem.train.step import optimizer, shard_model, train_step
 
@@ -79,11 +103,9 @@ def run_torch(o: argparse.Namespace) -> dict | None:
     why = join_nccl(me, world, comm.device)
     if why:
         raise RuntimeError(f"gshmem.bench train needs torch.distributed over NCCL (FSDP): {why}")
-    cfg = LLAMA3_8B.with_layers(o.layers)
     torch.manual_seed(0)  # the same initial weights on every rank, before FSDP shards them
     model = shard_model(Llama(cfg).cuda(), init_device_mesh("cuda", (world,)))
     opt = optimizer(model)
-    data = repeated_blocks(cfg.vocab, o.seq, o.batch, period=max(1, o.seq // 8), seed=0)
 
     def attend(q, k, v):
         return ring_attention(q, k, v, comm=comm, backend=o.backend)
@@ -110,14 +132,13 @@ def run_torch(o: argparse.Namespace) -> dict | None:
 
 def report(o: argparse.Namespace, run: dict) -> dict:
     """The printed line and the JSON row of a run (its losses, step seconds, GPUs, peak)."""
-    from gshmem.train.config import LLAMA3_8B
     from gshmem.train.flops import train_flops
 
     gpus, losses = run["gpus"], run["losses"]
     row = {"framework": run["framework"], "seq": o.seq, "layers": o.layers, "batch": o.batch,
-           "gpus": gpus, "cp": gpus, "backend": o.backend, "losses": losses,
+           "data": o.data, "gpus": gpus, "cp": gpus, "backend": o.backend, "losses": losses,
            "step_seconds": run["seconds"], "peak_gib": run["peak_gib"],
-           **summarize(run["seconds"], train_flops(LLAMA3_8B.with_layers(o.layers), o.batch, o.seq),
+           **summarize(run["seconds"], train_flops(model_config(o), o.batch, o.seq),
                        gpus)}  # fmt: skip
     print(f"gshmem.bench train ({row['framework']}): {o.seq} tokens, {o.layers} layers, "
           f"CP={gpus}, {o.backend}: {row['step_s']:.3f} s/step, {row['tflops_per_gpu']:.1f} "
@@ -130,15 +151,17 @@ def report(o: argparse.Namespace, run: dict) -> dict:
 
 
 def run(o: argparse.Namespace) -> int:
+    cfg = model_config(o)
+    data = batches(o, cfg.vocab)
     if o.framework == "jax":
         from gshmem.bench import train_jax
 
-        result = train_jax.run(o)
+        result = train_jax.run(o, cfg, data)
     else:
-        result = run_torch(o)
+        result = run_torch(o, cfg, data)
     if result is not None:
         report(o, result)
     return 0
 
 
-__all__ = ["parse_args", "report", "run", "run_torch", "summarize"]
+__all__ = ["batches", "model_config", "parse_args", "report", "run", "run_torch", "summarize"]

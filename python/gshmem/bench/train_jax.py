@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -21,17 +22,17 @@ def peak_gib(devices: Any) -> float:
     return max(peaks, default=0) / 2**30
 
 
-def train(cfg: Any, mesh: Any, seq: int, batch: int, steps: int, *, checkpoint: bool = True,
-          implementation: str | None = "cudnn", compute_dtype: Any = "bfloat16",
+def train(cfg: Any, mesh: Any, data: Iterator[tuple[Any, Any]], steps: int, *,
+          checkpoint: bool = True, implementation: str | None = "cudnn",
+          compute_dtype: Any = "bfloat16",
           seed: int = 0) -> tuple[list[float], list[float]]:  # fmt: skip
-    """(losses, seconds) of ``steps`` training steps on the synthetic stream, each step timed
-    from its inputs' hand-off to its loss on the host."""
+    """(losses, seconds) of ``steps`` training steps on ``data``'s (tokens, labels) torch
+    batches [B, S], each step timed from its inputs' hand-off to its loss on the host."""
     import jax
     import jax.numpy as jnp
 
     from gshmem.jax.attention.layout import order
     from gshmem.train import model_jax, step_jax
-    from gshmem.train.data import repeated_blocks
 
     n = mesh.shape["cp"]
     opt = step_jax.adamw()
@@ -42,12 +43,14 @@ def train(cfg: Any, mesh: Any, seq: int, batch: int, steps: int, *, checkpoint: 
     state = jax.jit(opt[0])(params)
     step = step_jax.make_step(cfg, mesh, opt, implementation=implementation,
                               checkpoint=checkpoint, compute_dtype=compute_dtype)  # fmt: skip
-    data = repeated_blocks(cfg.vocab, seq, batch, period=max(1, seq // 8), seed=seed)
-    index = order(seq, n)
-    positions = jnp.asarray(index, jnp.int32)
+    index, positions = None, None
     losses, seconds = [], []
     for _ in range(steps):
-        tokens, labels = (jnp.asarray(x.numpy()[:, index]) for x in next(data))
+        batch = next(data)
+        if index is None:
+            index = order(batch[0].shape[-1], n)
+            positions = jnp.asarray(index, jnp.int32)
+        tokens, labels = (jnp.asarray(x.numpy()[:, index]) for x in batch)
         jax.block_until_ready((tokens, labels))
         start = time.perf_counter()
         params, state, loss = step(params, state, tokens, labels, positions)
@@ -56,8 +59,9 @@ def train(cfg: Any, mesh: Any, seq: int, batch: int, steps: int, *, checkpoint: 
     return losses, seconds
 
 
-def run(o: Any) -> dict:
-    """The row of one JAX training run over every visible GPU (the caller reports it)."""
+def run(o: Any, cfg: Any, data: Iterator[tuple[Any, Any]]) -> dict:
+    """One JAX training run of ``cfg`` on ``data`` over every visible GPU: its losses, step
+    seconds, GPUs and peak memory (the caller reports them)."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     os.environ["GSHMEM_JAX_PPERMUTE_BACKEND"] = PERMUTE_BACKEND[o.backend]
     import jax
@@ -65,7 +69,6 @@ def run(o: Any) -> dict:
     from jax.sharding import Mesh
 
     import gshmem.jax as gj
-    from gshmem.train.config import LLAMA3_8B
 
     devices = jax.local_devices()
     if len(devices) != o.nprocs:
@@ -76,8 +79,7 @@ def run(o: Any) -> dict:
     gj.init()
     try:
         mesh = Mesh(np.array(devices), ("cp",))
-        losses, seconds = train(LLAMA3_8B.with_layers(o.layers), mesh, o.seq, o.batch, o.steps,
-                                checkpoint=not o.no_checkpoint)  # fmt: skip
+        losses, seconds = train(cfg, mesh, data, o.steps, checkpoint=not o.no_checkpoint)
         return {"framework": "jax", "gpus": len(devices), "losses": losses,
                 "seconds": seconds, "peak_gib": peak_gib(devices)}  # fmt: skip
     finally:
