@@ -113,7 +113,7 @@ typedef struct gshmem_device {
   uint64_t proxy_failed;   /* uint64_t: nonzero once the proxy thread stopped on an error */
 } gshmem_device_t;
 
-#define GSHMEM_WINDOW_STATE_VERSION 1
+#define GSHMEM_WINDOW_STATE_VERSION 2
 
 /* A window (docs/windows.md): memory every PE registered collectively, of possibly different
  * sizes, with its signals and counters in `n_contexts` independent sets. Filled by
@@ -131,6 +131,11 @@ typedef struct gshmem_window {
   uint64_t signals;    /* uint64_t[n_pes]: PE p's signal array (uint64_t[n_contexts][n_signals]),
                           which puts to p add into, as this PE addresses it */
   uint64_t counters;   /* uint64_t[n_contexts][n_counters]: this PE's counters (local only) */
+  /* version 2: PEs beyond load/store reach, through the comm's proxy path (bases and signals
+   * hold 0 for them) */
+  uint64_t signal_offset; /* the signal arrays' offset in the symmetric heap (every PE's) */
+  int32_t proxy_region;   /* the proxy engine's id of the window's memory; -1: no proxy path */
+  uint32_t counter_first; /* index of counters[0] in the proxy path's counter pool */
 } gshmem_window_t;
 
 

@@ -185,7 +185,8 @@ typedef struct gshmem_window_handle* gshmem_window_handle_t;
  * GPU (symmetric-heap memory, or any cudaMalloc'd memory that CUDA IPC can share) and the same
  * contexts (>= 1), signals and counters per context. Blocking. Fails with GSHMEM_ERROR_USAGE on
  * every PE when any PE's buffer cannot be shared, the counts differ, or a peer is beyond
- * load/store reach (windows over the proxy path are not built yet). The comm owns the window. */
+ * load/store reach while the comm has no proxy path (with one, the window is also registered
+ * with its network engine: docs/windows.md). The comm owns the window. */
 gshmem_result_t gshmem_window_register(gshmem_comm_t comm, void* ptr, size_t bytes, int contexts,
                                        int signals, int counters, gshmem_window_handle_t* win);
 /* The by-value state kernels take; valid until the window is deregistered or the comm ends. */

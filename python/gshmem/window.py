@@ -42,6 +42,9 @@ class WindowStruct(ctypes.Structure):
         ("sizes", ctypes.c_uint64),
         ("signals", ctypes.c_uint64),
         ("counters", ctypes.c_uint64),
+        ("signal_offset", ctypes.c_uint64),
+        ("proxy_region", ctypes.c_int32),
+        ("counter_first", ctypes.c_uint32),
     ]
 
 

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/cuda_api.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "core/comm.h"
 
@@ -162,14 +163,25 @@ Window::Window(Comm& comm, void* ptr, uint64_t bytes, int contexts, int signals,
                 std::to_string(c.counters) + " counters, PE " + std::to_string(me) + " for " +
                 std::to_string(contexts) + ", " + std::to_string(signals) + " and " +
                 std::to_string(counters) + "; every PE must ask for the same");
-    require(c.reachable, "PE " + std::to_string(pe) +
-                             " does not reach every PE by loads and stores; windows over the "
-                             "proxy path (other hosts) are not built yet");
+    require(c.reachable || comm.proxy() != nullptr,
+            "PE " + std::to_string(pe) +
+                " does not reach every PE by loads and stores, and the comm has no proxy path "
+                "(UCX) to the others");
   }
+  ProxyPath* proxy = comm.proxy();  // on every PE or on none (Comm::open_proxy)
 
   // The signals: symmetric, so each PE's array is found through the heap (collective, zeroed).
   const uint64_t signal_bytes = 8ull * contexts * (signals > 0 ? signals : 1);
   signals_ = comm.heap().malloc(signal_bytes, 256, true);
+  if (proxy != nullptr) {
+    try {
+      proxy_region_ = proxy->register_region(ptr, bytes);  // collective, the same result on all
+    } catch (...) {
+      comm.heap().free(signals_);
+      signals_ = nullptr;
+      throw;
+    }
+  }
   cuda::DeviceGuard guard(comm.device());
   std::vector<uint64_t> tables(3 * static_cast<size_t>(n));
   std::string failure;
@@ -179,6 +191,8 @@ Window::Window(Comm& comm, void* ptr, uint64_t bytes, int contexts, int signals,
       uint64_t at = 0;
       if (pe == me) {
         at = reinterpret_cast<uint64_t>(ptr);
+      } else if (comm.via_proxy(pe)) {
+        at = 0;  // reached through the proxy path: (proxy_region_, offset)
       } else if (e.kind == kHeap) {
         const char* sym = static_cast<const char*>(comm.heap().base()) + e.offset;
         at = reinterpret_cast<uint64_t>(comm.heap().peer_ptr(sym, pe));
@@ -199,16 +213,23 @@ Window::Window(Comm& comm, void* ptr, uint64_t bytes, int contexts, int signals,
       }
       tables[pe] = at;
       tables[n + pe] = e.bytes;
-      tables[2 * n + pe] = reinterpret_cast<uint64_t>(comm.heap().peer_ptr(signals_, pe));
+      tables[2 * n + pe] = comm.via_proxy(pe)
+                               ? 0
+                               : reinterpret_cast<uint64_t>(comm.heap().peer_ptr(signals_, pe));
     }
     if (failure.empty()) {
       cuda::check(cudaMalloc(&tables_, tables.size() * sizeof(uint64_t)), "cudaMalloc (window)");
       cuda::check(cudaMemcpy(tables_, tables.data(), tables.size() * sizeof(uint64_t),
                              cudaMemcpyHostToDevice),
                   "cudaMemcpy (window tables)");
-      const size_t counter_bytes = 8ull * contexts * (counters > 0 ? counters : 1);
-      cuda::check(cudaMalloc(&counters_, counter_bytes), "cudaMalloc (window counters)");
-      cuda::check(cudaMemset(counters_, 0, counter_bytes), "cudaMemset (window counters)");
+      const uint64_t n_counters = uint64_t(contexts) * (counters > 0 ? counters : 1);
+      if (proxy != nullptr) {  // the proxy adds to them too
+        counter_first_ = proxy->take_counters(n_counters);
+        pooled_counters_ = true;
+      } else {
+        cuda::check(cudaMalloc(&counters_, 8 * n_counters), "cudaMalloc (window counters)");
+        cuda::check(cudaMemset(counters_, 0, 8 * n_counters), "cudaMemset (window counters)");
+      }
     }
   } catch (const Error& e) {
     failure = e.what();
@@ -222,11 +243,16 @@ Window::Window(Comm& comm, void* ptr, uint64_t bytes, int contexts, int signals,
   }
   if (!failure.empty()) {
     release_local();
-    comm.heap().free(signals_);  // collective: every PE is here
+    deregister_region();         // collective: every PE is here
+    comm.heap().free(signals_);
     signals_ = nullptr;
     throw_error(GSHMEM_ERROR_USAGE, "register_window: " + failure);
   }
   auto* t = static_cast<uint64_t*>(tables_);
+  const uint64_t counter_words =
+      proxy != nullptr
+          ? reinterpret_cast<uint64_t>(proxy->completion().counters + counter_first_)
+          : reinterpret_cast<uint64_t>(counters_);
   state_ = gshmem_window_t{GSHMEM_WINDOW_STATE_VERSION,
                            me,
                            n,
@@ -236,17 +262,25 @@ Window::Window(Comm& comm, void* ptr, uint64_t bytes, int contexts, int signals,
                            reinterpret_cast<uint64_t>(t),
                            reinterpret_cast<uint64_t>(t + n),
                            reinterpret_cast<uint64_t>(t + 2 * n),
-                           reinterpret_cast<uint64_t>(counters_)};
+                           counter_words,
+                           static_cast<uint64_t>(static_cast<const char*>(signals_) -
+                                                 static_cast<const char*>(comm.heap().base())),
+                           proxy_region_,
+                           static_cast<uint32_t>(counter_first_)};
 }
 
 Window::~Window() { release_local(); }
 
 void Window::deregister() {
-  {
-    cuda::DeviceGuard guard(comm_.device());
-    cuda::check(cudaDeviceSynchronize(), "waiting for GPU work before deregister_window");
-  }
+  cuda::DeviceGuard guard(comm_.device());
+  cuda::check(cudaDeviceSynchronize(), "waiting for GPU work before deregister_window");
+  // Descriptors kernels appended may still wait in the proxy queue: issued first, then the
+  // engine completes them before it forgets the region (deregister_region flushes).
+  if (proxy_region_ >= 0) comm_.proxy()->drain(env::timeout_seconds());
   comm_.bootstrap().barrier();  // no PE still writes into this PE's window or signals
+  deregister_region();
+  // The sink's adds to signals and counters of those last operations, before the memory goes.
+  cuda::check(cudaDeviceSynchronize(), "waiting for the proxy's last signal and counter adds");
   release_local();
   comm_.heap().free(signals_);
   signals_ = nullptr;
@@ -258,6 +292,13 @@ void Window::release_local() noexcept {
   cudaFree(tables_);
   cudaFree(counters_);
   tables_ = counters_ = nullptr;
+  if (pooled_counters_) comm_.proxy()->give_counters(counter_first_);
+  pooled_counters_ = false;
+}
+
+void Window::deregister_region() {
+  if (proxy_region_ >= 0) comm_.proxy()->deregister_region(proxy_region_);  // collective
+  proxy_region_ = -1;
 }
 
 }  // namespace gshmem

@@ -13,14 +13,20 @@
 namespace gshmem::proxy {
 
 ProxyChannel::ProxyChannel(NetEngine& engine, uint64_t capacity, uint64_t counters,
-                           Producers producers, int device, std::vector<int> cpus)
+                           Producers producers, int device, std::vector<int> cpus,
+                           SignalSink counter_sink, void* counter_arg)
     : producers_(producers), device_(device) {
   GSHMEM_REQUIRE(valid_capacity(capacity),
                  "a proxy queue's capacity must be a power of two >= 2, got " +
                      std::to_string(capacity));
   GSHMEM_REQUIRE(producers != Producers::kGpu || device >= 0,
                  "a proxy channel fed by kernels needs their CUDA device");
+  gpu_counters_wanted_ = producers == Producers::kGpu && counter_sink != nullptr;
   allocate(capacity, counters);
+  if (gpu_counters_wanted_) {
+    completion_.counter_sink = counter_sink;
+    completion_.counter_arg = counter_arg;
+  }
   try {
     proxy_ = std::make_unique<Proxy>(engine, queue_, completion_, std::move(cpus),
                                      producers == Producers::kGpu ? device : -1);
@@ -37,16 +43,23 @@ ProxyChannel::~ProxyChannel() {
 
 void ProxyChannel::allocate(uint64_t capacity, uint64_t counters) {
   // One block: the slots, then head, retired and failed a cache line each (the two sides write
-  // them), then the counters.
-  const size_t bytes = capacity * sizeof(Descriptor) + (8 * 3 + counters) * sizeof(uint64_t);
-  if (producers_ == Producers::kGpu) {
+  // them), then the counters unless they are GPU memory.
+  const bool gpu = producers_ == Producers::kGpu;
+  const bool in_block = !gpu_counters_wanted_;
+  const size_t bytes =
+      capacity * sizeof(Descriptor) + (8 * 3 + (in_block ? counters : 0)) * sizeof(uint64_t);
+  if (gpu) {
     cuda::DeviceGuard guard(device_);
     cuda::check(cudaHostAlloc(&block_, bytes, cudaHostAllocMapped | cudaHostAllocPortable),
                 "cudaHostAlloc (proxy queue)");
     if (cudaMalloc(reinterpret_cast<void**>(&tail_), sizeof(uint64_t)) != cudaSuccess ||
-        cudaMemset(tail_, 0, sizeof(uint64_t)) != cudaSuccess) {
+        cudaMemset(tail_, 0, sizeof(uint64_t)) != cudaSuccess ||
+        (!in_block && counters != 0 &&
+         (cudaMalloc(reinterpret_cast<void**>(&gpu_counters_), counters * 8) != cudaSuccess ||
+          cudaMemset(gpu_counters_, 0, counters * 8) != cudaSuccess))) {
       release();
-      throw_error(GSHMEM_ERROR_CUDA, "cudaMalloc/cudaMemset of the proxy queue's tail failed");
+      throw_error(GSHMEM_ERROR_CUDA, "cudaMalloc/cudaMemset of the proxy queue's tail or "
+                                     "counters failed");
     }
   } else {
     block_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -56,19 +69,21 @@ void ProxyChannel::allocate(uint64_t capacity, uint64_t counters) {
   std::memset(block_, 0, bytes);
   auto* after = reinterpret_cast<uint64_t*>(static_cast<Descriptor*>(block_) + capacity);
   queue_ = {static_cast<Descriptor*>(block_), tail_, after, capacity};
-  completion_ = {after + 8, after + 16, after + 24, counters};
+  completion_ = {after + 8, after + 16, in_block ? after + 24 : gpu_counters_, counters};
 }
 
 void ProxyChannel::release() noexcept {
   if (producers_ == Producers::kGpu) {
     if (block_ != nullptr) cudaFreeHost(block_);  // nothing more to do if teardown fails
     if (tail_ != nullptr) cudaFree(tail_);
+    if (gpu_counters_ != nullptr) cudaFree(gpu_counters_);
   } else {
     std::free(block_);
     delete tail_;
   }
   block_ = nullptr;
   tail_ = nullptr;
+  gpu_counters_ = nullptr;
 }
 
 bool ProxyChannel::try_push(const Command& c) {
@@ -90,6 +105,14 @@ uint64_t ProxyChannel::counter(uint64_t i) const {
   GSHMEM_REQUIRE(i < completion_.n_counters,
                  "no proxy counter " + std::to_string(i) + " of " +
                      std::to_string(completion_.n_counters));
+  if (gpu_counters_ != nullptr) {  // after every stream's work: the sink's adds too
+    uint64_t value = 0;
+    cuda::DeviceGuard guard(device_);
+    cuda::check(cudaDeviceSynchronize(), "waiting for the GPU before reading a proxy counter");
+    cuda::check(cudaMemcpy(&value, &completion_.counters[i], sizeof value, cudaMemcpyDeviceToHost),
+                "reading a proxy counter");
+    return value;
+  }
   return __atomic_load_n(&completion_.counters[i], __ATOMIC_ACQUIRE);
 }
 

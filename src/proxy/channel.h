@@ -4,8 +4,10 @@
 //
 // Producers::kGpu (kernels append, gshmem/device/proxy.cuh): the slots, head and completion
 // words are pinned host memory mapped into the GPU, the ticket counter (tail) is GPU memory,
-// where the producers' atomics are. Producers::kHost (host threads; the CPU tests): ordinary
-// memory, and try_push appends.
+// where the producers' atomics are; so are the counters when a `counter_sink` is given (kernels
+// add to them as well: windows' CounterInc on load/store peers; the proxy adds through the sink),
+// else they are mapped host memory the proxy adds to.
+// Producers::kHost (host threads; the CPU tests): ordinary memory, and try_push appends.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +25,11 @@ enum class Producers { kHost, kGpu };
 class ProxyChannel {
  public:
   // `device`: the CUDA device of a kGpu channel's memory and of the data its descriptors name
-  // (-1 for kHost). `cpus`: where the proxy thread runs (empty: anywhere).
+  // (-1 for kHost). `cpus`: where the proxy thread runs (empty: anywhere). `counter_sink`
+  // (kGpu only): the counters are GPU memory and the proxy adds to them through it.
   ProxyChannel(NetEngine& engine, uint64_t capacity, uint64_t counters, Producers producers,
-               int device, std::vector<int> cpus = {});
+               int device, std::vector<int> cpus = {}, SignalSink counter_sink = nullptr,
+               void* counter_arg = nullptr);
   ~ProxyChannel();  // stops the thread, then frees the memory it used
   ProxyChannel(const ProxyChannel&) = delete;
   ProxyChannel& operator=(const ProxyChannel&) = delete;
@@ -36,7 +40,8 @@ class ProxyChannel {
 
   // A host producer's descriptor; false when the queue is full. Usage error on a kGpu channel.
   bool try_push(const Command& c);
-  // Descriptors retired so far; local completions counted by counter `i`.
+  // Descriptors retired so far; local completions counted by counter `i` (of a kGpu channel:
+  // read from the GPU, synchronously).
   uint64_t retired() const;
   uint64_t counter(uint64_t i) const;
   // Blocks until `n` descriptors retired; throws the proxy thread's error, or
@@ -55,8 +60,10 @@ class ProxyChannel {
 
   Producers producers_;
   int device_;
-  void* block_ = nullptr;  // the slots, then head, retired, failed and the counters
+  void* block_ = nullptr;  // the slots, then head, retired, failed (and kHost: the counters)
   uint64_t* tail_ = nullptr;
+  bool gpu_counters_wanted_ = false;
+  uint64_t* gpu_counters_ = nullptr;  // kGpu with a counter sink
   QueueView queue_{};
   CompletionWords completion_{};
   std::unique_ptr<Proxy> proxy_;

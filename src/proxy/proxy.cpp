@@ -80,7 +80,12 @@ bool Proxy::failed(gshmem_result_t* code, std::string* message) const {
 
 void Proxy::counted(void* self, uint64_t counter) {
   const CompletionWords& c = static_cast<Proxy*>(self)->completion_;
-  __atomic_fetch_add(&c.counters[counter - 1], 1, __ATOMIC_RELEASE);
+  uint64_t* word = &c.counters[counter - 1];
+  if (c.counter_sink != nullptr) {
+    c.counter_sink(c.counter_arg, word, 1, SignalUpdate::kAdd);
+  } else {
+    __atomic_fetch_add(word, 1, __ATOMIC_RELEASE);
+  }
 }
 
 int Proxy::resolve(uint16_t region) const {

@@ -4,7 +4,9 @@
 //   retired    descriptors taken and issued, in ticket order; a kQuiet descriptor retires only
 //              once every earlier operation is complete at its target, so "retired > t" after a
 //              quiet with ticket t means everything before it has landed;
-//   counters   local completion counts (gshmem/proxy_queue.h, word 6);
+//   counters   local completion counts (gshmem/proxy_queue.h, word 6), added to by the CPU
+//              (host memory) or through `counter_sink` (GPU memory, which the CPU cannot add
+//              to atomically: GpuSignalSink's kernel);
 //   failed     0 while healthy; 1 once the thread stopped on an error (error() says which).
 // The memory of the queue and of these words belongs to the caller (host memory, or pinned
 // host memory mapped into the GPU when kernels produce); it must outlive the Proxy.
@@ -28,6 +30,8 @@ struct CompletionWords {
   uint64_t* failed;
   uint64_t* counters;
   uint64_t n_counters;
+  SignalSink counter_sink = nullptr;  // null: the counters are host memory
+  void* counter_arg = nullptr;
 };
 
 class Proxy {

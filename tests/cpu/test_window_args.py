@@ -15,9 +15,11 @@ from gshmem.window import MAX_CONTEXTS, MAX_PER_CONTEXT, WindowStruct, check_cou
 
 def test_the_layout_matches_the_c_struct():
     assert ctypes.sizeof(WindowStruct) == _C.WINDOW_STATE_SIZE
-    assert _C.WINDOW_STATE_VERSION == 1
+    assert _C.WINDOW_STATE_VERSION == 2
     # every field 8-byte aligned after the six 32-bit ones, as in device_state.h
     assert WindowStruct.bases.offset == 24 and WindowStruct.counters.offset == 48
+    assert WindowStruct.signal_offset.offset == 56 and WindowStruct.proxy_region.offset == 64
+    assert WindowStruct.counter_first.offset == 68 and ctypes.sizeof(WindowStruct) == 72
 
 
 @pytest.mark.parametrize("counts", [(1, 0, 0), (4, 2, 2), (MAX_CONTEXTS, MAX_PER_CONTEXT, 1)])

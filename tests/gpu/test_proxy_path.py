@@ -40,3 +40,14 @@ def test_device_api_suite_through_the_proxy(suite):
     # the left neighbour's value checked, on the world and a strided team, every scope
     env = {**PROXY, "GSHMEM_TEST_SMALL": "1"} if suite == "barrier" else PROXY
     launch_pes(2, str(SCRIPTS / "device_api_check.py"), suite, timeout=300, **env)
+
+
+@pytest.mark.gpu
+@needs_ucx
+@pytest.mark.parametrize("scenario", ["load", "heap"])
+def test_windows_through_the_proxy(scenario, tmp_path):
+    # every peer's part of the window reached through the proxy: puts with SignalAdd and
+    # CounterInc (counted by the proxy once the source may go), put_value, flush, the barrier
+    out = launch_pes(2, str(SCRIPTS / "window_check.py"), scenario, timeout=300,
+                     CUPY_CACHE_DIR=str(tmp_path), **PROXY)  # fmt: skip
+    assert f"PASS {scenario}" in out, out

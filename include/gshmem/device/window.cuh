@@ -18,8 +18,12 @@
 // Contexts share nothing: kernels (or blocks) on different contexts never see each other's
 // signals and counters, so independent flows need no coordination.
 //
-// Peers are load/store reachable (registration refuses others for now): a put is the scope's
-// stores into the peer's mapping, and flush is a system-scope fence. A put past the end of the
+// A load/store peer's put is the scope's stores into its mapping. A PE beyond load/store reach
+// (another host, through the comm's proxy path: proxy.cuh) gets a descriptor instead: the proxy
+// thread moves the data over the network, then applies the SignalAdd at the target, and counts
+// the CounterInc here once the source may be reused. So for such a peer put() returns before
+// the data has left: reuse the source once its CounterInc counted or flush() returned. flush()
+// waits for every descriptor this PE appended before it to complete. A put past the end of the
 // target's window, or to a PE outside the world, prints what was asked and traps.
 #pragma once
 
@@ -29,6 +33,8 @@
 
 #include "barrier.cuh"
 #include "copy.cuh"
+#include "order.cuh"
+#include "proxy.cuh"
 #include "ptx.cuh"
 #include "scope.cuh"
 #include "signal.cuh"
@@ -61,39 +67,73 @@ class WindowContext {
   }
 
   // The scope copies `bytes` from `src` (this GPU) to PE `pe`'s window at `offset`, then signals
-  // and counts as asked. Made by the whole scope; the source may be reused when it returns.
+  // and counts as asked. Made by the whole scope; for a load/store peer the source may be reused
+  // when it returns (for a proxy peer: above). False only when a proxy queue stayed full past
+  // the deadline (docs/reliability.md).
   template <class Scope = Thread, class Sig = NoSignal, class Ctr = NoCounter>
-  __device__ void put(size_t offset, const void* src, size_t bytes, int pe, Sig sig = {},
+  __device__ bool put(size_t offset, const void* src, size_t bytes, int pe, Sig sig = {},
                       Ctr ctr = {}) const {
     char* dst = target(pe, offset, bytes);
     Scope::sync();
+    if (detail::via_proxy(dev_, pe)) {
+      bool ok = true;
+      if (Scope::rank() == 0) {
+        proxy::Command c = proxy_command(pe, sig);
+        c.op = has_signal(sig) ? proxy::Op::kPutSignal : proxy::Op::kPut;
+        c.local = reinterpret_cast<uint64_t>(src);
+        c.offset = offset;
+        c.bytes = bytes;
+        c.counter = counter_index(ctr);
+        ok = detail::proxy_push(dev_, c);
+      }
+      return Scope::all(ok);
+    }
     detail::copy<Scope>(dst, src, bytes);
     Scope::sync();
     if (Scope::rank() == 0) {
       add_signal(pe, sig);
       count(ctr);
     }
+    return true;
   }
 
   // Stores `value` (1, 2, 4 or 8 bytes, naturally aligned in the target) at `offset` of PE
   // `pe`'s window, then signals as asked. Made by the calling thread.
   template <class T, class Sig = NoSignal>
-  __device__ void put_value(size_t offset, T value, int pe, Sig sig = {}) const {
+  __device__ bool put_value(size_t offset, T value, int pe, Sig sig = {}) const {
+    static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
+                  "put_value stores 1, 2, 4 or 8 bytes");
     T* dst = reinterpret_cast<T*>(target(pe, offset, sizeof(T)));
+    if (detail::via_proxy(dev_, pe)) {
+      proxy::Command c = proxy_command(pe, NoSignal{});
+      c.op = proxy::Op::kPutValue;
+      uint64_t bits = 0;
+      memcpy(&bits, &value, sizeof(T));
+      c.local = bits;
+      c.offset = offset;
+      c.bytes = sizeof(T);
+      // the signal goes after the value (a kSignal is fenced behind earlier descriptors)
+      return detail::proxy_push(dev_, c) && proxy_signal(pe, sig);
+    }
     detail::store_relaxed(dst, value);
     add_signal(pe, sig);
+    return true;
   }
 
-  // Adds to PE `pe`'s signal, ordered after every write this thread made or observed.
-  __device__ void signal(int pe, SignalAdd sig) const {
+  // Adds to PE `pe`'s signal, ordered after every write this thread made or observed (and,
+  // for a proxy peer, after every descriptor this PE appended before it).
+  __device__ bool signal(int pe, SignalAdd sig) const {
     check_pe(pe);
+    if (detail::via_proxy(dev_, pe)) return proxy_signal(pe, sig);
     add_signal(pe, sig);
+    return true;
   }
 
-  // Returns once the scope's earlier puts are complete and visible at their targets.
+  // Returns once the scope's earlier puts are complete and visible at their targets (with a
+  // proxy path: every descriptor this PE appended before it, too). False when that wait gave up.
   template <class Scope = Thread>
-  __device__ void flush() const {
-    quiet<Scope>();
+  __device__ bool flush() const {
+    return quiet<Scope>(dev_);
   }
 
   // Bounded: until this PE's signal `id` >= `value` (true), or the wait gave up (false,
@@ -160,13 +200,45 @@ class WindowContext {
     return reinterpret_cast<uint64_t*>(array) + static_cast<size_t>(ctx_) * n + id;
   }
   __device__ uint64_t* own_signal(int id) const { return signal_of(dev_.my_pe, id); }
+  __device__ uint64_t signal_base(int pe) const {
+    return reinterpret_cast<const uint64_t*>(win_.signals)[pe];
+  }
   __device__ uint64_t* signal_of(int pe, int id) const {
-    return slot(reinterpret_cast<const uint64_t*>(win_.signals)[pe], id, win_.n_signals,
-                "signal");
+    return slot(signal_base(pe), id, win_.n_signals, "signal");
   }
   __device__ uint64_t* counter(int id) const {
     return slot(win_.counters, id, win_.n_counters, "counter");
   }
+  // A descriptor to `pe`'s part of the window, with `sig` as its signal (if any).
+  __device__ proxy::Command proxy_command(int pe, NoSignal) const {
+    proxy::Command c;
+    c.pe = static_cast<uint32_t>(pe);
+    c.region = static_cast<uint16_t>(win_.proxy_region);
+    return c;
+  }
+  __device__ proxy::Command proxy_command(int pe, SignalAdd sig) const {
+    proxy::Command c = proxy_command(pe, NoSignal{});
+    // The signal arrays are symmetric: the same heap offset on every PE.
+    const uint64_t own = reinterpret_cast<uint64_t>(own_signal(sig.id));  // checks the id
+    c.signal_region = proxy::kHeapRegion;
+    c.signal_offset = win_.signal_offset + (own - signal_base(dev_.my_pe));
+    c.signal_value = sig.value;
+    return c;
+  }
+  __device__ bool proxy_signal(int, NoSignal) const { return true; }
+  __device__ bool proxy_signal(int pe, SignalAdd sig) const {
+    proxy::Command c = proxy_command(pe, sig);
+    c.op = proxy::Op::kSignal;
+    return detail::proxy_push(dev_, c);
+  }
+  __device__ static constexpr bool has_signal(NoSignal) { return false; }
+  __device__ static constexpr bool has_signal(SignalAdd) { return true; }
+  __device__ uint64_t counter_index(NoCounter) const { return 0; }
+  __device__ uint64_t counter_index(CounterInc ctr) const {
+    counter(ctr.id);  // checks the id
+    return win_.counter_first + static_cast<uint64_t>(ctx_) * win_.n_counters + ctr.id + 1;
+  }
+
   __device__ void add_signal(int, NoSignal) const {}
   __device__ void add_signal(int pe, SignalAdd sig) const {
     detail::red_add_release(reinterpret_cast<unsigned long long*>(signal_of(pe, sig.id)),

@@ -23,29 +23,33 @@ __device__ inline uint64_t slot_of(int sender, int block, int round, int blocks,
 
 // Every block (context blockIdx.x % n_contexts) puts `rounds` chunks to every PE, each with
 // SignalAdd{0} and CounterInc{0}; block 0 also fills the last `chunk` bytes of every PE's window
-// (whose sizes differ) with SignalAdd{1}. Then flush.
+// (whose sizes differ) with SignalAdd{1}. Then flush. Every put has a source chunk of its own
+// in `src` ([PEs][blocks][rounds + 1] chunks), untouched until the flush: a put to a proxy
+// peer reads its source after put() returned.
 extern "C" __global__ void exchange(gshmem::Device dev, gshmem::Window win, uint32_t* src,
-                                    int rounds, uint64_t chunk) {
+                                    int rounds, uint64_t chunk, unsigned long long* gave_up) {
   const WindowContext w(dev, win, blockIdx.x % win.n_contexts);
   const int me = dev.my_pe, blocks = gridDim.x;
   const uint64_t words = chunk / 4;
-  uint32_t* mine = src + static_cast<uint64_t>(blockIdx.x) * words;
+  bool ok = true;
   for (int pe = 0; pe < dev.n_pes; ++pe) {
-    for (int r = 0; r < rounds; ++r) {
+    uint32_t* mine = src + (static_cast<uint64_t>(pe) * blocks + blockIdx.x) * (rounds + 1) * words;
+    for (int r = 0; r < rounds; ++r, mine += words) {
       const uint64_t slot = slot_of(me, blockIdx.x, r, blocks, rounds);
       for (uint64_t i = threadIdx.x; i < words; i += blockDim.x) mine[i] = pattern(me, slot, i);
       __syncthreads();
-      w.put<Block>(slot * chunk, mine, chunk, pe, SignalAdd{0}, CounterInc{0});
+      ok &= w.put<Block>(slot * chunk, mine, chunk, pe, SignalAdd{0}, CounterInc{0});
     }
     if (blockIdx.x == 0) {
       const uint64_t size = reinterpret_cast<const uint64_t*>(win.sizes)[pe];
       const uint64_t tail = ~0ull - me;  // a slot number no bulk put uses
       for (uint64_t i = threadIdx.x; i < words; i += blockDim.x) mine[i] = pattern(me, tail, i);
       __syncthreads();
-      w.put<Block>(size - chunk, mine, chunk, pe, SignalAdd{1, 5});
+      ok &= w.put<Block>(size - chunk, mine, chunk, pe, SignalAdd{1, 5});
     }
   }
-  w.flush<Block>();
+  ok &= w.flush<Block>();
+  if (!ok && threadIdx.x == 0) atomicAdd(gave_up, 1ull);
 }
 
 // Waits (bounded) for every sender's puts into this PE, then compares every word; mismatches and
@@ -95,7 +99,9 @@ extern "C" __global__ void values(gshmem::Device dev, gshmem::Window win, uint64
   const int me = dev.my_pe, n = dev.n_pes;
   const int right = (me + 1) % n, left = (me + n - 1) % n;
   const uint64_t v = (static_cast<uint64_t>(me) << 32) | threadIdx.x;
-  w.put_value<uint64_t>((first + threadIdx.x) * 8, v, right, SignalAdd{1});
+  if (!w.put_value<uint64_t>((first + threadIdx.x) * 8, v, right, SignalAdd{1})) {
+    atomicAdd(&out[1], 1ull);
+  }
   __syncthreads();
   if (!w.wait_signal<Block>(1, blockDim.x, left)) atomicAdd(&out[1], 1ull);
   const uint64_t got = static_cast<const uint64_t*>(w.local(0))[first + threadIdx.x];

@@ -40,14 +40,15 @@ def per_context(c: int) -> int:
 def run_exchange(comm: gshmem.Comm, dev, win: gshmem.window.Window) -> None:
     """exchange + verify, then the exact totals from the host."""
     n = comm.nranks
-    src = cp.zeros(BLOCKS * CHUNK // 4, dtype=cp.uint32)
+    src = cp.zeros(n * BLOCKS * (ROUNDS + 1) * CHUNK // 4, dtype=cp.uint32)  # one per put
     out = cp.zeros(2, dtype=cp.uint64)
-    launch("exchange", BLOCKS, (dev, win.numpy(), src, np.int32(ROUNDS), np.uint64(CHUNK)))
+    launch("exchange", BLOCKS,
+           (dev, win.numpy(), src, np.int32(ROUNDS), np.uint64(CHUNK), out[1:]))  # fmt: skip
     args = (dev, win.numpy(), np.int32(ROUNDS), np.uint64(CHUNK), np.int32(BLOCKS), out)
     launch("verify", CONTEXTS, args)
     sync(comm)
     mismatched, gave_up = (int(x) for x in out.get())
-    assert gave_up == 0, f"PE {comm.rank}: {gave_up} signal waits gave up"
+    assert gave_up == 0, f"PE {comm.rank}: {gave_up} puts, flushes or signal waits gave up"
     assert mismatched == 0, f"PE {comm.rank}: {mismatched} words differ from what was put"
     signals, counters = win.signals.cpu().tolist(), win.counters.cpu().tolist()
     for c in range(CONTEXTS):
