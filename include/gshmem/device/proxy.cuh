@@ -65,9 +65,16 @@ __device__ inline proxy::QueueView proxy_queue(const Device& dev) {
           dev.proxy_capacity};
 }
 
-// Offset of symmetric `p` in this PE's heap: the same object's offset on every PE.
-__device__ inline uint64_t heap_offset(const Device& dev, const void* p) {
-  return reinterpret_cast<uint64_t>(p) - dev.heap_base;
+// Where a descriptor's data or signal lands at the target: a region the engine knows (a window,
+// or kHeapRegion: the comm's symmetric heap) and an offset in it.
+struct Remote {
+  uint16_t region;
+  uint64_t offset;
+};
+
+// Symmetric `p`: the same heap offset on every PE.
+__device__ inline Remote heap_remote(const Device& dev, const void* p) {
+  return {proxy::kHeapRegion, reinterpret_cast<uint64_t>(p) - dev.heap_base};
 }
 
 // Appends `c`, waiting (bounded) for room; false when the wait gave up. Earlier writes of this
@@ -104,40 +111,58 @@ __device__ inline bool proxy_quiet(const Device& dev) {
   return true;
 }
 
-// A put (kPut) or put-with-signal (kPutSignal when sig != nullptr) of `bytes` from local `src`
-// to symmetric `dst` on `pe`. The source may be reused once proxy_quiet() returned.
-__device__ inline bool proxy_put(const Device& dev, void* dst, const void* src, size_t bytes,
-                                 int pe, const uint64_t* sig = nullptr, uint64_t value = 0,
-                                 SignalOp op = SignalOp::Add) {
+// A put (kPut) or put-with-signal (kPutSignal when `sig` is given: `value` added to it, or
+// stored) of `bytes` from local `src` to `dst` on `pe`; `counter` (index + 1, 0: none) counts
+// here once the source may be reused. Otherwise the source may be reused once proxy_quiet()
+// returned.
+__device__ inline bool proxy_put_to(const Device& dev, Remote dst, const void* src, size_t bytes,
+                                    int pe, const Remote* sig = nullptr, uint64_t value = 0,
+                                    SignalOp op = SignalOp::Add, uint64_t counter = 0) {
   proxy::Command c;
   c.op = sig != nullptr ? proxy::Op::kPutSignal : proxy::Op::kPut;
   c.pe = static_cast<uint32_t>(pe);
-  c.region = proxy::kHeapRegion;
+  c.region = dst.region;
   c.local = reinterpret_cast<uint64_t>(src);
-  c.offset = heap_offset(dev, dst);
+  c.offset = dst.offset;
   c.bytes = bytes;
+  c.counter = counter;
   if (sig != nullptr) {
-    c.signal_region = proxy::kHeapRegion;
-    c.signal_offset = heap_offset(dev, sig);
+    c.signal_region = sig->region;
+    c.signal_offset = sig->offset;
     c.signal_value = value;
     c.signal_set = op == SignalOp::Set;
   }
   return proxy_push(dev, c);
 }
 
-// Stores the low `bytes` (1, 2, 4 or 8) bytes of `value` at symmetric `dst` on `pe`: the value
-// travels in the descriptor, so nothing of the caller's must stay valid. Complete once
-// proxy_quiet() returned.
-__device__ inline bool proxy_put_value(const Device& dev, void* dst, uint64_t value,
-                                       size_t bytes, int pe) {
+// The same to symmetric `dst` (and signal `sig`) on `pe`.
+__device__ inline bool proxy_put(const Device& dev, void* dst, const void* src, size_t bytes,
+                                 int pe, const uint64_t* sig = nullptr, uint64_t value = 0,
+                                 SignalOp op = SignalOp::Add) {
+  const Remote s = sig != nullptr ? heap_remote(dev, sig) : Remote{};
+  return proxy_put_to(dev, heap_remote(dev, dst), src, bytes, pe, sig != nullptr ? &s : nullptr,
+                      value, op);
+}
+
+// Stores `value` (1, 2, 4 or 8 bytes) at `dst` on `pe`: the value travels in the descriptor, so
+// nothing of the caller's must stay valid. Complete once proxy_quiet() returned.
+template <class T>
+__device__ inline bool proxy_put_value_to(const Device& dev, Remote dst, T value, int pe) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
+                "a value put stores 1, 2, 4 or 8 bytes");
   proxy::Command c;
   c.op = proxy::Op::kPutValue;
   c.pe = static_cast<uint32_t>(pe);
-  c.region = proxy::kHeapRegion;
-  c.local = value;
-  c.offset = heap_offset(dev, dst);
-  c.bytes = bytes;
+  c.region = dst.region;
+  memcpy(&c.local, &value, sizeof(T));  // c.local is 0: the high bytes stay 0
+  c.offset = dst.offset;
+  c.bytes = sizeof(T);
   return proxy_push(dev, c);
+}
+
+template <class T>
+__device__ inline bool proxy_put_value(const Device& dev, T* dst, T value, int pe) {
+  return proxy_put_value_to(dev, heap_remote(dev, dst), value, pe);
 }
 
 // A get of `bytes` from symmetric `src` on `pe` into local `dst`, there once proxy_quiet()
@@ -147,25 +172,31 @@ __device__ inline bool proxy_get(const Device& dev, void* dst, const void* src, 
   proxy::Command c;
   c.op = proxy::Op::kGet;
   c.pe = static_cast<uint32_t>(pe);
-  c.region = proxy::kHeapRegion;
+  const Remote from = heap_remote(dev, src);
+  c.region = from.region;
   c.local = reinterpret_cast<uint64_t>(dst);
-  c.offset = heap_offset(dev, src);
+  c.offset = from.offset;
   c.bytes = bytes;
   return proxy_push(dev, c);
 }
 
-// A signal update of symmetric `sig` on `pe`. The proxy fences before it, so it lands after
-// every earlier descriptor's data (the release of signal_op on the direct path).
-__device__ inline bool proxy_signal(const Device& dev, const uint64_t* sig, uint64_t value,
-                                    SignalOp op, int pe) {
+// A signal update of `sig` on `pe`. The proxy fences before it, so it lands after every earlier
+// descriptor's data (the release of signal_op on the direct path).
+__device__ inline bool proxy_signal_to(const Device& dev, Remote sig, uint64_t value, SignalOp op,
+                                       int pe) {
   proxy::Command c;
   c.op = proxy::Op::kSignal;
   c.pe = static_cast<uint32_t>(pe);
-  c.signal_region = proxy::kHeapRegion;
-  c.signal_offset = heap_offset(dev, sig);
+  c.signal_region = sig.region;
+  c.signal_offset = sig.offset;
   c.signal_value = value;
   c.signal_set = op == SignalOp::Set;
   return proxy_push(dev, c);
+}
+
+__device__ inline bool proxy_signal(const Device& dev, const uint64_t* sig, uint64_t value,
+                                    SignalOp op, int pe) {
+  return proxy_signal_to(dev, heap_remote(dev, sig), value, op, pe);
 }
 
 // Orders the descriptors appended before it before those appended after it, per PE.

@@ -99,9 +99,7 @@ template <class T>
 __device__ inline void p(const Device& dev, T* dst, T value, int pe) {
   static_assert(sizeof(T) <= sizeof(uint64_t), "p stores elements of 1, 2, 4 or 8 bytes");
   if (detail::via_proxy(dev, pe)) {
-    uint64_t bits = 0;
-    memcpy(&bits, &value, sizeof(T));
-    detail::proxy_put_value(dev, dst, bits, sizeof(T), pe);
+    detail::proxy_put_value(dev, dst, value, pe);
     return;
   }
   detail::store_relaxed(detail::peer(dev, dst, pe), value);

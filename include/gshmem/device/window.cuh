@@ -77,15 +77,7 @@ class WindowContext {
     Scope::sync();
     if (detail::via_proxy(dev_, pe)) {
       bool ok = true;
-      if (Scope::rank() == 0) {
-        proxy::Command c = proxy_command(pe, sig);
-        c.op = has_signal(sig) ? proxy::Op::kPutSignal : proxy::Op::kPut;
-        c.local = reinterpret_cast<uint64_t>(src);
-        c.offset = offset;
-        c.bytes = bytes;
-        c.counter = counter_index(ctr);
-        ok = detail::proxy_push(dev_, c);
-      }
+      if (Scope::rank() == 0) ok = proxy_put(pe, offset, src, bytes, sig, counter_index(ctr));
       return Scope::all(ok);
     }
     detail::copy<Scope>(dst, src, bytes);
@@ -101,19 +93,11 @@ class WindowContext {
   // `pe`'s window, then signals as asked. Made by the calling thread.
   template <class T, class Sig = NoSignal>
   __device__ bool put_value(size_t offset, T value, int pe, Sig sig = {}) const {
-    static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
-                  "put_value stores 1, 2, 4 or 8 bytes");
     T* dst = reinterpret_cast<T*>(target(pe, offset, sizeof(T)));
     if (detail::via_proxy(dev_, pe)) {
-      proxy::Command c = proxy_command(pe, NoSignal{});
-      c.op = proxy::Op::kPutValue;
-      uint64_t bits = 0;
-      memcpy(&bits, &value, sizeof(T));
-      c.local = bits;
-      c.offset = offset;
-      c.bytes = sizeof(T);
       // the signal goes after the value (a kSignal is fenced behind earlier descriptors)
-      return detail::proxy_push(dev_, c) && proxy_signal(pe, sig);
+      return detail::proxy_put_value_to(dev_, data_remote(offset), value, pe) &&
+             proxy_signal(pe, sig);
     }
     detail::store_relaxed(dst, value);
     add_signal(pe, sig);
@@ -209,30 +193,30 @@ class WindowContext {
   __device__ uint64_t* counter(int id) const {
     return slot(win_.counters, id, win_.n_counters, "counter");
   }
-  // A descriptor to `pe`'s part of the window, with `sig` as its signal (if any).
-  __device__ proxy::Command proxy_command(int pe, NoSignal) const {
-    proxy::Command c;
-    c.pe = static_cast<uint32_t>(pe);
-    c.region = static_cast<uint16_t>(win_.proxy_region);
-    return c;
+  // Proxy peers: `offset` in the window's region; signal `id` in the symmetric heap (the signal
+  // arrays are heap blocks: the same offset on every PE).
+  __device__ detail::Remote data_remote(size_t offset) const {
+    return {static_cast<uint16_t>(win_.proxy_region), offset};
   }
-  __device__ proxy::Command proxy_command(int pe, SignalAdd sig) const {
-    proxy::Command c = proxy_command(pe, NoSignal{});
-    // The signal arrays are symmetric: the same heap offset on every PE.
-    const uint64_t own = reinterpret_cast<uint64_t>(own_signal(sig.id));  // checks the id
-    c.signal_region = proxy::kHeapRegion;
-    c.signal_offset = win_.signal_offset + (own - signal_base(dev_.my_pe));
-    c.signal_value = sig.value;
-    return c;
+  __device__ detail::Remote signal_remote(int id) const {
+    const uint64_t own = reinterpret_cast<uint64_t>(own_signal(id));  // checks the id
+    return {proxy::kHeapRegion, win_.signal_offset + (own - signal_base(dev_.my_pe))};
+  }
+  __device__ bool proxy_put(int pe, size_t offset, const void* src, size_t bytes, NoSignal,
+                            uint64_t counter) const {
+    return detail::proxy_put_to(dev_, data_remote(offset), src, bytes, pe, nullptr, 0,
+                                SignalOp::Add, counter);
+  }
+  __device__ bool proxy_put(int pe, size_t offset, const void* src, size_t bytes, SignalAdd sig,
+                            uint64_t counter) const {
+    const detail::Remote s = signal_remote(sig.id);
+    return detail::proxy_put_to(dev_, data_remote(offset), src, bytes, pe, &s, sig.value,
+                                SignalOp::Add, counter);
   }
   __device__ bool proxy_signal(int, NoSignal) const { return true; }
   __device__ bool proxy_signal(int pe, SignalAdd sig) const {
-    proxy::Command c = proxy_command(pe, sig);
-    c.op = proxy::Op::kSignal;
-    return detail::proxy_push(dev_, c);
+    return detail::proxy_signal_to(dev_, signal_remote(sig.id), sig.value, SignalOp::Add, pe);
   }
-  __device__ static constexpr bool has_signal(NoSignal) { return false; }
-  __device__ static constexpr bool has_signal(SignalAdd) { return true; }
   __device__ uint64_t counter_index(NoCounter) const { return 0; }
   __device__ uint64_t counter_index(CounterInc ctr) const {
     counter(ctr.id);  // checks the id

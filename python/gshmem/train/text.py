@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import torch
 
+from gshmem.train.data import Batch
+
 BYTE_VOCAB = 256
 
 
@@ -28,9 +30,7 @@ def decode(tokens: torch.Tensor) -> str:
     return bytes(tokens.to(torch.uint8).tolist()).decode("utf-8", errors="replace")
 
 
-def text_windows(
-    seq: int, batch: int, seed: int = 0
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def text_windows(seq: int, batch: int, seed: int = 0) -> Iterator[Batch]:
     """Endless (tokens [batch, seq], labels [batch, seq]) windows of the corpus; labels[i] is
     the byte after tokens[i] (every position has one)."""
     ids = encode(corpus())
