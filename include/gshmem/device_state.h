@@ -37,7 +37,7 @@ typedef decltype(static_cast<char*>(0) - static_cast<char*>(0)) ptrdiff_t;
 extern "C" {
 #endif
 
-#define GSHMEM_DEVICE_STATE_VERSION 3
+#define GSHMEM_DEVICE_STATE_VERSION 4
 
 /* What gave up waiting (gshmem_fault_t.op). */
 #define GSHMEM_WAIT_SIGNAL 1     /* signal_wait_until */
@@ -111,6 +111,8 @@ typedef struct gshmem_device {
   uint64_t proxy_capacity; /* a power of two; 0: no proxy path */
   uint64_t proxy_retired;  /* uint64_t: descriptors retired, in ticket order (mapped) */
   uint64_t proxy_failed;   /* uint64_t: nonzero once the proxy thread stopped on an error */
+  /* version 4: values fetched through the proxy (atomics that return the old value, g) */
+  uint64_t proxy_results;  /* ResultSlot[proxy_capacity] (gshmem/proxy_queue.h), mapped */
 } gshmem_device_t;
 
 #define GSHMEM_WINDOW_STATE_VERSION 2

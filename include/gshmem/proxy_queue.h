@@ -33,6 +33,14 @@
 //   word 5   the signal value: added to the word, or stored in it (bit 7 of word 0)
 //   word 6   local completion counter index + 1 (0: none), incremented once the source of a
 //            put may be reused or a get's data has arrived
+// kAtomic uses word 1 for the operand, word 3 for the operation (bits 0-7), the operand type
+// (bits 8-15) and whether the old value is wanted (bit 16), word 4 for compare_swap's
+// comparand. kGetValue reads `bytes` (1, 2, 4 or 8) from the target into this ticket's result.
+//
+// Results (kAtomic that fetches, kGetValue): the proxy stores the value in results[t %
+// capacity], then the ticket t + 1 there (release); the producer that took ticket t waits for
+// that ticket, then reads the value. A result slot is reused by ticket t + capacity, so a
+// producer reads its result as soon as it arrives (it is the only one waiting for it).
 #pragma once
 
 #include "gshmem/device_state.h"
@@ -67,6 +75,31 @@ enum class Op : uint8_t {
   kFence = 5,      // later operations to each PE land after earlier ones
   kQuiet = 6,      // every earlier operation is complete at its target before this one retires
   kPutValue = 7,   // 1, 2, 4 or 8 bytes carried in the descriptor (word 1): what p() stores
+  kAtomic = 8,     // an atomic on a 4- or 8-byte word at the target, maybe fetching its old value
+  kGetValue = 9,   // 1, 2, 4 or 8 bytes of the target into this ticket's result: what g() reads
+};
+
+// The atomics a kAtomic descriptor applies (old: the word's value before).
+enum class AmoOp : uint8_t {
+  kAdd = 0,          // word += operand
+  kAnd = 1,          // word &= operand (integers)
+  kOr = 2,
+  kXor = 3,
+  kSwap = 4,         // word = operand
+  kCompareSwap = 5,  // word = operand if word == comparand (bitwise)
+};
+
+// The operand type: arithmetic on it (add) and its width.
+enum class AmoType : uint8_t { kU32 = 0, kU64 = 1, kF32 = 2, kF64 = 3 };
+
+GSHMEM_HOST_DEVICE inline uint64_t amo_bytes(AmoType t) {
+  return t == AmoType::kU32 || t == AmoType::kF32 ? 4 : 8;
+}
+
+// One fetched value (see Results above).
+struct alignas(16) ResultSlot {
+  uint64_t value;
+  uint64_t ticket;  // t + 1 once the value of ticket t is there
 };
 
 struct Command {
@@ -81,6 +114,11 @@ struct Command {
   uint64_t signal_value = 0;
   uint64_t counter = 0;  // index + 1; 0: none
   bool signal_set = false;  // the signal word is stored, not added to
+  // kAtomic: the operation, its operand (in `local`), comparand and whether it fetches
+  AmoOp amo = AmoOp::kAdd;
+  AmoType amo_type = AmoType::kU64;
+  bool fetch = false;
+  uint64_t compare = 0;
 };
 
 constexpr uint32_t kMaxProxyPe = (1u << 24) - 1;
@@ -97,6 +135,11 @@ GSHMEM_HOST_DEVICE inline void encode(const Command& c, uint64_t (&w)[kPayloadWo
   w[4] = c.signal_offset;
   w[5] = c.signal_value;
   w[6] = c.counter;
+  if (c.op == Op::kAtomic) {
+    w[3] = static_cast<uint64_t>(c.amo) | (static_cast<uint64_t>(c.amo_type) << 8) |
+           (c.fetch ? uint64_t{1} << 16 : 0);
+    w[4] = c.compare;
+  }
 }
 
 GSHMEM_HOST_DEVICE inline Command decode(const uint64_t (&w)[kPayloadWords]) {
@@ -112,6 +155,14 @@ GSHMEM_HOST_DEVICE inline Command decode(const uint64_t (&w)[kPayloadWords]) {
   c.signal_offset = w[4];
   c.signal_value = w[5];
   c.counter = w[6];
+  if (c.op == Op::kAtomic) {
+    c.amo = static_cast<AmoOp>(w[3] & 0xff);
+    c.amo_type = static_cast<AmoType>((w[3] >> 8) & 0xff);
+    c.fetch = ((w[3] >> 16) & 1) != 0;
+    c.bytes = amo_bytes(c.amo_type);
+    c.compare = w[4];
+    c.signal_offset = 0;
+  }
   return c;
 }
 

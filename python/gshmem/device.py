@@ -53,6 +53,7 @@ class DeviceStruct(ctypes.Structure):
         ("proxy_capacity", ctypes.c_uint64),
         ("proxy_retired", ctypes.c_uint64),
         ("proxy_failed", ctypes.c_uint64),
+        ("proxy_results", ctypes.c_uint64),
     ]
 
 

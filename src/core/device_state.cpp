@@ -61,6 +61,7 @@ DeviceState::DeviceState(Comm& comm) : local_index_(nullptr, DeviceFree{comm.dev
     state_.proxy_capacity = q.capacity;
     state_.proxy_retired = reinterpret_cast<uint64_t>(path->completion().retired);
     state_.proxy_failed = reinterpret_cast<uint64_t>(path->completion().failed);
+    state_.proxy_results = reinterpret_cast<uint64_t>(path->completion().results);
   }
 }
 

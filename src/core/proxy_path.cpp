@@ -30,9 +30,10 @@ std::vector<int> cpus_near(int device) {
 ProxyPath::ProxyPath(Bootstrap& bs, SymmetricHeap& heap, int device, uint64_t capacity,
                      double timeout)
     : heap_(heap) {
-  sink_ = std::make_unique<proxy::GpuSignalSink>(device);
+  sink_ = std::make_unique<proxy::GpuSink>(device);
   engine_ = proxy::make_ucx_engine(bs, timeout);
-  engine_->set_signal_sink(&proxy::GpuSignalSink::apply, sink_.get());
+  engine_->set_signal_sink(&proxy::GpuSink::apply, sink_.get());
+  engine_->set_atomic_sink(sink_.get());
   if (env::proxy_staging()) {
     staging_ = proxy::make_gpu_staging(device, kStagingChunk, kStagingChunks);
     engine_->set_staging(staging_.get());
@@ -40,7 +41,7 @@ ProxyPath::ProxyPath(Bootstrap& bs, SymmetricHeap& heap, int device, uint64_t ca
   // Counters are for windows: the heap path completes through quiet.
   channel_ = std::make_unique<proxy::ProxyChannel>(
       *engine_, capacity, kWindowCounters, proxy::Producers::kGpu, device, cpus_near(device),
-      &proxy::GpuSignalSink::apply, sink_.get());
+      &proxy::GpuSink::apply, sink_.get());
   counter_pool_.grow(kWindowCounters);
   register_heap();
   heap_.set_grow_hook([this] { register_heap(); });

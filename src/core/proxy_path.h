@@ -16,7 +16,7 @@
 #include "heap/allocator.h"
 #include "heap/symmetric_heap.h"
 #include "proxy/channel.h"
-#include "proxy/gpu_signal_sink.h"
+#include "proxy/gpu_sink.h"
 #include "proxy/net_engine.h"
 #include "proxy/staging.h"
 
@@ -56,7 +56,7 @@ class ProxyPath {
   SymmetricHeap& heap_;
   std::mutex counters_mu_;
   Allocator counter_pool_;  // indices into completion().counters
-  std::unique_ptr<proxy::GpuSignalSink> sink_;
+  std::unique_ptr<proxy::GpuSink> sink_;
   std::unique_ptr<proxy::Staging> staging_;  // outlives the engine that uses it
   std::unique_ptr<proxy::NetEngine> engine_;
   std::unique_ptr<proxy::ProxyChannel> channel_;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -42,12 +43,12 @@ ProxyChannel::~ProxyChannel() {
 }
 
 void ProxyChannel::allocate(uint64_t capacity, uint64_t counters) {
-  // One block: the slots, then head, retired and failed a cache line each (the two sides write
-  // them), then the counters unless they are GPU memory.
+  // One block: the slots, their results, then head, retired and failed a cache line each (the
+  // two sides write them), then the counters unless they are GPU memory.
   const bool gpu = producers_ == Producers::kGpu;
   const bool in_block = !gpu_counters_wanted_;
-  const size_t bytes =
-      capacity * sizeof(Descriptor) + (8 * 3 + (in_block ? counters : 0)) * sizeof(uint64_t);
+  const size_t bytes = capacity * (sizeof(Descriptor) + sizeof(ResultSlot)) +
+                       (8 * 3 + (in_block ? counters : 0)) * sizeof(uint64_t);
   if (gpu) {
     cuda::DeviceGuard guard(device_);
     cuda::check(cudaHostAlloc(&block_, bytes, cudaHostAllocMapped | cudaHostAllocPortable),
@@ -67,9 +68,10 @@ void ProxyChannel::allocate(uint64_t capacity, uint64_t counters) {
     tail_ = new uint64_t(0);
   }
   std::memset(block_, 0, bytes);
-  auto* after = reinterpret_cast<uint64_t*>(static_cast<Descriptor*>(block_) + capacity);
+  auto* results = reinterpret_cast<ResultSlot*>(static_cast<Descriptor*>(block_) + capacity);
+  auto* after = reinterpret_cast<uint64_t*>(results + capacity);
   queue_ = {static_cast<Descriptor*>(block_), tail_, after, capacity};
-  completion_ = {after + 8, after + 16, in_block ? after + 24 : gpu_counters_, counters};
+  completion_ = {after + 8, after + 16, in_block ? after + 24 : gpu_counters_, counters, results};
 }
 
 void ProxyChannel::release() noexcept {
@@ -86,15 +88,23 @@ void ProxyChannel::release() noexcept {
   gpu_counters_ = nullptr;
 }
 
-bool ProxyChannel::try_push(const Command& c) {
+std::optional<uint64_t> ProxyChannel::try_push(const Command& c) {
   GSHMEM_REQUIRE(producers_ == Producers::kHost,
                  "this proxy channel's producers are kernels (its ticket counter is GPU memory)");
   uint64_t words[kPayloadWords];
   encode(c, words);
   uint64_t ticket = 0;
-  if (!try_reserve(queue_, ticket)) return false;
+  if (!try_reserve(queue_, ticket)) return std::nullopt;
   publish(queue_, ticket, words);
-  return true;
+  return ticket;
+}
+
+std::optional<uint64_t> ProxyChannel::result(uint64_t ticket) const {
+  GSHMEM_REQUIRE(producers_ == Producers::kHost,
+                 "this proxy channel's results are read by the kernels that produce");
+  const ResultSlot& slot = completion_.results[ticket & (queue_.capacity - 1)];
+  if (__atomic_load_n(&slot.ticket, __ATOMIC_ACQUIRE) != ticket + 1) return std::nullopt;
+  return __atomic_load_n(&slot.value, __ATOMIC_RELAXED);
 }
 
 uint64_t ProxyChannel::retired() const {

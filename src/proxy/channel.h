@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "gshmem/proxy_queue.h"
@@ -38,8 +39,12 @@ class ProxyChannel {
   const QueueView& queue() const { return queue_; }
   const CompletionWords& completion() const { return completion_; }
 
-  // A host producer's descriptor; false when the queue is full. Usage error on a kGpu channel.
-  bool try_push(const Command& c);
+  // A host producer's descriptor: its ticket, or nothing when the queue is full. Usage error on
+  // a kGpu channel.
+  std::optional<uint64_t> try_push(const Command& c);
+  // The value ticket `ticket` fetched (kAtomic with fetch, kGetValue), once it is there; the
+  // slot is reused by ticket + capacity. Usage error on a kGpu channel.
+  std::optional<uint64_t> result(uint64_t ticket) const;
   // Descriptors retired so far; local completions counted by counter `i` (of a kGpu channel:
   // read from the GPU, synchronously).
   uint64_t retired() const;

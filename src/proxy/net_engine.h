@@ -1,4 +1,4 @@
-// The network engine behind the proxy path: one-sided put, get and 64-bit atomic add into memory
+// The network engine behind the proxy path: one-sided put, get, signals and atomics into memory
 // regions that every rank registered, over an existing engine (UCX). Calls are serialised by
 // the engine (the proxy thread and the comm's registration may overlap).
 //
@@ -11,7 +11,10 @@
 //     memory are not available on every transport (TCP, shared memory), messages are. The
 //     target applies it through its signal sink: by default a CPU atomic (signal words in host
 //     memory); a comm whose signal words are GPU memory installs a sink that updates them on its
-//     GPU (src/proxy/gpu_signal_sink.h);
+//     GPU (src/proxy/gpu_sink.h);
+//   - an atomic travels as an active message too, for the same reason; the target applies it
+//     through its atomic sink (CPU atomics on host memory by default; a kernel for GPU memory)
+//     and answers with the old value, so an atomic is complete once its answer is back;
 //   - a put may carry a signal, applied at the target once the put's data is there (for the
 //     small-message path: put, fence, signal; for bulk: one message, no fence);
 //   - a put's `done` callback runs once the source buffer may be reused (local completion), a
@@ -29,6 +32,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "gshmem/proxy_queue.h"
 
 namespace gshmem {
 class Bootstrap;
@@ -56,6 +61,34 @@ struct SignalAfter {
 // Called on the target inside progress(), with the engine's lock held: it must not call the
 // engine. Throwing stops the engine's caller with that error.
 using SignalSink = void (*)(void* arg, uint64_t* word, uint64_t value, SignalUpdate update);
+
+// An atomic on a 4- or 8-byte word (gshmem/proxy_queue.h: AmoOp, AmoType); `compare` only for
+// kCompareSwap. Values are bit patterns in the low bytes.
+struct Atomic {
+  AmoOp op;
+  AmoType type;
+  uint64_t operand;
+  uint64_t compare;
+};
+
+// Called with an atomic's old value once the target applied it.
+using Fetched = void (*)(void* arg, uint64_t tag, uint64_t old);
+
+// Applies atomics that arrive for this rank's memory. Called on the target inside progress(),
+// with the engine's lock held: it must not call the engine; throwing stops the engine's caller.
+class AtomicSink {
+ public:
+  virtual ~AtomicSink() = default;
+  // Whether start() must wait until an earlier atomic is done (the sink's limit of atomics in
+  // flight); the engine keeps later arrivals meanwhile.
+  virtual bool full() const { return false; }
+  // Starts `a` on `word` (aligned to its width, inside a region of this rank) unless full();
+  // returns an id for done(). Atomics of one sink are applied in the order they are started.
+  virtual uint64_t start(void* word, const Atomic& a) = 0;
+  // Whether atomic `id` was applied; if so its old value is in *old and the id is spent. Asked
+  // in the order the atomics were started.
+  virtual bool done(uint64_t id, uint64_t* old) = 0;
+};
 
 class NetEngine {
  public:
@@ -91,9 +124,17 @@ class NetEngine {
   // `region`, once it arrives and `pe`'s engine progresses.
   virtual void signal(int pe, int region, uint64_t offset, uint64_t value,
                       SignalUpdate update) = 0;
+  // Non-blocking. Applies `a` to the word at `offset` of `pe`'s `region` once it arrives and
+  // `pe`'s engine progresses; `fetched` (when not null) then gets the old value. Complete, for
+  // flush(), once the target applied it.
+  virtual void atomic(int pe, int region, uint64_t offset, const Atomic& a, Fetched fetched,
+                      void* arg, uint64_t tag) = 0;
   // How signals arriving at this rank are applied (default: a CPU atomic on host memory).
   // Set before the first region is registered.
   virtual void set_signal_sink(SignalSink sink, void* arg) = 0;
+  // How atomics arriving at this rank are applied (null, the default: CPU atomics on host
+  // memory). Set before the first region is registered; `sink` must outlive the engine.
+  virtual void set_atomic_sink(AtomicSink* sink) = 0;
   // How GPU memory is moved (staging.h); null (the default): every buffer goes to UCX as it
   // is. Set before the first transfer; `staging` must outlive the engine.
   virtual void set_staging(Staging* staging) = 0;

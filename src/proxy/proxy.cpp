@@ -11,6 +11,7 @@
 
 #include "common/cuda_api.h"
 #include "common/error.h"
+#include "proxy/amo.h"
 
 namespace gshmem::proxy {
 namespace {
@@ -88,6 +89,19 @@ void Proxy::counted(void* self, uint64_t counter) {
   }
 }
 
+void Proxy::fetched(void* self, uint64_t ticket, uint64_t value) {
+  auto* p = static_cast<Proxy*>(self);
+  ResultSlot& slot = p->completion_.results[ticket & (p->queue_.capacity - 1)];
+  __atomic_store_n(&slot.value, value, __ATOMIC_RELAXED);
+  __atomic_store_n(&slot.ticket, ticket + 1, __ATOMIC_RELEASE);
+}
+
+void Proxy::got(void* self, uint64_t ticket) {
+  auto* p = static_cast<Proxy*>(self);
+  ResultSlot& slot = p->completion_.results[ticket & (p->queue_.capacity - 1)];
+  __atomic_store_n(&slot.ticket, ticket + 1, __ATOMIC_RELEASE);  // the value landed before
+}
+
 int Proxy::resolve(uint16_t region) const {
   if (region != kHeapRegion) return region;
   const int heap = heap_region_.load(std::memory_order_acquire);
@@ -95,7 +109,7 @@ int Proxy::resolve(uint16_t region) const {
   return heap;
 }
 
-void Proxy::execute(const Command& c) {
+void Proxy::execute(const Command& c, uint64_t ticket) {
   GSHMEM_REQUIRE(c.counter <= completion_.n_counters,
                  "proxy descriptor names counter " + std::to_string(c.counter - 1) + " of " +
                      std::to_string(completion_.n_counters));
@@ -131,6 +145,25 @@ void Proxy::execute(const Command& c) {
     case Op::kQuiet:
       engine_.flush();
       return;
+    case Op::kAtomic: {
+      GSHMEM_REQUIRE(amo_valid(static_cast<uint64_t>(c.amo), static_cast<uint64_t>(c.amo_type)),
+                     "proxy descriptor has an unknown atomic (op " +
+                         std::to_string(static_cast<int>(c.amo)) + ", type " +
+                         std::to_string(static_cast<int>(c.amo_type)) + ")");
+      const Atomic a{c.amo, c.amo_type, c.local, c.compare};
+      engine_.atomic(pe, resolve(c.region), c.offset, a, c.fetch ? &Proxy::fetched : nullptr,
+                     this, ticket);
+      return;
+    }
+    case Op::kGetValue: {
+      GSHMEM_REQUIRE(c.bytes == 1 || c.bytes == 2 || c.bytes == 4 || c.bytes == 8,
+                     "a proxy value get reads 1, 2, 4 or 8 bytes, not " + std::to_string(c.bytes));
+      ResultSlot& slot = completion_.results[ticket & (queue_.capacity - 1)];
+      slot.value = 0;  // a narrower value leaves the high bytes zero
+      engine_.get(pe, &slot.value, c.bytes, resolve(c.region), c.offset, &Proxy::got, this,
+                  ticket);
+      return;
+    }
   }
   throw_error(GSHMEM_ERROR_USAGE,
               "proxy descriptor has unknown op " + std::to_string(static_cast<int>(c.op)));
@@ -145,7 +178,7 @@ void Proxy::run(int device) {
       int taken = 0;
       uint64_t words[kPayloadWords];
       while (taken < kBatch && try_pop(queue_, next, words)) {
-        execute(decode(words));
+        execute(decode(words), next - 1);
         __atomic_store_n(completion_.retired, next, __ATOMIC_RELEASE);
         ++taken;
       }

@@ -6,8 +6,10 @@
 //              quiet with ticket t means everything before it has landed;
 //   counters   local completion counts (gshmem/proxy_queue.h, word 6), added to by the CPU
 //              (host memory) or through `counter_sink` (GPU memory, which the CPU cannot add
-//              to atomically: GpuSignalSink's kernel);
-//   failed     0 while healthy; 1 once the thread stopped on an error (error() says which).
+//              to atomically: GpuSink's kernel);
+//   failed     0 while healthy; 1 once the thread stopped on an error (error() says which);
+//   results    one ResultSlot per queue slot: the value a kAtomic that fetches or a kGetValue
+//              brought back, then its ticket (gshmem/proxy_queue.h).
 // The memory of the queue and of these words belongs to the caller (host memory, or pinned
 // host memory mapped into the GPU when kernels produce); it must outlive the Proxy.
 #pragma once
@@ -30,6 +32,7 @@ struct CompletionWords {
   uint64_t* failed;
   uint64_t* counters;
   uint64_t n_counters;
+  ResultSlot* results;  // [queue capacity]
   SignalSink counter_sink = nullptr;  // null: the counters are host memory
   void* counter_arg = nullptr;
 };
@@ -56,9 +59,11 @@ class Proxy {
 
  private:
   void run(int device);
-  void execute(const Command& c);
+  void execute(const Command& c, uint64_t ticket);
   int resolve(uint16_t region) const;
   static void counted(void* self, uint64_t counter);
+  static void fetched(void* self, uint64_t ticket, uint64_t value);
+  static void got(void* self, uint64_t ticket);
 
   NetEngine& engine_;
   QueueView queue_;

@@ -1,5 +1,5 @@
-// What the UCX engine's active messages carry (ucx_engine.cpp). Every header is whole 64-bit
-// words, so every rank of a job reads it the same way.
+// What the UCX engine's active messages carry (ucx_engine.h and the files it names). Every
+// header is whole 64-bit words, so every rank of a job reads it the same way.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,8 @@ enum MessageId : unsigned {
   kBulkPutAck = 3,  // the target's: one bulk put landed (eager, no data)
   kGetRequest = 4,  // the target sends the bytes back as kGetReply (eager, no data)
   kGetReply = 5,    // rendezvous data for the requester's buffer (none when refused)
+  kAtomic = 6,      // an atomic the target applies and answers (eager, no data)
+  kAtomicReply = 7, // the answer: the word's old value (eager, no data)
 };
 
 struct Signal {
@@ -53,6 +55,23 @@ struct GetReply {
   uint64_t served;  // 0: the target refused (the region went away); no data follows
   uint64_t offset;
   uint64_t parts;
+};
+
+struct AtomicRequest {
+  uint64_t from;
+  uint64_t id;  // the requester's, echoed in the reply
+  uint64_t region;
+  uint64_t offset;
+  uint64_t op;    // AmoOp
+  uint64_t type;  // AmoType
+  uint64_t operand;
+  uint64_t compare;
+};
+
+struct AtomicReply {
+  uint64_t id;
+  uint64_t applied;  // 0: the target refused (no such region there, or misaligned)
+  uint64_t old;
 };
 
 }  // namespace gshmem::proxy::wire

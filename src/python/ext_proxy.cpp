@@ -260,10 +260,12 @@ class TestProxy {
                                                            producers, device, cpus);
     });
   }
-  // One descriptor (gshmem/proxy_queue.h); false when the queue is full.
-  bool try_push(int op, uint32_t pe, uint16_t region, uintptr_t local, uint64_t offset,
-                uint64_t bytes, uint16_t signal_region, uint64_t signal_offset,
-                uint64_t signal_value, int64_t counter, bool signal_set) {
+  // One descriptor (gshmem/proxy_queue.h): its ticket, or None when the queue is full.
+  std::optional<uint64_t> try_push_ticket(int op, uint32_t pe, uint16_t region, uintptr_t local,
+                                          uint64_t offset, uint64_t bytes, uint16_t signal_region,
+                                          uint64_t signal_offset, uint64_t signal_value,
+                                          int64_t counter, bool signal_set, int amo, int amo_type,
+                                          bool fetch, uint64_t compare) {
     gshmem::proxy::Command c;
     c.op = static_cast<gshmem::proxy::Op>(op);
     c.pe = pe;
@@ -276,7 +278,24 @@ class TestProxy {
     c.signal_value = signal_value;
     c.counter = counter < 0 ? 0 : static_cast<uint64_t>(counter) + 1;
     c.signal_set = signal_set;
+    c.amo = static_cast<gshmem::proxy::AmoOp>(amo);
+    c.amo_type = static_cast<gshmem::proxy::AmoType>(amo_type);
+    c.fetch = fetch;
+    c.compare = compare;
     return call_internal([&] { return channel_->try_push(c); });
+  }
+  // The same; false when the queue is full.
+  bool try_push(int op, uint32_t pe, uint16_t region, uintptr_t local, uint64_t offset,
+                uint64_t bytes, uint16_t signal_region, uint64_t signal_offset,
+                uint64_t signal_value, int64_t counter, bool signal_set, int amo, int amo_type,
+                bool fetch, uint64_t compare) {
+    return try_push_ticket(op, pe, region, local, offset, bytes, signal_region, signal_offset,
+                           signal_value, counter, signal_set, amo, amo_type, fetch, compare)
+        .has_value();
+  }
+  // What ticket `ticket` fetched, or None while it is not there.
+  std::optional<uint64_t> result(uint64_t ticket) const {
+    return call_internal([&] { return channel_->result(ticket); });
   }
   // The region descriptors name as HEAP_REGION (a comm's symmetric heap).
   void set_heap_region(int region) {
@@ -339,7 +358,14 @@ void bind_proxy(nb::module_& m) {
            nb::keep_alive<1, 2>())
       .def("try_push", &TestProxy::try_push, "op"_a, "pe"_a, "region"_a = 0, "local"_a = 0,
            "offset"_a = 0, "bytes"_a = 0, "signal_region"_a = 0, "signal_offset"_a = 0,
-           "signal_value"_a = 0, "counter"_a = -1, "signal_set"_a = false)
+           "signal_value"_a = 0, "counter"_a = -1, "signal_set"_a = false, "amo"_a = 0,
+           "amo_type"_a = 1, "fetch"_a = false, "compare"_a = 0)
+      .def("try_push_ticket", &TestProxy::try_push_ticket, "op"_a, "pe"_a, "region"_a = 0,
+           "local"_a = 0, "offset"_a = 0, "bytes"_a = 0, "signal_region"_a = 0,
+           "signal_offset"_a = 0, "signal_value"_a = 0, "counter"_a = -1,
+           "signal_set"_a = false, "amo"_a = 0, "amo_type"_a = 1, "fetch"_a = false,
+           "compare"_a = 0)
+      .def("result", &TestProxy::result, "ticket"_a)
       .def("set_heap_region", &TestProxy::set_heap_region, "region"_a)
       .def("queue", &TestProxy::queue)
       .def("retired", &TestProxy::retired)
@@ -355,7 +381,23 @@ void bind_proxy(nb::module_& m) {
   ops["fence"] = static_cast<int>(gshmem::proxy::Op::kFence);
   ops["quiet"] = static_cast<int>(gshmem::proxy::Op::kQuiet);
   ops["put_value"] = static_cast<int>(gshmem::proxy::Op::kPutValue);
+  ops["atomic"] = static_cast<int>(gshmem::proxy::Op::kAtomic);
+  ops["get_value"] = static_cast<int>(gshmem::proxy::Op::kGetValue);
   m.attr("PROXY_OPS") = ops;
+  nb::dict amo_ops;
+  amo_ops["add"] = static_cast<int>(gshmem::proxy::AmoOp::kAdd);
+  amo_ops["and"] = static_cast<int>(gshmem::proxy::AmoOp::kAnd);
+  amo_ops["or"] = static_cast<int>(gshmem::proxy::AmoOp::kOr);
+  amo_ops["xor"] = static_cast<int>(gshmem::proxy::AmoOp::kXor);
+  amo_ops["swap"] = static_cast<int>(gshmem::proxy::AmoOp::kSwap);
+  amo_ops["compare_swap"] = static_cast<int>(gshmem::proxy::AmoOp::kCompareSwap);
+  m.attr("PROXY_AMO_OPS") = amo_ops;
+  nb::dict amo_types;
+  amo_types["u32"] = static_cast<int>(gshmem::proxy::AmoType::kU32);
+  amo_types["u64"] = static_cast<int>(gshmem::proxy::AmoType::kU64);
+  amo_types["f32"] = static_cast<int>(gshmem::proxy::AmoType::kF32);
+  amo_types["f64"] = static_cast<int>(gshmem::proxy::AmoType::kF64);
+  m.attr("PROXY_AMO_TYPES") = amo_types;
   m.attr("HEAP_REGION") = gshmem::proxy::kHeapRegion;
   m.def("transport", [] {
         return call_internal([] {

@@ -12,6 +12,11 @@ Scenarios (several run one after another on the same bootstrap; the result is th
   proxy     the same traffic through a proxy thread fed by host producer threads: put_signal
             of random sizes, signals, put_value of 1-8 bytes, counters and quiet, while regions
             are registered and deregistered; every byte and count checked
+  atomics   every atomic (add, and, or, xor, swap, compare-swap; 32/64-bit integers and
+            floats; fetching or not) and value gets through a proxy thread, from every rank to
+            every other at once, in batches of fetches in flight; exact totals, every fetched
+            value accounted for across ranks, neighbouring 32-bit halves untouched; a
+            misaligned atomic stops the thread with a usage error
   die       rank 1 exits abruptly once set up; rank 0 keeps sending and must get a clear
             error (not a hang) within its timeout
   die_proxy the same through a proxy thread: the thread stops on the error, which the
@@ -29,6 +34,7 @@ Scenarios (several run one after another on the same bootstrap; the result is th
 from __future__ import annotations
 
 import faulthandler
+import functools
 import json
 import os
 import sys
@@ -288,6 +294,129 @@ def proxy(bs, rank: int, n: int) -> dict:
     return {"errors": errors, "retired": prox.retired(), "pinned_threads": len(pinned)}
 
 
+def push(prox, op: str, pe: int, **kw) -> int:
+    """Appends one descriptor, waiting for room; its ticket."""
+    while (ticket := prox.try_push_ticket(_C.PROXY_OPS[op], pe, **kw)) is None:
+        time.sleep(0)
+    return ticket
+
+
+def fetched(prox, ticket: int, timeout: float = 30.0) -> int:
+    """The value ticket `ticket` fetched, once it is there."""
+    end = time.monotonic() + timeout
+    while (value := prox.result(ticket)) is None:
+        prox.check()
+        if time.monotonic() > end:
+            raise TimeoutError(f"ticket {ticket} fetched nothing in {timeout} s")
+        time.sleep(0)
+    return value
+
+
+def f64(x: float) -> int:
+    return int(np.array(x, np.float64).view(np.uint64))
+
+
+def f32(x: float) -> int:
+    return int(np.array(x, np.float32).view(np.uint32))
+
+
+def atomics(bs, rank: int, n: int) -> dict:
+    eng = engine(bs)
+    amo, kind = _C.PROXY_AMO_OPS, _C.PROXY_AMO_TYPES
+    cells = np.zeros(16, np.uint64)
+    halves = cells.view(np.uint32)  # halves[2 * w] is the low half of word w
+    halves[4], halves[5] = 0xFFFFFFFF, 0x12345678  # word 2: a u32 that wraps, its neighbour
+    cells[7] = ~np.uint64(0)
+    cells[10] = 0x0807060504030201
+    region = eng.register(addr(cells), cells.nbytes)
+    prox = _C.TestProxy(eng, 64, 0)
+    eng.barrier()
+    peers = [q for q in range(n) if q != rank]
+    k, batch = 96, 32  # a batch of fetches in flight stays below the queue's 64 result slots
+    mine = {q: [] for q in peers}  # old values this rank's fetch_adds saw at each peer
+
+    def atomic(q: int, op: str, word: int, operand: int, t: str = "u64", **kw) -> int:
+        return push(prox, "atomic", q, region=region, offset=8 * word, local=operand,
+                    amo=amo[op], amo_type=kind[t], **kw)  # fmt: skip
+
+    old_swaps = np.zeros(n, np.uint64)  # what this rank's swap found at each peer
+    for q in peers:
+        for _ in range(0, k, batch):
+            tickets = [atomic(q, "add", 0, 1, fetch=True) for _ in range(batch)]
+            mine[q] += [fetched(prox, t) for t in tickets]
+        for _ in range(k):
+            atomic(q, "add", 1, rank + 1)
+            atomic(q, "add", 4, f32(0.25), "f32")
+        atomic(q, "add", 2, 1, "u32")
+        doubles = [atomic(q, "add", 3, f64(0.5), "f64", fetch=True) for _ in range(batch)]
+        doubles = [float(np.array(fetched(prox, t), np.uint64).view(np.float64))
+                   for t in doubles]  # fmt: skip
+        atomic(q, "or", 5, 1 << rank, fetch=True)
+        for value in ((rank + 1) << 8, (rank + 1) << 8, rank):
+            atomic(q, "xor", 6, value, "u32")
+        atomic(q, "and", 7, ~(1 << rank) & 0xFFFFFFFFFFFFFFFF)
+        old_swaps[q] = fetched(prox, atomic(q, "swap", 8, 100 + rank, fetch=True))
+        for _ in range(8):  # increments by compare-and-swap, racing every other rank
+            seen = fetched(prox, push(prox, "get_value", q, region=region, offset=72, bytes=8))
+            while (old := fetched(prox, atomic(q, "compare_swap", 9, seen + 1, fetch=True,
+                                               compare=seen))) != seen:  # fmt: skip
+                seen = old
+        values = [fetched(prox, push(prox, "get_value", q, region=region, offset=80, bytes=b))
+                  for b in (1, 2, 4, 8)]  # fmt: skip
+    push(prox, "quiet", 0)
+    prox.wait_retired(prox.retired() + 1, 30.0)
+    eng.barrier()  # every rank's atomics applied (each answered before its quiet retired)
+    errors = []
+    others = [q for q in range(n) if q != rank]
+    want = {
+        0: k * (n - 1),
+        1: k * sum(q + 1 for q in others),
+        5: sum(1 << q for q in others),
+        6: functools.reduce(lambda a, b: a ^ b, others, 0),
+        7: ~np.uint64(sum(1 << q for q in others)),
+        9: 8 * (n - 1),
+    }
+    errors += [f"word {w} is {int(cells[w]):#x}, want {int(v):#x}" for w, v in want.items()
+               if int(cells[w]) != int(v)]  # fmt: skip
+    if (int(halves[4]), int(halves[5])) != ((0xFFFFFFFF + n - 1) & 0xFFFFFFFF, 0x12345678):
+        errors.append(f"u32 add: halves {int(halves[4]):#x} {int(halves[5]):#x}")
+    if float(cells[3:4].view(np.float64)[0]) != 0.5 * batch * (n - 1):
+        errors.append(f"f64 add: {float(cells[3:4].view(np.float64)[0])}")
+    if float(halves[8:9].view(np.float32)[0]) != 0.25 * k * (n - 1) or halves[9] != 0:
+        errors.append(f"f32 add: {float(halves[8:9].view(np.float32)[0])}, {int(halves[9])}")
+    if sorted(doubles) != doubles or any(d % 0.5 for d in doubles):
+        errors.append(f"f64 fetch_add saw {doubles[:4]}...")
+    if values != [0x01, 0x0201, 0x04030201, 0x0807060504030201]:
+        errors.append(f"value gets read {[hex(v) for v in values]}")
+    # every fetch_add's old value at each target, over all ranks: 0 .. k (n - 1) - 1 once each
+    table = np.zeros((n, k), np.uint64)
+    for q in peers:
+        table[q] = mine[q]
+    everyone = np.frombuffer(bs.allgather(table.tobytes()), np.uint64).reshape(n, n, k)
+    seen_here = np.sort(np.concatenate([everyone[q, rank] for q in others]))
+    if not np.array_equal(seen_here, np.arange(k * (n - 1))):
+        errors.append("fetch_add old values are not 0 .. k (n - 1) - 1 once each")
+    # the swaps at this rank: the old values they found and the last value are 0 and every
+    # value swapped in, once each
+    swaps = np.frombuffer(bs.allgather(old_swaps.tobytes()), np.uint64).reshape(n, n)
+    found = sorted([int(swaps[q, rank]) for q in others] + [int(cells[8])])
+    if found != sorted([0] + [100 + q for q in others]):
+        errors.append(f"swaps found {found}")
+    eng.barrier()
+    # a misaligned atomic is refused: the thread stops with a usage error naming it
+    push(prox, "atomic", peers[0], region=region, offset=4, amo=amo["add"], amo_type=kind["u64"])
+    try:
+        prox.wait_retired(prox.retired() + 1, 10.0)
+        errors.append("a misaligned atomic was executed")
+    except Error as e:
+        if "aligned" not in str(e):
+            errors.append(f"misaligned atomic: {e}")
+    prox.stop()
+    eng.barrier()
+    eng.close()
+    return {"errors": errors, "retired": prox.retired()}
+
+
 def fault(bs, rank: int, n: int, how: str, through: str) -> dict:
     """Rank 1 exits abruptly (`how` = "exit") or stops taking part while alive ("stall"); rank 0
     keeps sending, on the engine directly or through a proxy thread (`through`), and reports
@@ -434,6 +563,7 @@ SCENARIOS = {
     "where": where,
     "rma": rma,
     "proxy": proxy,
+    "atomics": atomics,
     "die": die,
     "die_proxy": die_proxy,
     "stall": stall,

@@ -22,12 +22,13 @@ def describe(my_pe: int = 0, **fields: int) -> str:
 
 
 def test_device_state_carries_the_fault_record_and_timeout():
-    assert _C.DEVICE_STATE_VERSION == 3
+    assert _C.DEVICE_STATE_VERSION == 4
     names = [name for name, _ in DeviceStruct._fields_]
-    # appended: the ABI grows only (version 2 the fault record, version 3 the proxy path)
-    assert names[-9:-6] == ["timeout_ns", "fault", "fault_claim"]
-    assert names[-6:] == ["proxy_slots", "proxy_tail", "proxy_head", "proxy_capacity",
-                          "proxy_retired", "proxy_failed"]  # fmt: skip
+    # appended: the ABI grows only (version 2 the fault record, version 3 the proxy path,
+    # version 4 the values fetched through it)
+    assert names[-10:-7] == ["timeout_ns", "fault", "fault_claim"]
+    assert names[-7:] == ["proxy_slots", "proxy_tail", "proxy_head", "proxy_capacity",
+                          "proxy_retired", "proxy_failed", "proxy_results"]  # fmt: skip
     assert ctypes.sizeof(FaultStruct) == _C.FAULT_SIZE == 64
 
 

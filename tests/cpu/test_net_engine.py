@@ -53,6 +53,15 @@ def test_proxy_thread_executes_host_descriptors(nranks, bulk):
             assert res["result"]["pinned_threads"] == 1, res
 
 
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_atomics_and_value_gets_through_the_proxy(nranks):
+    # every atomic of proxy_queue.h (32/64-bit integers and floats, fetching or not) and value
+    # gets of 1-8 bytes, every rank at every other at once, applied by the target's CPU sink
+    for rank, res in enumerate(run_ranks("atomics", nranks)):
+        assert res["ok"], (rank, res)
+        assert res["result"]["errors"] == [], (rank, res)
+
+
 def test_cpus_near_a_pci_device_from_sysfs(tmp_path):
     def device(bus_id: str, cpulist: str) -> None:
         d = tmp_path / "bus" / "pci" / "devices" / bus_id

@@ -33,11 +33,14 @@ def test_put_signal_and_get_through_the_proxy(scenario):
 
 @pytest.mark.gpu
 @needs_ucx
-@pytest.mark.parametrize("suite", ["signal", "barrier"])
+@pytest.mark.parametrize("suite", ["signal", "barrier", "amo", "pg", "strided"])
 def test_device_api_suite_through_the_proxy(suite):
     # signal: every scope, SET and ADD, blocking and non-blocking, 1 B .. 8 MiB, data after the
     # signal; barrier: p to the right neighbour (put_value through the proxy), the team barrier,
-    # the left neighbour's value checked, on the world and a strided team, every scope
+    # the left neighbour's value checked, on the world and a strided team, every scope; amo:
+    # every atomic on 32/64-bit integers and floats, fetching or not, from many threads (applied
+    # by the target's proxy on its GPU), exact totals and every fetched value accounted for;
+    # pg: p and g of 1-8 bytes; strided: iput/iget at every scope (one descriptor per element)
     env = {**PROXY, "GSHMEM_TEST_SMALL": "1"} if suite == "barrier" else PROXY
     launch_pes(2, str(SCRIPTS / "device_api_check.py"), suite, timeout=300, **env)
 

@@ -6,8 +6,9 @@
 // memory) that only succeeds while the queue has room: a full queue refuses rather than
 // overwrite a slot the proxy has not taken.
 //
-// The Device-level calls below are what rma.cuh, signal.cuh, order.cuh and barrier.cuh use for a
-// PE that via_proxy() names; they are made by one thread (the scope's thread 0). Every wait is
+// The Device-level calls below are what rma.cuh, atomic.cuh, signal.cuh, order.cuh and
+// barrier.cuh use for a PE that via_proxy() names; they are made by one thread (the scope's
+// thread 0, or the thread that calls an atomic or g). Every wait is
 // bounded (deadline.cuh, GSHMEM_WAIT_PROXY): a proxy that stopped, an abort or GSHMEM_TIMEOUT
 // makes it give up, record the fault and return false.
 #pragma once
@@ -197,6 +198,68 @@ __device__ inline bool proxy_signal_to(const Device& dev, Remote sig, uint64_t v
 __device__ inline bool proxy_signal(const Device& dev, const uint64_t* sig, uint64_t value,
                                     SignalOp op, int pe) {
   return proxy_signal_to(dev, heap_remote(dev, sig), value, op, pe);
+}
+
+// Waits (bounded) for the value that this thread's descriptor with ticket `t` fetched
+// (gshmem/proxy_queue.h: Results) and stores it in *value; false when the wait gave up.
+__device__ inline bool proxy_result(const Device& dev, unsigned long long t, uint64_t* value) {
+  const auto* slot = reinterpret_cast<const proxy::ResultSlot*>(dev.proxy_results) +
+                     (t & (dev.proxy_capacity - 1));
+  const auto* ticket = reinterpret_cast<const unsigned long long*>(&slot->ticket);
+  const Waited what{GSHMEM_WAIT_PROXY, -1, static_cast<int>(Cmp::EQ), ticket, t + 1};
+  Deadline deadline;
+  unsigned long long seen;
+  while ((seen = ld_acquire(ticket)) != t + 1) {
+    if (deadline.expired(dev, what, seen)) return false;
+  }
+  *value = ld_relaxed(reinterpret_cast<const unsigned long long*>(&slot->value));
+  return true;
+}
+
+// The atomic `op` with `operand` (and `compare`: kCompareSwap) on the `type` word at symmetric
+// `dst` on `pe`. With `old` (not null) it waits for the target's answer and stores the old value
+// there; without, it is complete once proxy_quiet() returned. False when a wait gave up.
+__device__ inline bool proxy_atomic(const Device& dev, void* dst, proxy::AmoOp op,
+                                    proxy::AmoType type, uint64_t operand, uint64_t compare,
+                                    int pe, uint64_t* old) {
+  proxy::Command c;
+  c.op = proxy::Op::kAtomic;
+  c.pe = static_cast<uint32_t>(pe);
+  const Remote at = heap_remote(dev, dst);
+  c.region = at.region;
+  c.offset = at.offset;
+  c.local = operand;
+  c.amo = op;
+  c.amo_type = type;
+  c.fetch = old != nullptr;
+  c.compare = compare;
+  unsigned long long t = 0;
+  if (!proxy_push(dev, c, &t)) return false;
+  return old == nullptr || proxy_result(dev, t, old);
+}
+
+// Reads `bytes` (1, 2, 4 or 8) at symmetric `src` on `pe` into *value (zero-extended): waits for
+// the target's answer. False when a wait gave up.
+__device__ inline bool proxy_get_value(const Device& dev, const void* src, size_t bytes, int pe,
+                                       uint64_t* value) {
+  proxy::Command c;
+  c.op = proxy::Op::kGetValue;
+  c.pe = static_cast<uint32_t>(pe);
+  const Remote from = heap_remote(dev, src);
+  c.region = from.region;
+  c.offset = from.offset;
+  c.bytes = bytes;
+  unsigned long long t = 0;
+  return proxy_push(dev, c, &t) && proxy_result(dev, t, value);
+}
+
+// The T (1, 2, 4 or 8 bytes) at symmetric `src` on `pe`, read through the proxy: what g and
+// atomic_fetch return for a proxy PE (0 when the wait gave up).
+template <class T>
+__device__ inline T proxy_g(const Device& dev, const T* src, int pe) {
+  uint64_t v = 0;
+  proxy_get_value(dev, src, sizeof(T), pe, &v);
+  return from_bits<T>(static_cast<typename UInt<sizeof(T)>::type>(v));
 }
 
 // Orders the descriptors appended before it before those appended after it, per PE.

@@ -21,12 +21,13 @@
 //                      store/load: never torn, never a stale cached value, so g can poll and
 //                      `put; fence; p(flag)` is a valid release pattern. On the proxy path p
 //                      appends one descriptor that carries the value (complete after
-//                      quiet<Scope>(dev)); g does not reach proxy PEs yet.
+//                      quiet<Scope>(dev)); g appends one and waits for the value to come back.
 //   iput / iget        dst[i * dst_stride] = src[i * src_stride] for i < nelems (strides in
-//                      elements), weak element accesses, blocking as put/get.
-// Symmetric addresses (dst of put, src of get) must lie in the symmetric heap. put/get, their
-// _nbi forms and p take any world rank that is load/store-reachable or on the proxy path; g,
-// iput and iget need a load/store-reachable one (gshmem::ptr(dev, p, pe) != nullptr).
+//                      elements), weak element accesses, blocking as put/get. On the proxy path
+//                      every element is one descriptor (a p or a g): strided access over the
+//                      network is for small counts; pack into a put for bulk.
+// Symmetric addresses (dst of put, src of get) must lie in the symmetric heap. Every call takes
+// any world rank that is load/store-reachable or on the proxy path.
 #pragma once
 
 #include "copy.cuh"
@@ -107,16 +108,40 @@ __device__ inline void p(const Device& dev, T* dst, T value, int pe) {
 
 template <class T>
 __device__ inline T g(const Device& dev, const T* src, int pe) {
+  if (detail::via_proxy(dev, pe)) return detail::proxy_g(dev, src, pe);
   return detail::load_relaxed(detail::peer(dev, src, pe));
 }
+
+namespace detail {
+
+// An element of 1, 2, 4 or 8 bytes travels in its descriptor (p, g); a wider one as a put or get
+// of its bytes, complete at the scope's quiet.
+template <class T>
+constexpr bool kValueElement = sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8;
+
+}  // namespace detail
 
 template <class Scope = Thread, class T>
 __device__ inline void iput(const Device& dev, T* dst, const T* src, ptrdiff_t dst_stride,
                             ptrdiff_t src_stride, size_t nelems, int pe) {
   Scope::sync();
-  T* remote = detail::peer(dev, dst, pe);
-  for (size_t i = Scope::rank(); i < nelems; i += Scope::size()) {
-    remote[static_cast<ptrdiff_t>(i) * dst_stride] = src[static_cast<ptrdiff_t>(i) * src_stride];
+  if (detail::via_proxy(dev, pe)) {
+    for (size_t i = Scope::rank(); i < nelems; i += Scope::size()) {
+      T* to = dst + static_cast<ptrdiff_t>(i) * dst_stride;
+      const T* from = src + static_cast<ptrdiff_t>(i) * src_stride;
+      if constexpr (detail::kValueElement<T>) {
+        detail::proxy_put_value(dev, to, *from, pe);
+      } else {
+        detail::proxy_put(dev, to, from, sizeof(T), pe);
+      }
+    }
+    Scope::sync();  // every element's descriptor appended before the quiet
+    if (Scope::rank() == 0 && nelems != 0) detail::proxy_quiet(dev);
+  } else {
+    T* remote = detail::peer(dev, dst, pe);
+    for (size_t i = Scope::rank(); i < nelems; i += Scope::size()) {
+      remote[static_cast<ptrdiff_t>(i) * dst_stride] = src[static_cast<ptrdiff_t>(i) * src_stride];
+    }
   }
   Scope::sync();
 }
@@ -125,9 +150,25 @@ template <class Scope = Thread, class T>
 __device__ inline void iget(const Device& dev, T* dst, const T* src, ptrdiff_t dst_stride,
                             ptrdiff_t src_stride, size_t nelems, int pe) {
   Scope::sync();
-  const T* remote = detail::peer(dev, src, pe);
-  for (size_t i = Scope::rank(); i < nelems; i += Scope::size()) {
-    dst[static_cast<ptrdiff_t>(i) * dst_stride] = remote[static_cast<ptrdiff_t>(i) * src_stride];
+  if (detail::via_proxy(dev, pe)) {
+    for (size_t i = Scope::rank(); i < nelems; i += Scope::size()) {
+      T* to = dst + static_cast<ptrdiff_t>(i) * dst_stride;
+      const T* from = src + static_cast<ptrdiff_t>(i) * src_stride;
+      if constexpr (detail::kValueElement<T>) {
+        *to = detail::proxy_g(dev, from, pe);
+      } else {
+        detail::proxy_get(dev, to, from, sizeof(T), pe);
+      }
+    }
+    if constexpr (!detail::kValueElement<T>) {
+      Scope::sync();  // every element's get appended before the quiet
+      if (Scope::rank() == 0 && nelems != 0) detail::proxy_quiet(dev);
+    }
+  } else {
+    const T* remote = detail::peer(dev, src, pe);
+    for (size_t i = Scope::rank(); i < nelems; i += Scope::size()) {
+      dst[static_cast<ptrdiff_t>(i) * dst_stride] = remote[static_cast<ptrdiff_t>(i) * src_stride];
+    }
   }
   Scope::sync();
 }

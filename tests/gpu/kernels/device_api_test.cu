@@ -151,6 +151,7 @@ SCOPED_KERNELS(block, gshmem::Block)
                                       int pe) {                                                 \
     for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)  \
       gshmem::p(dev, dst + i, values[i], pe);                                                   \
+    gshmem::quiet<gshmem::Block>(dev); /* a proxy PE's p is complete only after a quiet */      \
   }                                                                                             \
   extern "C" __global__ void g_##NAME(gshmem::Device dev, T* out, const T* src, size_t n,       \
                                       int pe) {                                                 \
@@ -228,6 +229,7 @@ __device__ void famo_body(const gshmem::Device& dev, T* cells, int iters) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     const int right = (dev.my_pe + 1) % dev.n_pes;
     gshmem::atomic_set(dev, cells + 2, static_cast<T>(dev.my_pe + 0.25), right);
+    gshmem::fence(dev);  // through the proxy, operations to one PE are unordered until a fence
     cells[3] = gshmem::atomic_fetch(dev, cells + 2, right);
   }
 }

@@ -1,0 +1,26 @@
+// The sinks an engine applies arrivals with when the memory the network writes is host memory
+// (the default; the CPU tests): signals and atomics as CPU atomics, complete at once.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "proxy/net_engine.h"
+
+namespace gshmem::proxy {
+
+// A SignalSink: a release store or a release add on `word`.
+void cpu_signal_sink(void* arg, uint64_t* word, uint64_t value, SignalUpdate update);
+
+class CpuAtomicSink final : public AtomicSink {
+ public:
+  // Applied at once, by a compare-and-swap loop (amo.h).
+  uint64_t start(void* word, const Atomic& a) override;
+  bool done(uint64_t id, uint64_t* old) override;
+
+ private:
+  uint64_t next_ = 0;
+  std::unordered_map<uint64_t, uint64_t> old_;  // by id, until done() reports it
+};
+
+}  // namespace gshmem::proxy

@@ -1,0 +1,99 @@
+#include "proxy/gpu_sink.h"
+
+#include <string>
+
+#include "common/cuda_api.h"
+#include "common/error.h"
+#include "proxy/amo.h"
+
+namespace gshmem::proxy {
+namespace {
+
+__global__ void apply_signal(unsigned long long* word, unsigned long long value, bool set) {
+  if (set) {
+    asm volatile("st.release.sys.global.b64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+  } else {
+    asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+  }
+}
+
+// The old value of `word` after amo_next() replaced it, by compare-and-swap at system scope.
+template <class Word>
+__device__ uint64_t cas_loop(Word* word, const Atomic& a) {
+  Word seen = *reinterpret_cast<volatile Word*>(word);
+  for (;;) {
+    const auto next = static_cast<Word>(amo_next(a.op, a.type, seen, a.operand, a.compare));
+    const Word before = atomicCAS_system(word, seen, next);
+    if (before == seen) return seen;
+    seen = before;
+  }
+}
+
+__global__ void apply_atomic(void* word, Atomic a, ResultSlot* out, unsigned long long ticket) {
+  const uint64_t old = amo_bytes(a.type) == 4
+                           ? cas_loop(static_cast<unsigned int*>(word), a)
+                           : cas_loop(static_cast<unsigned long long*>(word), a);
+  out->value = old;
+  __threadfence_system();  // the value before the ticket, for the host that polls the ticket
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(&out->ticket), "l"(ticket) : "memory");
+}
+
+}  // namespace
+
+GpuSink::GpuSink(int device) : device_(device) {
+  cuda::DeviceGuard guard(device);
+  // Loaded now: a lazy load at the first arrival waits for the kernels running on this GPU, and
+  // one of them may be the very kernel waiting for that arrival.
+  cuda::preload(apply_signal, "loading the kernel that applies network signals");
+  cuda::preload(apply_atomic, "loading the kernel that applies network atomics");
+  cuda::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+              "creating the stream that applies network signals");
+  if (cudaHostAlloc(reinterpret_cast<void**>(&outcomes_), kAtomicsInFlight * sizeof(ResultSlot),
+                    cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+    cudaGetLastError();
+    cudaStreamDestroy(stream_);
+    throw_error(GSHMEM_ERROR_CUDA, "cudaHostAlloc of the network atomics' results failed");
+  }
+  for (uint64_t i = 0; i < kAtomicsInFlight; ++i) outcomes_[i] = {0, 0};
+}
+
+GpuSink::~GpuSink() {
+  try {
+    cuda::DeviceGuard guard(device_);
+    cudaStreamSynchronize(stream_);  // no kernel writes the results any more
+    cudaStreamDestroy(stream_);      // nothing more to do if it fails during teardown
+    cudaFreeHost(outcomes_);
+  } catch (const Error&) {
+  }
+}
+
+void GpuSink::apply(void* arg, uint64_t* word, uint64_t value, SignalUpdate update) {
+  auto* self = static_cast<GpuSink*>(arg);
+  cuda::DeviceGuard guard(self->device_);
+  apply_signal<<<1, 1, 0, self->stream_>>>(reinterpret_cast<unsigned long long*>(word),
+                                           static_cast<unsigned long long>(value),
+                                           update == SignalUpdate::kSet);
+  cuda::check(cudaGetLastError(), "launching the kernel that applies a network signal");
+}
+
+uint64_t GpuSink::start(void* word, const Atomic& a) {
+  GSHMEM_REQUIRE(!full(), "a network atomic started while " + std::to_string(kAtomicsInFlight) +
+                             " are in flight");
+  const uint64_t id = started_;
+  ResultSlot* out = &outcomes_[id % kAtomicsInFlight];
+  cuda::DeviceGuard guard(device_);
+  apply_atomic<<<1, 1, 0, stream_>>>(word, a, out, static_cast<unsigned long long>(id + 1));
+  cuda::check(cudaGetLastError(), "launching the kernel that applies a network atomic");
+  ++started_;
+  return id;
+}
+
+bool GpuSink::done(uint64_t id, uint64_t* old) {
+  const ResultSlot& out = outcomes_[id % kAtomicsInFlight];
+  if (__atomic_load_n(&out.ticket, __ATOMIC_ACQUIRE) != id + 1) return false;
+  *old = out.value;
+  finished_ = id + 1;
+  return true;
+}
+
+}  // namespace gshmem::proxy
