@@ -134,7 +134,7 @@ extern "C" __global__ void rate(gshmem::Device dev, u64* sym, u64 nelems, int it
       const u64 idx = rate_index(tid, nthreads, i, nelems);
       gshmem::p(dev, sym + idx, rate_pattern(idx), pe);
     }
-    gshmem::quiet<Thread>();
+    gshmem::quiet<Block>(dev);  // through the proxy, complete only after a quiet
   } else if (op == 1) {
     for (int i = 0; i < iters; ++i) {
       const u64 idx = rate_index(tid, nthreads, i, nelems);
@@ -151,7 +151,7 @@ extern "C" __global__ void rate(gshmem::Device dev, u64* sym, u64 nelems, int it
   } else {
     u64* cell = sym + tid % nelems;
     for (int i = 0; i < iters; ++i) gshmem::atomic_add(dev, cell, 1ull, pe);
-    gshmem::quiet<Thread>();
+    gshmem::quiet<Block>(dev);
   }
   if (!check && op != 0 && op != 3) out[tid] = acc;
 }
