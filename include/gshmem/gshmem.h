@@ -110,7 +110,8 @@ typedef struct {
 
 gshmem_result_t gshmem_comm_info(gshmem_comm_t comm, gshmem_comm_info_t* info);
 
-/* Collective host barrier over the bootstrap network (does not order GPU work). */
+/* Collective host barrier over the bootstrap network (does not order GPU work, nor complete
+ * the proxy path's operations that kernels left to a later quiet(dev)). */
 gshmem_result_t gshmem_barrier_host(gshmem_comm_t comm);
 
 /* ---------------------------------------------------------------------------------------------

@@ -102,7 +102,9 @@ class Comm(SymmetricMemory, OnStreamOps, Collectives):
             self.abort()
 
     def barrier(self) -> None:
-        """Collective host barrier. Does not wait for GPU work: synchronize streams first."""
+        """Collective host barrier. Does not wait for GPU work: synchronize streams first. Nor
+        does it complete what kernels sent to PEs on the proxy path without waiting (``p``,
+        ``put_nbi``, non-fetching atomics): end such kernels with ``quiet(dev)``."""
         self._handle.barrier()
 
     def heap_info(self) -> dict[str, int]:
