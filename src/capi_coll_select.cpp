@@ -9,6 +9,7 @@
 #include "capi_internal.h"
 #include "coll/nccl.h"
 #include "coll/select.h"
+#include "coll/validate.h"
 #include "gshmem/gshmem.h"
 
 using gshmem::capi::guarded;
@@ -36,8 +37,9 @@ gshmem_result_t gshmem_coll_explain(gshmem_comm_t comm, gshmem_coll_t op, size_t
                                            " is more than the comm's " +
                                            std::to_string(c.nranks()) + " PEs");
     int n = npes <= 0 ? c.nranks() : npes;
+    const gshmem_team_t first{0, 1, n, c.rank() < n ? c.rank() : -1};  // PEs 0 .. n-1
     gshmem::coll::Query q{op, bytes, n, c.nccl() != nullptr && n == c.nranks(),
-                          out_symmetric != 0};
+                          out_symmetric != 0, gshmem::coll::beyond_reach(c, first)};
     std::string text = gshmem::coll::explain(q);
     size_t k = std::min(text.size(), len - 1);
     std::memcpy(out, text.data(), k);

@@ -76,12 +76,18 @@ def explain(
 
 
 def choose(
-    op: str, nbytes: int, npes: int, nccl_available: bool = False, symmetric: bool = False
+    op: str,
+    nbytes: int,
+    npes: int,
+    nccl_available: bool = False,
+    symmetric: bool = False,
+    beyond_reach: bool = False,
 ) -> tuple[str, str, str]:
     """(backend, algorithm, reason) for a query, without a comm (what ``explain`` reports;
-    tests and planning tools). Reads the same environment variables."""
+    tests and planning tools). Reads the same environment variables. ``beyond_reach``: some
+    member is not load/store-reachable (another host), which only NCCL serves."""
     code = op_code(op)
-    return tuple(_C.coll_choose(code, nbytes, npes, nccl_available, symmetric))  # type: ignore[return-value]
+    return tuple(_C.coll_choose(code, nbytes, npes, nccl_available, symmetric, beyond_reach))  # type: ignore[return-value]
 
 
 __all__ = ["OPS", "choose", "enable_nccl", "explain", "nccl_wheel_dirs", "op_code"]

@@ -27,7 +27,7 @@ bool is_world(const Comm& comm, const gshmem_team_t& t) {
 Choice decide(Comm& comm, const gshmem_team_t& team, gshmem_coll_t op, size_t bytes,
               bool out_symmetric, bool nccl_has_op = true) {
   const bool nccl = nccl_has_op && comm.nccl() != nullptr && is_world(comm, team);
-  return choose({op, bytes, team.size, nccl, out_symmetric});
+  return choose({op, bytes, team.size, nccl, out_symmetric, beyond_reach(comm, team)});
 }
 
 // GSHMEM_COLL_CHECK's descriptor of a call: what every member must agree on. Low 7 bits: the

@@ -231,6 +231,25 @@ Choice decide(const Query& q) {
   // 2. Algorithm override: implies gshmem; contradicts a per-operation nccl.
   std::string algo_var = var(q.op, "ALGO");
   const char* algo_value = getenv_nonempty(algo_var);
+
+  // Members beyond load/store reach: NCCL or nothing, whatever the size.
+  if (q.beyond_reach) {
+    const std::string what = std::string(name(q.op)) + ": a member of the team is beyond "
+                             "load/store reach (another host, or P2P turned off), and gshmem's " +
+                             name(q.op) + " runs on loads and stores";
+    if (!d.nccl_capable) throw_error(GSHMEM_ERROR_USAGE, what + "; NCCL has none either");
+    if (algo_value || want == Want::Gshmem) {
+      throw_error(GSHMEM_ERROR_USAGE, what + "; unset " +
+                                          (algo_value ? algo_var + "=" + algo_value : who) +
+                                          " so that NCCL runs it");
+    }
+    if (!q.nccl_available) {
+      throw_error(GSHMEM_ERROR_USAGE,
+                  what + "; it needs NCCL: call gshmem_comm_enable_nccl (Python: "
+                         "comm.enable_nccl()) on every PE first, and run it over the world team");
+    }
+    return {Backend::Nccl, Algo::Nccl, "a member beyond load/store reach: NCCL's network path"};
+  }
   if (algo_value) {
     Algo a = parse_algo(algo_var, algo_value, d);
     if (want == Want::Nccl && getenv_nonempty(op_var)) {

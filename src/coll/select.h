@@ -5,8 +5,9 @@
 //   GSHMEM_COLL_BACKEND=auto|gshmem|nccl            all collectives
 //   GSHMEM_COLL_<OP>_BACKEND=auto|gshmem|nccl        one collective (OP: ALL_REDUCE, ...)
 //   GSHMEM_COLL_<OP>_ALGO=packet|one_shot|two_shot   gshmem's algorithm for one collective
-// choose() is pure (no GPU, no communication) so CPU tests cover it; every PE computes the same
-// choice from the same arguments.
+// A team with a member beyond load/store reach always takes NCCL (and an override that asks
+// for gshmem is a usage error). choose() is pure (no GPU, no communication) so CPU tests cover
+// it; every PE computes the same choice from the same arguments.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +26,10 @@ struct Query {
   int npes;             // team size
   bool nccl_available;  // gshmem_comm_enable_nccl succeeded on this comm (and the team is world)
   bool out_symmetric = false;  // `out` is a symmetric heap object (and, for all_to_all, not `in`)
+  // Some member is beyond load/store reach (another host, or P2P off). gshmem's collectives
+  // run on loads and stores, so such a team takes NCCL (its own network path), or is refused
+  // with a usage error saying what to do.
+  bool beyond_reach = false;
 };
 
 // Whether a call writes a symmetric `out` straight into every member's copy instead of staging

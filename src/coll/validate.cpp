@@ -29,8 +29,14 @@ gshmem_team_t resolve_team(Comm& comm, const gshmem_team_t* team, const char* op
                                       " but this PE is member " + std::to_string(me) +
                                       "; pass a team made on this PE");
   }
-  for (int i = 0; i < t.size; ++i) stream::require_load_store(comm, op, gshmem_team_world_pe(&t, i));
   return t;
+}
+
+bool beyond_reach(Comm& comm, const gshmem_team_t& team) {
+  for (int i = 0; i < team.size; ++i) {
+    if (comm.heap().local_index()[gshmem_team_world_pe(&team, i)] < 0) return true;
+  }
+  return false;
 }
 
 size_t element_size(gshmem_dtype_t dtype, const char* op) {

@@ -14,9 +14,10 @@ class Comm;
 namespace coll {
 
 // The team a call runs over (NULL: every PE). It must be a well-formed strided team of this
-// comm, this PE must be a member (team->my_pe names it), and every member must be
-// load/store-reachable.
+// comm, and this PE must be a member (team->my_pe names it).
 gshmem_team_t resolve_team(Comm& comm, const gshmem_team_t* team, const char* op);
+// Whether some member of `team` is not load/store-reachable (select.h: such a team takes NCCL).
+bool beyond_reach(Comm& comm, const gshmem_team_t& team);
 // Bytes of one element of `dtype`.
 size_t element_size(gshmem_dtype_t dtype, const char* op);
 void require_redop(gshmem_redop_t redop, const char* op);

@@ -22,8 +22,9 @@ using gshmem::python::comm_of;
 namespace {
 
 gshmem::coll::Query query(int op, size_t bytes, int npes, bool nccl_available,
-                          bool out_symmetric) {
-  return {static_cast<gshmem_coll_t>(op), bytes, npes, nccl_available, out_symmetric};
+                          bool out_symmetric, bool beyond_reach) {
+  return {static_cast<gshmem_coll_t>(op), bytes, npes, nccl_available, out_symmetric,
+          beyond_reach};
 }
 
 }  // namespace
@@ -49,20 +50,25 @@ void bind_coll_select(nb::module_& m) {
         });
         return std::string(buf);
       }, "comm"_a, "op"_a, "bytes"_a, "npes"_a, "out_symmetric"_a);
-  m.def("coll_choose", [](int op, size_t bytes, int npes, bool nccl_available, bool out_symmetric) {
+  m.def("coll_choose", [](int op, size_t bytes, int npes, bool nccl_available, bool out_symmetric,
+                          bool beyond_reach) {
         auto c = call_internal([&] {
-          return gshmem::coll::choose(query(op, bytes, npes, nccl_available, out_symmetric));
+          return gshmem::coll::choose(
+              query(op, bytes, npes, nccl_available, out_symmetric, beyond_reach));
         });
         return std::make_tuple(std::string(c.backend == gshmem::coll::Backend::Nccl ? "nccl" : "gshmem"),
                                std::string(gshmem::coll::name(c.algo)), c.reason);
       }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false,
+      "beyond_reach"_a = false,
       "(backend, algo, reason) the selector picks; pure (no comm, no GPU). Tests only.");
   m.def("coll_explain_query", [](int op, size_t bytes, int npes, bool nccl_available,
-                                 bool out_symmetric) {
+                                 bool out_symmetric, bool beyond_reach) {
         return call_internal([&] {
-          return gshmem::coll::explain(query(op, bytes, npes, nccl_available, out_symmetric));
+          return gshmem::coll::explain(
+              query(op, bytes, npes, nccl_available, out_symmetric, beyond_reach));
         });
-      }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false);
+      }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false,
+      "beyond_reach"_a = false);
   m.def("nccl_probe", [](const std::string& library) {
         auto p = call_internal([&] { return gshmem::coll::probe_nccl(library); });
         return std::make_tuple(p.ok, p.ok ? p.path : p.why, p.version);

@@ -64,16 +64,6 @@ void require_reachable(Comm& comm, const char* op, int pe) {
                  unreachable(op, pe, comm.rank()));
 }
 
-void require_load_store(Comm& comm, const char* op, int pe) {
-  require_pe(comm, op, pe);
-  GSHMEM_REQUIRE(comm.heap().local_index()[pe] >= 0,
-                 std::string(op) + ": PE " + std::to_string(pe) +
-                     " is not load/store-reachable from PE " + std::to_string(comm.rank()) +
-                     (comm.via_proxy(pe) ? "; it is on the proxy path, which this operation "
-                                           "does not take yet (docs/network.md)"
-                                         : " (another host, or P2P turned off)"));
-}
-
 void require_signal(Comm& comm, const char* op, const uint64_t* sig) {
   require_symmetric(comm, op, "sig", sig, sizeof(uint64_t));
   GSHMEM_REQUIRE(reinterpret_cast<uint64_t>(sig) % sizeof(uint64_t) == 0,

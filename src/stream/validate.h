@@ -18,8 +18,6 @@ void require_symmetric(Comm& comm, const char* op, const char* name, const void*
 void require_local(const char* op, const char* name, const void* p);
 // 0 <= pe < nranks and pe is load/store-reachable from this PE or on its proxy path.
 void require_reachable(Comm& comm, const char* op, int pe);
-// 0 <= pe < nranks and pe is load/store-reachable from this PE (operations with no proxy form).
-void require_load_store(Comm& comm, const char* op, int pe);
 // A symmetric, 8-byte aligned signal word.
 void require_signal(Comm& comm, const char* op, const uint64_t* sig);
 // GSHMEM_SIGNAL_SET or GSHMEM_SIGNAL_ADD.

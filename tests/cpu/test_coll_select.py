@@ -236,6 +236,33 @@ def test_nccl_backend_has_no_all_to_allv(monkeypatch):
         choose("all_to_allv", 8, 4, True)
 
 
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                                "all_to_all"])  # fmt: skip
+def test_members_beyond_load_store_reach_take_nccl(op):
+    # gshmem's collectives run on loads and stores: a team reaching another host goes to NCCL at
+    # every size, the one-sided thresholds notwithstanding
+    for size in (8, 64 * KiB, 8 * MiB, 1 << 30):
+        b, a, why = choose(op, size, 4, True, symmetric=True, beyond_reach=True)
+        assert (b, a) == ("nccl", "nccl") and "beyond load/store reach" in why, (op, size)
+    with pytest.raises(gshmem.UsageError, match=f"{op}: a member .*enable_nccl"):
+        choose(op, 8, 4, False, beyond_reach=True)
+
+
+def test_members_beyond_reach_refuse_what_nccl_cannot_run(monkeypatch):
+    with pytest.raises(gshmem.UsageError, match="all_to_allv: a member .* NCCL has none"):
+        choose("all_to_allv", 8, 4, True, beyond_reach=True)
+    monkeypatch.setenv("GSHMEM_COLL_ALL_REDUCE_ALGO", "packet")
+    with pytest.raises(gshmem.UsageError, match="unset GSHMEM_COLL_ALL_REDUCE_ALGO=packet"):
+        choose("all_reduce", 8, 4, True, beyond_reach=True)
+    monkeypatch.delenv("GSHMEM_COLL_ALL_REDUCE_ALGO")
+    monkeypatch.setenv("GSHMEM_COLL_BACKEND", "gshmem")
+    with pytest.raises(gshmem.UsageError, match="unset GSHMEM_COLL_BACKEND=gshmem"):
+        choose("broadcast", 8, 4, True, beyond_reach=True)
+    # an explicit NCCL is what it would take anyway
+    monkeypatch.setenv("GSHMEM_COLL_BACKEND", "nccl")
+    assert choose("all_gather", 8, 4, True, beyond_reach=True)[0] == "nccl"
+
+
 def test_bad_queries():
     with pytest.raises(gshmem.UsageError, match="at least 1 PE"):
         choose("all_reduce", 8, 0, False)

@@ -25,7 +25,7 @@ needs_ucx = pytest.mark.skipif(
 
 @pytest.mark.gpu
 @needs_ucx
-@pytest.mark.parametrize("scenario", ["basic", "nbi", "stream", "sizes_nbi"])
+@pytest.mark.parametrize("scenario", ["basic", "nbi", "stream", "sizes_nbi", "coll"])
 def test_put_signal_and_get_through_the_proxy(scenario):
     out = launch_pes(2, str(SCRIPTS / "proxy_check.py"), scenario, timeout=240, **PROXY)
     print(out[-2000:])

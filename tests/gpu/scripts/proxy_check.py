@@ -12,6 +12,8 @@ taken and retired, whether its thread failed) instead of hanging when something 
   stream  basic's blocking kernels, on a non-blocking stream
   sizes   basic's put_signal at 1 B .. 32 MiB, one size after another, each timed and checked
   sizes_nbi  the same with nbi's kernels (no kernel runs while the network moves the data)
+  coll    a collective over PEs beyond load/store reach without NCCL enabled: a usage error
+          saying to enable NCCL, before anything is enqueued; the comm keeps working (basic)
 Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
 """
 
@@ -26,6 +28,7 @@ import cupy as cp
 import numpy as np
 import torch
 from device_api_check import POISON, cuda_include, random_bytes, run_scenarios, sync
+from expect import expect_usage
 
 import gshmem
 from gshmem.device import device_handle
@@ -130,6 +133,14 @@ def scenario_sizes_nbi(comm: gshmem.Comm, dev: np.ndarray) -> None:
 def scenario_stream(comm: gshmem.Comm, dev: np.ndarray) -> None:
     with cp.cuda.Stream(non_blocking=True):
         scenario_basic(comm, dev)
+
+
+def scenario_coll(comm: gshmem.Comm, dev: np.ndarray) -> None:
+    x = comm.zeros((1024,), torch.float32)
+    for fn in (lambda: comm.all_reduce(x), lambda: comm.all_gather(x[: 1024 // comm.nranks])):
+        expect_usage(fn, "beyond load/store reach", "enable_nccl")
+    comm.free(x)
+    scenario_basic(comm, dev)
 
 
 def main() -> None:
