@@ -11,7 +11,6 @@
 
 #include "common/cuda_api.h"
 #include "common/error.h"
-#include "proxy/amo.h"
 
 namespace gshmem::proxy {
 namespace {
@@ -89,16 +88,18 @@ void Proxy::counted(void* self, uint64_t counter) {
   }
 }
 
+ResultSlot& Proxy::result_slot(uint64_t ticket) const {
+  return completion_.results[ticket & (queue_.capacity - 1)];
+}
+
 void Proxy::fetched(void* self, uint64_t ticket, uint64_t value) {
-  auto* p = static_cast<Proxy*>(self);
-  ResultSlot& slot = p->completion_.results[ticket & (p->queue_.capacity - 1)];
+  ResultSlot& slot = static_cast<Proxy*>(self)->result_slot(ticket);
   __atomic_store_n(&slot.value, value, __ATOMIC_RELAXED);
   __atomic_store_n(&slot.ticket, ticket + 1, __ATOMIC_RELEASE);
 }
 
 void Proxy::got(void* self, uint64_t ticket) {
-  auto* p = static_cast<Proxy*>(self);
-  ResultSlot& slot = p->completion_.results[ticket & (p->queue_.capacity - 1)];
+  ResultSlot& slot = static_cast<Proxy*>(self)->result_slot(ticket);
   __atomic_store_n(&slot.ticket, ticket + 1, __ATOMIC_RELEASE);  // the value landed before
 }
 
@@ -145,11 +146,7 @@ void Proxy::execute(const Command& c, uint64_t ticket) {
     case Op::kQuiet:
       engine_.flush();
       return;
-    case Op::kAtomic: {
-      GSHMEM_REQUIRE(amo_valid(static_cast<uint64_t>(c.amo), static_cast<uint64_t>(c.amo_type)),
-                     "proxy descriptor has an unknown atomic (op " +
-                         std::to_string(static_cast<int>(c.amo)) + ", type " +
-                         std::to_string(static_cast<int>(c.amo_type)) + ")");
+    case Op::kAtomic: {  // the engine refuses an unknown or misaligned atomic
       const Atomic a{c.amo, c.amo_type, c.local, c.compare};
       engine_.atomic(pe, resolve(c.region), c.offset, a, c.fetch ? &Proxy::fetched : nullptr,
                      this, ticket);
@@ -158,7 +155,7 @@ void Proxy::execute(const Command& c, uint64_t ticket) {
     case Op::kGetValue: {
       GSHMEM_REQUIRE(c.bytes == 1 || c.bytes == 2 || c.bytes == 4 || c.bytes == 8,
                      "a proxy value get reads 1, 2, 4 or 8 bytes, not " + std::to_string(c.bytes));
-      ResultSlot& slot = completion_.results[ticket & (queue_.capacity - 1)];
+      ResultSlot& slot = result_slot(ticket);
       slot.value = 0;  // a narrower value leaves the high bytes zero
       engine_.get(pe, &slot.value, c.bytes, resolve(c.region), c.offset, &Proxy::got, this,
                   ticket);

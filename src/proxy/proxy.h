@@ -62,6 +62,7 @@ class Proxy {
   void execute(const Command& c, uint64_t ticket);
   int resolve(uint16_t region) const;
   static void counted(void* self, uint64_t counter);
+  ResultSlot& result_slot(uint64_t ticket) const;  // where ticket's fetched value goes
   static void fetched(void* self, uint64_t ticket, uint64_t value);
   static void got(void* self, uint64_t ticket);
 

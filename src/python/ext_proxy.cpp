@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <list>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_api.h"
@@ -321,6 +323,14 @@ class TestProxy {
   std::unique_ptr<gshmem::proxy::ProxyChannel> channel_;
 };
 
+// {name: code} of an enum's values, for the tests to name what they push.
+template <class E>
+nb::dict codes(std::initializer_list<std::pair<const char*, E>> values) {
+  nb::dict d;
+  for (const auto& [name, value] : values) d[name] = static_cast<int>(value);
+  return d;
+}
+
 }  // namespace
 
 void bind_proxy(nb::module_& m) {
@@ -373,31 +383,18 @@ void bind_proxy(nb::module_& m) {
       .def("wait_retired", &TestProxy::wait_retired, "count"_a, "timeout"_a)
       .def("check", &TestProxy::check)
       .def("stop", &TestProxy::stop);
-  nb::dict ops;
-  ops["put"] = static_cast<int>(gshmem::proxy::Op::kPut);
-  ops["put_signal"] = static_cast<int>(gshmem::proxy::Op::kPutSignal);
-  ops["signal"] = static_cast<int>(gshmem::proxy::Op::kSignal);
-  ops["get"] = static_cast<int>(gshmem::proxy::Op::kGet);
-  ops["fence"] = static_cast<int>(gshmem::proxy::Op::kFence);
-  ops["quiet"] = static_cast<int>(gshmem::proxy::Op::kQuiet);
-  ops["put_value"] = static_cast<int>(gshmem::proxy::Op::kPutValue);
-  ops["atomic"] = static_cast<int>(gshmem::proxy::Op::kAtomic);
-  ops["get_value"] = static_cast<int>(gshmem::proxy::Op::kGetValue);
-  m.attr("PROXY_OPS") = ops;
-  nb::dict amo_ops;
-  amo_ops["add"] = static_cast<int>(gshmem::proxy::AmoOp::kAdd);
-  amo_ops["and"] = static_cast<int>(gshmem::proxy::AmoOp::kAnd);
-  amo_ops["or"] = static_cast<int>(gshmem::proxy::AmoOp::kOr);
-  amo_ops["xor"] = static_cast<int>(gshmem::proxy::AmoOp::kXor);
-  amo_ops["swap"] = static_cast<int>(gshmem::proxy::AmoOp::kSwap);
-  amo_ops["compare_swap"] = static_cast<int>(gshmem::proxy::AmoOp::kCompareSwap);
-  m.attr("PROXY_AMO_OPS") = amo_ops;
-  nb::dict amo_types;
-  amo_types["u32"] = static_cast<int>(gshmem::proxy::AmoType::kU32);
-  amo_types["u64"] = static_cast<int>(gshmem::proxy::AmoType::kU64);
-  amo_types["f32"] = static_cast<int>(gshmem::proxy::AmoType::kF32);
-  amo_types["f64"] = static_cast<int>(gshmem::proxy::AmoType::kF64);
-  m.attr("PROXY_AMO_TYPES") = amo_types;
+  using gshmem::proxy::AmoOp, gshmem::proxy::AmoType, gshmem::proxy::Op;
+  m.attr("PROXY_OPS") = codes<Op>({{"put", Op::kPut}, {"put_signal", Op::kPutSignal},
+                                   {"signal", Op::kSignal}, {"get", Op::kGet},
+                                   {"fence", Op::kFence}, {"quiet", Op::kQuiet},
+                                   {"put_value", Op::kPutValue}, {"atomic", Op::kAtomic},
+                                   {"get_value", Op::kGetValue}});
+  m.attr("PROXY_AMO_OPS") = codes<AmoOp>({{"add", AmoOp::kAdd}, {"and", AmoOp::kAnd},
+                                          {"or", AmoOp::kOr}, {"xor", AmoOp::kXor},
+                                          {"swap", AmoOp::kSwap},
+                                          {"compare_swap", AmoOp::kCompareSwap}});
+  m.attr("PROXY_AMO_TYPES") = codes<AmoType>({{"u32", AmoType::kU32}, {"u64", AmoType::kU64},
+                                              {"f32", AmoType::kF32}, {"f64", AmoType::kF64}});
   m.attr("HEAP_REGION") = gshmem::proxy::kHeapRegion;
   m.def("transport", [] {
         return call_internal([] {

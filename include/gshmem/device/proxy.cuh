@@ -78,6 +78,18 @@ __device__ inline Remote heap_remote(const Device& dev, const void* p) {
   return {proxy::kHeapRegion, reinterpret_cast<uint64_t>(p) - dev.heap_base};
 }
 
+// A descriptor of `op` to `pe` naming symmetric `p` (the heap region, p's offset in it).
+__device__ inline proxy::Command heap_command(const Device& dev, proxy::Op op, const void* p,
+                                              int pe) {
+  proxy::Command c;
+  c.op = op;
+  c.pe = static_cast<uint32_t>(pe);
+  const Remote at = heap_remote(dev, p);
+  c.region = at.region;
+  c.offset = at.offset;
+  return c;
+}
+
 // Appends `c`, waiting (bounded) for room; false when the wait gave up. Earlier writes of this
 // thread (and, through a preceding bar.sync, of its scope) are visible to the proxy and to the
 // network's reads of the source before the descriptor is: the release store that publishes it
@@ -170,13 +182,8 @@ __device__ inline bool proxy_put_value(const Device& dev, T* dst, T value, int p
 // returned.
 __device__ inline bool proxy_get(const Device& dev, void* dst, const void* src, size_t bytes,
                                  int pe) {
-  proxy::Command c;
-  c.op = proxy::Op::kGet;
-  c.pe = static_cast<uint32_t>(pe);
-  const Remote from = heap_remote(dev, src);
-  c.region = from.region;
+  proxy::Command c = heap_command(dev, proxy::Op::kGet, src, pe);
   c.local = reinterpret_cast<uint64_t>(dst);
-  c.offset = from.offset;
   c.bytes = bytes;
   return proxy_push(dev, c);
 }
@@ -216,41 +223,36 @@ __device__ inline bool proxy_result(const Device& dev, unsigned long long t, uin
   return true;
 }
 
+// Appends `c`; with `value` (not null), waits for the value it fetches and stores it there.
+// False when a wait gave up.
+__device__ inline bool proxy_fetch(const Device& dev, const proxy::Command& c, uint64_t* value) {
+  unsigned long long t = 0;
+  if (!proxy_push(dev, c, &t)) return false;
+  return value == nullptr || proxy_result(dev, t, value);
+}
+
 // The atomic `op` with `operand` (and `compare`: kCompareSwap) on the `type` word at symmetric
 // `dst` on `pe`. With `old` (not null) it waits for the target's answer and stores the old value
 // there; without, it is complete once proxy_quiet() returned. False when a wait gave up.
 __device__ inline bool proxy_atomic(const Device& dev, void* dst, proxy::AmoOp op,
                                     proxy::AmoType type, uint64_t operand, uint64_t compare,
                                     int pe, uint64_t* old) {
-  proxy::Command c;
-  c.op = proxy::Op::kAtomic;
-  c.pe = static_cast<uint32_t>(pe);
-  const Remote at = heap_remote(dev, dst);
-  c.region = at.region;
-  c.offset = at.offset;
+  proxy::Command c = heap_command(dev, proxy::Op::kAtomic, dst, pe);
   c.local = operand;
   c.amo = op;
   c.amo_type = type;
   c.fetch = old != nullptr;
   c.compare = compare;
-  unsigned long long t = 0;
-  if (!proxy_push(dev, c, &t)) return false;
-  return old == nullptr || proxy_result(dev, t, old);
+  return proxy_fetch(dev, c, old);
 }
 
 // Reads `bytes` (1, 2, 4 or 8) at symmetric `src` on `pe` into *value (zero-extended): waits for
 // the target's answer. False when a wait gave up.
 __device__ inline bool proxy_get_value(const Device& dev, const void* src, size_t bytes, int pe,
                                        uint64_t* value) {
-  proxy::Command c;
-  c.op = proxy::Op::kGetValue;
-  c.pe = static_cast<uint32_t>(pe);
-  const Remote from = heap_remote(dev, src);
-  c.region = from.region;
-  c.offset = from.offset;
+  proxy::Command c = heap_command(dev, proxy::Op::kGetValue, src, pe);
   c.bytes = bytes;
-  unsigned long long t = 0;
-  return proxy_push(dev, c, &t) && proxy_result(dev, t, value);
+  return proxy_fetch(dev, c, value);
 }
 
 // The T (1, 2, 4 or 8 bytes) at symmetric `src` on `pe`, read through the proxy: what g and
