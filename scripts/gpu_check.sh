@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Build, test and exercise gshmem on a GPU host (tests, demos, timing, quick p2p and collective
-# benchmarks, compute-sanitizer); logs and JSON go to $OUT (device machines) or results/<time>/,
-# and a summary table is printed last.
+# Build, test and exercise gshmem on a GPU host; logs and JSON go to $OUT (device machines) or
+# results/<time>/, and a summary table is printed last.
 #
-#   bash scripts/gpu_check.sh            # everything
+#   bash scripts/gpu_check.sh            # build, the GPU tests, the quick benchmarks: meant to fit
+#                                        # one 10-minute call at 2 and at 4 GPUs
+#   STEPS=all bash scripts/gpu_check.sh  # also the demos, the timing run and compute-sanitizer
+#   STEPS="pytest demo" bash scripts/gpu_check.sh    # only these of: pytest demo timing bench sanitizer
 #   PYTEST_ARGS="tests/gpu/test_heap.py" bash scripts/gpu_check.sh   # a subset of the tests
-#   SANITIZER=0 bash scripts/gpu_check.sh                              # skip compute-sanitizer
-#   STEPS="pytest bench" bash scripts/gpu_check.sh     # only these of: pytest demo timing bench sanitizer
-#   PYTEST_TIMEOUT=400 bash scripts/gpu_check.sh       # seconds for the pytest step (default 1500)
+#   PYTEST_WORKERS=0 bash scripts/gpu_check.sh       # tests one at a time (default: 2 per GPU)
+#   PYTEST_TIMEOUT=900 bash scripts/gpu_check.sh     # seconds for the parallel test phase (420)
+#   SANITIZER=0 STEPS=all bash scripts/gpu_check.sh  # everything but compute-sanitizer
+#
+# The tests run in parallel where pytest-xdist is installed: first every test but those marked
+# gpu_alone, several at once sharing the GPUs; then the gpu_alone ones (they measure the GPU:
+# free memory, detection times), one per GPU at a time (tests/gpu_placement.py). The CPU tests
+# are not rerun here (PYTEST_ARGS=tests runs them too).
 #
 # NVLink multicast stays off in everything this starts (see shared/GPU.md).
 set -uo pipefail
@@ -20,7 +27,8 @@ RESULTS="${OUT:-results/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$RESULTS"
 SUMMARY=()
 declare -A STATUS
-STEPS=" ${STEPS:-pytest demo timing bench sanitizer} "
+STEPS=" ${STEPS:-pytest bench} "
+[ "$STEPS" = " all " ] && STEPS=" pytest demo timing bench sanitizer "
 wanted() { [[ "$STEPS" == *" $1 "* ]]; }
 
 # step NAME LOGFILE TIMEOUT CMD...: runs CMD under a timeout, appends to LOGFILE, records status.
@@ -49,7 +57,21 @@ step build build.log 900 $PY -m pip install --no-build-isolation --no-deps -e . 
   tail -40 "$RESULTS/build.log"; printf '%s\n' "${SUMMARY[@]}"; exit 1; }
 
 NGPU=$($PY -c 'import gshmem; print(gshmem.device_count())')
-wanted pytest && step pytest tests.log "${PYTEST_TIMEOUT:-1500}" $PY -m pytest -q -rfEs ${PYTEST_ARGS:-tests}
+TESTS="${PYTEST_ARGS:-tests/gpu}"
+WORKERS="${PYTEST_WORKERS:-$((NGPU > 1 ? 2 * NGPU : 2))}"
+$PY -c 'import xdist' 2>/dev/null || WORKERS=0
+if wanted pytest && [ "$WORKERS" = 0 ]; then
+  step pytest tests.log "${PYTEST_TIMEOUT:-1500}" $PY -m pytest -q -rfEs --durations=25 $TESTS
+elif wanted pytest; then
+  step pytest tests.log "${PYTEST_TIMEOUT:-420}" $PY -m pytest -q -rfEs --durations=25 \
+    -n "$WORKERS" --dist worksteal -m "not gpu_alone" $TESTS
+  # one gpu_alone test per GPU at a time; skipped when the selection holds none
+  alone=$($PY -m pytest -q --collect-only -m gpu_alone $TESTS 2>/dev/null)
+  if [[ "$alone" == *::* ]]; then
+    step pytest-alone tests.log 300 env GSHMEM_TEST_PIN_GPU=1 $PY -m pytest -q -rfEs \
+      --durations=10 -n "$NGPU" -m gpu_alone $TESTS
+  fi
+fi
 if wanted demo; then
 step demo demo.log 300 $PY -m gshmem.demo
 step demo-gshmem.run demo.log 300 $PY -m gshmem.run -n "$NGPU" --timeout 280 -m gshmem.demo
@@ -82,7 +104,7 @@ done
 
 echo
 echo "gshmem GPU check: $NGPU GPU(s); logs in $RESULTS"
-grep -sh "passed\|failed" "$RESULTS/tests.log" | tail -1
+grep -sh "passed\|failed" "$RESULTS/tests.log" | grep -v "^[A-Z]* " | tail -2
 grep -sh "init took" "$RESULTS/demo.log" | head -3
 grep -sh 'TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //'
 grep -sh -A80 '^op ' "$RESULTS/bench.log" | head -60  # p2p

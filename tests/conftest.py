@@ -1,8 +1,12 @@
-"""Shared pytest setup: GPU tests skip cleanly where no GPU is visible."""
+"""Shared pytest setup: GPU tests skip cleanly where no GPU is visible; tests marked
+``gpu_alone`` get a GPU of their own when scripts/gpu_check.sh runs the suite in parallel."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from gpu_placement import pinned_devices
 
 
 def _gpu_count() -> int:
@@ -16,6 +20,11 @@ def _gpu_count() -> int:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpus(n): needs at least n CUDA GPUs")
+    config.addinivalue_line(
+        "markers",
+        "gpu_alone: measures the GPU (free memory, detection times), so must not share it with "
+        "other tests; its processes fit on one GPU",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -31,6 +40,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(
                 pytest.mark.skip(reason=f"needs {need} CUDA GPU(s), this machine has {have}")
             )
+
+
+@pytest.fixture(autouse=True)
+def _pin_to_one_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under GSHMEM_TEST_PIN_GPU=1 and pytest-xdist, a ``gpu_alone`` test's processes see only
+    its worker's GPU (gpu_placement.py), so that one such test runs per GPU at a time."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if (
+        worker
+        and os.environ.get("GSHMEM_TEST_PIN_GPU") == "1"
+        and request.node.get_closest_marker("gpu_alone")
+    ):
+        visible = pinned_devices(worker, os.environ.get("CUDA_VISIBLE_DEVICES"), _gpu_count())
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
 
 
 @pytest.fixture

@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+# Each case checks the GPU's free memory and a detection time: one case per GPU at a time when
+# the suite runs in parallel (scripts/gpu_check.sh, tests/gpu_placement.py).
+pytestmark = pytest.mark.gpu_alone
+
 SCRIPT = Path(__file__).parent / "scripts" / "fault_check.py"
 SCENARIOS = [
     "signal",
