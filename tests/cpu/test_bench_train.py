@@ -25,11 +25,13 @@ def test_options() -> None:
     assert tokens.shape == (1, 1024) and int(tokens.max()) < 256
     tokens, _ = next(train.batches(o, train.model_config(o).vocab))
     assert tokens.shape == (1, 131072)  # the synthetic stream
+    assert train.parse_args(["--np", "2", "--backend", "torch_cp"]).backend == "torch_cp"
 
 
 @pytest.mark.parametrize("bad", [["--steps", "2"], ["--seq", "1004", "--np", "4"],
                                  ["--backend", "mpi"], ["--layers", "0"],
-                                 ["--framework", "tf"], ["--data", "web"]])  # fmt: skip
+                                 ["--framework", "tf"], ["--data", "web"],
+                                 ["--framework", "jax", "--backend", "torch_cp"]])  # fmt: skip
 def test_bad_options_exit_2(bad) -> None:
     with pytest.raises(SystemExit) as e:
         train.parse_args(bad)

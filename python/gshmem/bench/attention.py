@@ -53,10 +53,10 @@ from typing import Any
 from gshmem.bench.nccl_group import join_nccl
 from gshmem.bench.options import choices, parse_size
 from gshmem.bench.report import Row, fmt_size, fmt_value, median
+from gshmem.bench.torch_cp import ROTATE, context_parallel_shards
 
 BATCH, HQ, HKV, HEAD_DIM = 1, 32, 8, 128  # Llama-3-8B attention, bf16
 IMPLS = ("gshmem", "nccl", "torch_cp", "ideal")
-ROTATE = ("allgather", "alltoall")
 MASKS = ("causal", "noncausal")
 MODES = ("fwd", "fwdbwd")
 FULL_TOKENS = tuple(1 << s for s in range(10, 18))  # 1K .. 128K per GPU
@@ -462,8 +462,6 @@ class AttnBench:
 
     def torch_cp(self, method: str, causal: bool, mode: str, total: int) -> Iterator:
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.experimental import _attention as cp_attention
-        from torch.distributed.tensor.experimental import context_parallel
 
         if self.mesh is None:
             self.mesh = init_device_mesh("cuda", (self.world,))
@@ -472,17 +470,10 @@ class AttnBench:
         if not causal:  # no load balancing: contiguous shards of the zigzag-ordered sequence
             q, k, v = (self.torch.cat([self.shard([x], r)[0] for r in range(self.world)], dim=2)
                        for x in (q, k, v))  # fmt: skip
-        opts = cp_attention._cp_options
-        old = opts.enable_load_balance
-        opts.enable_load_balance = causal  # head-tail = zigzag; torch refuses it when not causal
-        cp_attention.set_rotate_method(method)
-        try:
-            bufs = [q, k, v]
-            with context_parallel(self.mesh, buffers=bufs, buffer_seq_dims=[2, 2, 2],
-                                  no_restore_buffers=set(bufs)):  # fmt: skip
-                yield self.pick(mode, q, k, v, g, causal=causal, cp=True)
-        finally:
-            opts.enable_load_balance = old
+        # head-tail load balancing = zigzag; torch refuses it when not causal
+        with context_parallel_shards(self.mesh, [q, k, v], [2, 2, 2], rotate=method,
+                                     load_balance=causal):  # fmt: skip
+            yield self.pick(mode, q, k, v, g, causal=causal, cp=True)
 
     def timed(self, fn: Callable, first: tuple | None, est_s: float) -> tuple[float, tuple, tuple]:
         """(median seconds per call, schedule, the first warm-up call's outputs); ``first``: the

@@ -2,8 +2,10 @@
 (gshmem.train) with context parallelism over every GPU, the seeds' measurement: step time and
 model TFLOP/s per GPU (MaxText's count), averaged over steps 3 to ``--steps``; peak memory; JSON.
 ``--framework torch`` (FSDP2, one process per GPU) or ``jax`` (jit + shard_map, one process
-driving every GPU). ``--backend`` picks the ring's transport: gshmem (copy engines) or nccl (the
-same ring over ``batch_isend_irecv`` in PyTorch, over ``jax.lax.ppermute`` in JAX)."""
+driving every GPU). ``--backend`` picks the context parallelism: gshmem's ring on copy engines
+(gshmem), the same ring over ``batch_isend_irecv`` in PyTorch and over ``jax.lax.ppermute`` in JAX
+(nccl), or, in PyTorch, torch's built-in ``context_parallel`` (torch_cp: its all-gather ring,
+cuDNN SDPA, the sequence sharded by torch in the same zigzag layout; bench/torch_cp.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any
 
 from gshmem.bench.options import parse_size
 
-BACKENDS = ("gshmem", "nccl")
+BACKENDS = ("gshmem", "nccl", "torch_cp")
 FRAMEWORKS = ("torch", "jax")
 DATA = ("synthetic", "text")
 FIRST_TIMED_STEP = 3  # the seeds average steps 3-20
@@ -51,6 +53,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         ns.nprocs = max(1, gpu_count())
     if ns.seq % (2 * ns.nprocs):
         p.error(f"--seq ({ns.seq}) must divide into 2 x {ns.nprocs} zigzag chunks")
+    if ns.framework == "jax" and ns.backend == "torch_cp":
+        p.error("--backend torch_cp is PyTorch's context parallelism: --framework torch")
     if ns.framework == "jax":
         ns.layout = "one"  # one process drives every GPU: the bench command does not relaunch
     return ns
@@ -90,12 +94,14 @@ def run_torch(o: argparse.Namespace, cfg: Any, data: Iterator[tuple[Any, Any]]) 
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import gshmem
     from gshmem.attention import ring_attention
     from gshmem.bench.nccl_group import join_nccl
+    from gshmem.bench.torch_cp import sharded_batch
     from gshmem.train.cp import shard_batch
-    from gshmem.train.model import Llama
+    from gshmem.train.model import Llama, sdpa
     from gshmem.train.step import optimizer, shard_model, train_step
 
     comm = gshmem.init()
@@ -104,19 +110,30 @@ def run_torch(o: argparse.Namespace, cfg: Any, data: Iterator[tuple[Any, Any]]) 
     if why:
         raise RuntimeError(f"gshmem.bench train needs torch.distributed over NCCL (FSDP): {why}")
     torch.manual_seed(0)  # the same initial weights on every rank, before FSDP shards them
-    model = shard_model(Llama(cfg).cuda(), init_device_mesh("cuda", (world,)))
+    mesh = init_device_mesh("cuda", (world,))  # FSDP's, and torch_cp's sequence split
+    model = shard_model(Llama(cfg).cuda(), mesh)
     opt = optimizer(model)
 
     def attend(q, k, v):
         return ring_attention(q, k, v, comm=comm, backend=o.backend)
 
+    def step(t, y, pos, attend) -> float:
+        return train_step(model, opt, t, y, pos, attend, checkpoint=not o.no_checkpoint)
+
     losses, seconds = [], []
     for _ in range(o.steps):
-        tokens, labels = next(data)
-        t, y, pos = (x.cuda() for x in shard_batch(tokens, labels, world, me))
+        tokens, labels = (x.cuda() for x in next(data))
+        if o.backend != "torch_cp":
+            t, y, pos = shard_batch(tokens, labels, world, me)
         torch.cuda.synchronize()
         start = time.perf_counter()
-        losses.append(train_step(model, opt, t, y, pos, attend, checkpoint=not o.no_checkpoint))
+        if o.backend == "torch_cp":  # torch shards the batch (a gather of [B, S] token ids) as
+            # it enters its context, which must hold the whole step
+            with sharded_batch(mesh, tokens, labels) as (t, y, pos):
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    losses.append(step(t, y, pos, sdpa))
+        else:
+            losses.append(step(t, y, pos, attend))
         torch.cuda.synchronize()
         seconds.append(time.perf_counter() - start)
     peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], device="cuda")
