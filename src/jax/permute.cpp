@@ -11,9 +11,18 @@
 // Small operands (``kernel`` = 1, chosen by gshmem/jax/rules.py) take one kernel instead: the
 // C API's all_to_allv over the group's team with one nonzero count each way, which replaces the
 // seven stream operations of a chunk by one launch.
+//
+// gshmem_ppermute_start / gshmem_ppermute_done: the same exchange split in two so that it
+// overlaps XLA's computation (the ring attention's rotations). start runs the chunks on its
+// channel's own stream, after the work XLA enqueued before it, into start's result; done makes
+// XLA's stream wait for them and returns that result (aliased). Between the two, XLA must neither
+// read start's result nor reuse start's operand: the Python side passes both to done and nothing
+// else, and done also takes the values it must come after. Neither is command-buffer compatible (the channel's
+// stream forks from XLA's stream in start and joins it in done, two separate commands).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,45 +50,115 @@ ffi::Error permute_kernel(const DeviceState& s, void* stream, const void* in, vo
   return ffi::Error::Success();
 }
 
+// The chunked exchange of `bytes` through channel `ch`, enqueued on `stream`.
+ffi::Error exchange(const DeviceState& s, const Channel& ch, cudaStream_t stream, const char* in, char* res,
+                    size_t bytes, int dst, int src, const char* op) {
+  if (src < 0) {  // nobody sends here: zeros, as jax.lax.ppermute
+    if (cudaError_t e = cudaMemsetAsync(res, 0, bytes, stream)) return copy_error(e);
+  }
+  if (src == s.rank) {
+    if (cudaError_t e = cudaMemcpyAsync(res, in, bytes, cudaMemcpyDeviceToDevice, stream)) return copy_error(e);
+  }
+  const bool sends = dst >= 0 && dst != s.rank, receives = src >= 0 && src != s.rank;
+  for (size_t offset = 0; offset < bytes && (sends || receives); offset += s.slot_bytes) {
+    const size_t n = std::min(s.slot_bytes, bytes - offset);
+    if (receives && gshmem_signal_op_on_stream(s.comm, ch.ready, 1, GSHMEM_SIGNAL_SET, src, stream)) {
+      return gshmem_error(op);
+    }
+    if (sends && (gshmem_signal_wait_until_on_stream(s.comm, ch.ready, GSHMEM_CMP_EQ, 1, stream) ||
+                  gshmem_signal_op_on_stream(s.comm, ch.ready, 0, GSHMEM_SIGNAL_SET, s.rank, stream) ||
+                  gshmem_put_signal_on_stream(s.comm, ch.slot, in + offset, n, ch.arrived, 1,
+                                              GSHMEM_SIGNAL_SET, dst, stream))) {
+      return gshmem_error(op);
+    }
+    if (receives && (gshmem_signal_wait_until_on_stream(s.comm, ch.arrived, GSHMEM_CMP_EQ, 1, stream) ||
+                     gshmem_signal_op_on_stream(s.comm, ch.arrived, 0, GSHMEM_SIGNAL_SET, s.rank, stream) ||
+                     gshmem_get_on_stream(s.comm, res + offset, ch.slot, n, s.rank, stream))) {
+      return gshmem_error(op);
+    }
+  }
+  return ffi::Error::Success();
+}
+
+// This PE's (destination, source) from the peer table, checked against the comm's size.
+std::optional<ffi::Error> peers_of(const DeviceState& s, ffi::Span<const int32_t> peers, const char* op,
+                                   int* dst, int* src) {
+  if (peers.size() != static_cast<size_t>(2 * s.nranks)) {
+    return ffi::Error::InvalidArgument(std::string("gshmem.jax ") + op +
+                                       ": the peer table was made for another number of PEs");
+  }
+  *dst = peers[2 * s.rank];
+  *src = peers[2 * s.rank + 1];
+  return std::nullopt;
+}
+
+// Channel `channel` of `s` for the overlapped permutes (1..kChannels-1).
+std::optional<ffi::Error> async_channel(const DeviceState& s, int32_t channel, const char* op,
+                                        const Channel** out) {
+  if (channel < 1 || channel >= kChannels) {
+    return ffi::Error::InvalidArgument(std::string("gshmem.jax ") + op + ": channel " + std::to_string(channel) +
+                                       " is not in 1.." + std::to_string(kChannels - 1));
+  }
+  *out = &s.channels[channel];
+  return std::nullopt;
+}
+
 ffi::Error permute(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
                    ffi::Span<const int32_t> peers, ffi::Span<const int32_t> groups, int32_t kernel) {
   const char* op = "ppermute";
   const DeviceState* s = nullptr;
+  int dst = -1, src = -1;
   if (auto err = lookup(ordinal, op, &s)) return *err;
-  if (peers.size() != static_cast<size_t>(2 * s->nranks)) {
-    return ffi::Error::InvalidArgument("gshmem.jax ppermute: the peer table was made for another number of PEs");
-  }
-  const int dst = peers[2 * s->rank], src = peers[2 * s->rank + 1];
+  if (auto err = peers_of(*s, peers, op, &dst, &src)) return *err;
   const size_t bytes = x.size_bytes();
   auto* in = static_cast<const char*>(x.untyped_data());
   auto* res = static_cast<char*>(out->untyped_data());
-  auto cs = static_cast<cudaStream_t>(stream);
-  if (src < 0) {  // nobody sends here: zeros, as jax.lax.ppermute
-    if (cudaError_t e = cudaMemsetAsync(res, 0, bytes, cs)) return copy_error(e);
-  }
   if (kernel) {
     if (bytes % 4) return ffi::Error::InvalidArgument("gshmem.jax ppermute: the kernel path moves 4-byte words");
+    if (src < 0) {
+      if (cudaError_t e = cudaMemsetAsync(res, 0, bytes, static_cast<cudaStream_t>(stream))) return copy_error(e);
+    }
     return permute_kernel(*s, stream, in, res, bytes, dst, src, groups);
   }
-  if (src == s->rank) {
-    if (cudaError_t e = cudaMemcpyAsync(res, in, bytes, cudaMemcpyDeviceToDevice, cs)) return copy_error(e);
+  return exchange(*s, s->channels[0], static_cast<cudaStream_t>(stream), in, res, bytes, dst, src, op);
+}
+
+// `token` carries no data: the Python side ties later computation to it (an optimization barrier)
+// to keep the start ahead of that computation without giving XLA a use of `out` before done.
+ffi::Error permute_start(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
+                         ffi::Result<ffi::AnyBuffer> /*token*/, ffi::Span<const int32_t> peers, int32_t channel) {
+  const char* op = "ppermute_start";
+  const DeviceState* s = nullptr;
+  const Channel* ch = nullptr;
+  int dst = -1, src = -1;
+  if (auto err = lookup(ordinal, op, &s)) return *err;
+  if (auto err = peers_of(*s, peers, op, &dst, &src)) return *err;
+  if (auto err = async_channel(*s, channel, op, &ch)) return *err;
+  auto xla = static_cast<cudaStream_t>(stream);
+  if (cudaError_t e = cudaEventRecord(ch->issued, xla)) return copy_error(e);
+  if (cudaError_t e = cudaStreamWaitEvent(ch->stream, ch->issued, 0)) return copy_error(e);
+  if (auto err = exchange(*s, *ch, ch->stream, static_cast<const char*>(x.untyped_data()),
+                          static_cast<char*>(out->untyped_data()), x.size_bytes(), dst, src, op);
+      !err.success()) {
+    return err;
   }
-  const bool sends = dst >= 0 && dst != s->rank, receives = src >= 0 && src != s->rank;
-  for (size_t offset = 0; offset < bytes && (sends || receives); offset += s->slot_bytes) {
-    const size_t n = std::min(s->slot_bytes, bytes - offset);
-    if (receives && gshmem_signal_op_on_stream(s->comm, s->ready, 1, GSHMEM_SIGNAL_SET, src, stream)) {
-      return gshmem_error(op);
-    }
-    if (sends && (gshmem_signal_wait_until_on_stream(s->comm, s->ready, GSHMEM_CMP_EQ, 1, stream) ||
-                  gshmem_signal_op_on_stream(s->comm, s->ready, 0, GSHMEM_SIGNAL_SET, s->rank, stream) ||
-                  gshmem_put_signal_on_stream(s->comm, s->slot, in + offset, n, s->arrived, 1,
-                                              GSHMEM_SIGNAL_SET, dst, stream))) {
-      return gshmem_error(op);
-    }
-    if (receives && (gshmem_signal_wait_until_on_stream(s->comm, s->arrived, GSHMEM_CMP_EQ, 1, stream) ||
-                     gshmem_signal_op_on_stream(s->comm, s->arrived, 0, GSHMEM_SIGNAL_SET, s->rank, stream) ||
-                     gshmem_get_on_stream(s->comm, res + offset, s->slot, n, s->rank, stream))) {
-      return gshmem_error(op);
+  if (cudaError_t e = cudaEventRecord(ch->landed, ch->stream)) return copy_error(e);
+  return ffi::Error::Success();
+}
+
+ffi::Error permute_done(void* stream, int32_t ordinal, ffi::AnyBuffer received, ffi::RemainingArgs,
+                        ffi::Result<ffi::AnyBuffer> out, int32_t channel) {
+  const char* op = "ppermute_done";
+  const DeviceState* s = nullptr;
+  const Channel* ch = nullptr;
+  if (auto err = lookup(ordinal, op, &s)) return *err;
+  if (auto err = async_channel(*s, channel, op, &ch)) return *err;
+  auto xla = static_cast<cudaStream_t>(stream);
+  if (cudaError_t e = cudaStreamWaitEvent(xla, ch->landed, 0)) return copy_error(e);
+  if (out->untyped_data() != received.untyped_data()) {  // aliased unless XLA chose otherwise
+    if (cudaError_t e = cudaMemcpyAsync(out->untyped_data(), received.untyped_data(), received.size_bytes(),
+                                        cudaMemcpyDeviceToDevice, xla)) {
+      return copy_error(e);
     }
   }
   return ffi::Error::Success();
@@ -98,3 +177,22 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(gshmem_jax_ppermute, gshmem::jax::permute,
                                   .Attr<xla::ffi::Span<const int32_t>>("groups")
                                   .Attr<int32_t>("kernel"),
                               {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(gshmem_jax_ppermute_start, gshmem::jax::permute_start,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<void*>>()
+                                  .Ctx<xla::ffi::DeviceOrdinal>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>()
+                                  .Attr<xla::ffi::Span<const int32_t>>("peers")
+                                  .Attr<int32_t>("channel"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(gshmem_jax_ppermute_done, gshmem::jax::permute_done,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<void*>>()
+                                  .Ctx<xla::ffi::DeviceOrdinal>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .RemainingArgs()
+                                  .Ret<xla::ffi::AnyBuffer>()
+                                  .Attr<int32_t>("channel"));

@@ -1,7 +1,9 @@
 // Per-device state of the JAX adapter: which comm serves XLA's device ordinal N, and the
-// symmetric staging the permute uses (XLA's buffers are not symmetric). Python attaches a device
+// symmetric staging the permutes use (XLA's buffers are not symmetric). Python attaches a device
 // after creating its comm (gshmem.jax.init) and detaches it before finalizing the comm.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -10,14 +12,26 @@
 
 namespace gshmem::jax {
 
+// Channel 0 serves the synchronous ppermute on XLA's stream. Channels 1.. serve the overlapped
+// permutes (ppermute_start/_done, the ring attention's): each has a stream of its own on which
+// its transfers run while XLA's stream computes, and two events joining it to XLA's stream.
+constexpr int kChannels = 5;
+
+struct Channel {
+  void* slot = nullptr;         // symmetric receive slot of slot_bytes
+  uint64_t* ready = nullptr;    // symmetric flag: "my receiver's slot is free" (set by the receiver)
+  uint64_t* arrived = nullptr;  // symmetric flag: "a chunk is in my slot" (set by the sender)
+  cudaStream_t stream = nullptr;  // channels >= 1: where the transfers run
+  cudaEvent_t issued = nullptr;   // recorded on XLA's stream when a start is enqueued
+  cudaEvent_t landed = nullptr;   // recorded on `stream` when the start's transfers are done
+};
+
 struct DeviceState {
   gshmem_comm_t comm = nullptr;
-  int rank = -1;              // this device's PE
+  int rank = -1;  // this device's PE
   int nranks = 0;
-  void* slot = nullptr;       // symmetric receive slot of slot_bytes
   size_t slot_bytes = 0;
-  uint64_t* ready = nullptr;  // symmetric flag: "my receiver's slot is free" (set by the receiver)
-  uint64_t* arrived = nullptr;  // symmetric flag: "a chunk is in my slot" (set by the sender)
+  Channel channels[kChannels];
 };
 
 // The state of `ordinal`, or nullptr when no comm is attached to it.
@@ -26,10 +40,15 @@ const DeviceState* device_state(int ordinal);
 }  // namespace gshmem::jax
 
 extern "C" {
-// Attaches `comm` to XLA device `ordinal`; `slot` (slot_bytes) and `flags` (16 bytes, zeroed)
-// are symmetric allocations of that comm. Returns 0, or 1 with gshmem_jax_last_error() set.
-int gshmem_jax_attach(int ordinal, void* comm, void* slot, size_t slot_bytes, void* flags);
-// Forgets the comm of `ordinal` (before it is finalized). Calls already enqueued are unaffected.
+// Channels per device: attach wants gshmem_jax_channels() slots and 2 x that many flags.
+int gshmem_jax_channels(void);
+// Attaches `comm` to XLA device `ordinal`; `slots` (gshmem_jax_channels() x slot_bytes, one slot
+// after the other) and `flags` (gshmem_jax_channels() x 16 bytes, zeroed) are symmetric
+// allocations of that comm. Creates the channels' streams and events on the comm's GPU.
+// Returns 0, or 1 with gshmem_jax_last_error() set.
+int gshmem_jax_attach(int ordinal, void* comm, void* slots, size_t slot_bytes, void* flags);
+// Forgets the comm of `ordinal` (before it is finalized) and releases its streams and events.
+// Calls already enqueued are unaffected.
 void gshmem_jax_detach(int ordinal);
 const char* gshmem_jax_last_error(void);
 }

@@ -6,6 +6,7 @@ whole sequence, outputs and gradients, in float32."""
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ if importlib.util.find_spec("jax") is None:
 
 import jax
 import jax.numpy as jnp
+from _jax_lax_wire import LaxWire
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -99,11 +101,6 @@ def test_merge_of_nothing_is_nothing() -> None:
     assert np.all(np.asarray(out) == 0) and np.all(np.isneginf(np.asarray(new)))
 
 
-class LaxWire:
-    def permute(self, x, ax, pairs):
-        return jax.lax.ppermute(x, ax.name, pairs)
-
-
 MESH = Mesh(np.array(jax.devices("cpu")[:4]), ("cp",))
 
 
@@ -148,3 +145,66 @@ def test_ring_bad_input(lax_wire) -> None:
                           out_specs=spec, check_vma=False)  # fmt: skip
         with jax.set_mesh(MESH), pytest.raises(UsageError, match=match):
             jax.jit(f)(*args)
+
+
+def _lowered_ring_grad(monkeypatch, backend: str | None) -> str:
+    """The StableHLO of the ring's gradient with the real custom calls (ops.FfiWire)."""
+    pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
+    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
+    monkeypatch.delenv("GSHMEM_JAX_BACKEND", raising=False)
+    if backend is None:
+        monkeypatch.delenv("GSHMEM_JAX_PPERMUTE_BACKEND", raising=False)
+    else:
+        monkeypatch.setenv("GSHMEM_JAX_PPERMUTE_BACKEND", backend)
+    q, k, v, _ = _qkv(3, 32)
+    spec = P(None, "cp")
+    ring = jax.shard_map(lambda x, y, z: ring_attention(x, y, z, "cp", implementation="xla"),
+                         in_specs=spec, out_specs=spec, check_vma=False)  # fmt: skip
+    loss = jax.grad(lambda a, b, c: ring(a, b, c).sum(), argnums=(0, 1, 2))
+    with jax.set_mesh(MESH):
+        return jax.jit(loss).lower(q, k, v).as_text()
+
+
+def test_ring_rotations_are_split_around_the_blocks(monkeypatch) -> None:
+    """Every rotation is a start/done pair of custom calls: at W = 4 the forward sends K/V
+    3 times, the backward K/V twice (W - 2 hops) and dK/dV 3 times, one call per array; done
+    returns start's buffer (aliased), both are kept and ordered (side effects), and the blocks
+    compute on K/V tied to the starts (optimization barriers)."""
+    text = _lowered_ring_grad(monkeypatch, None)
+    starts, dones = text.count("@gshmem_ppermute_start"), text.count("@gshmem_ppermute_done")
+    assert starts == dones == 2 * (3 + 2 + 3), (starts, dones)
+    assert "@gshmem_ppermute(" not in text  # no synchronous rotation is left
+    assert text.count("output_operand_aliases") >= dones
+    assert text.count("has_side_effect = true") >= starts + dones
+    assert "optimization_barrier" in text
+    # a start's received array (result #0) is used by its done alone: XLA must not read it, copy
+    # it or alias it before the transfers land; the barriers take the dataless token (#1)
+    checked = 0
+    regions = text.split("sdy.manual_computation(")[1:] or [text]  # SSA names are per region
+    for func in regions:
+        for name in re.findall(r"(%\w+):2 = stablehlo\.custom_call @gshmem_ppermute_start", func):
+            uses = [line for line in func.splitlines() if re.search(rf"{name}#0\b", line)]
+            assert len(uses) == 1 and "@gshmem_ppermute_done" in uses[0], uses
+            checked += 1
+    assert checked == starts
+    for channel in (1, 2, 3, 4):  # K, V, dK, dV
+        assert f"channel = {channel} : i32" in text
+
+
+def test_ring_rotations_on_xla_are_collective_permutes(monkeypatch) -> None:
+    """GSHMEM_JAX_PPERMUTE_BACKEND=xla: the same ring over XLA's collective, no custom call."""
+    text = _lowered_ring_grad(monkeypatch, "xla")
+    assert "gshmem_ppermute" not in text
+    assert text.count("collective_permute") == 2 * (3 + 2 + 3)
+
+
+def test_split_permute_refuses_channels_out_of_range(lax_wire) -> None:
+    from gshmem.jax.split import CHANNELS, ppermute_start
+
+    x = jnp.zeros((4, 2))
+    for channel, leaves in [(0, 1), (CHANNELS - 1, 2), (CHANNELS, 1)]:
+        f = jax.shard_map(lambda a, c=channel, n=leaves: ppermute_start(
+            (a,) * n, "cp", [(0, 1), (1, 0)], channel=c).received[0],
+            in_specs=P("cp"), out_specs=P("cp"), check_vma=False)  # fmt: skip
+        with jax.set_mesh(MESH), pytest.raises(UsageError, match="not within 1.."):
+            jax.jit(f)(x)

@@ -15,11 +15,12 @@ if importlib.util.find_spec("jax") is None:
 
 import jax
 import jax.numpy as jnp
+from _jax_lax_wire import LaxWire
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from gshmem._errors import UsageError
-from gshmem.jax import ops, runtime
+from gshmem.jax import ops, runtime, split
 
 try:
     jax.config.update("jax_num_cpu_devices", 4)
@@ -27,25 +28,6 @@ except RuntimeError:  # the backend is up already (another module started it)
     pass
 if len(jax.devices("cpu")) < 4:
     pytest.skip("needs 4 CPU devices for the mesh", allow_module_level=True)
-
-
-class LaxWire:
-    """The contiguous transfers of ops.FfiWire, written with jax.lax (the reference semantics)."""
-
-    def permute(self, x, ax, pairs):
-        return jax.lax.ppermute(x, ax.name, pairs)
-
-    def all_reduce(self, x, ax, team):
-        return jax.lax.psum(x, ax.name)
-
-    def all_gather(self, x, ax, team):
-        return jax.lax.all_gather(x, ax.name)
-
-    def reduce_scatter(self, x, ax, team):
-        return jax.lax.psum_scatter(x, ax.name)
-
-    def all_to_all(self, x, ax, team):
-        return jax.lax.all_to_all(x, ax.name, 0, 0, tiled=True)
 
 
 MESH = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("dp", "cp"))
@@ -177,5 +159,6 @@ def test_handlers_library_builds_and_registers() -> None:
     for symbol in _library.TARGETS.values():
         assert getattr(lib, symbol) is not None
     _library.register()
-    with pytest.raises(UsageError, match="bad ordinal or null pointer"):
+    with pytest.raises(UsageError, match="bad ordinal, null pointer or empty slot"):
         _library.attach(-1, 0, 0, 0, 0)
+    assert _library.channels() == split.CHANNELS  # the Python side's count is the library's

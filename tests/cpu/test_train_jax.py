@@ -15,6 +15,7 @@ if importlib.util.find_spec("jax") is None:
 
 import jax
 import jax.numpy as jnp
+from _jax_lax_wire import LaxWire
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -84,11 +85,6 @@ def test_chunked_loss_matches_plain() -> None:
     assert float(total) == pytest.approx(
         float(jnp.sum(jnp.where(mask, plain[..., 0], 0))), rel=1e-5
     )
-
-
-class LaxWire:
-    def permute(self, x, ax, pairs):
-        return jax.lax.ppermute(x, ax.name, pairs)
 
 
 MESH = Mesh(np.array(jax.devices("cpu")[:4]), ("cp",))

@@ -12,6 +12,8 @@ from gshmem._native import load
 # XLA custom-call target -> the handler's symbol in the library
 TARGETS = {
     "gshmem_ppermute": "gshmem_jax_ppermute",
+    "gshmem_ppermute_start": "gshmem_jax_ppermute_start",
+    "gshmem_ppermute_done": "gshmem_jax_ppermute_done",
     "gshmem_all_reduce": "gshmem_jax_all_reduce",
     "gshmem_all_gather": "gshmem_jax_all_gather",
     "gshmem_reduce_scatter": "gshmem_jax_reduce_scatter",
@@ -30,6 +32,7 @@ def library() -> ctypes.CDLL:
                                       ctypes.c_size_t, ctypes.c_void_p]  # fmt: skip
     lib.gshmem_jax_attach.restype = ctypes.c_int
     lib.gshmem_jax_detach.argtypes = [ctypes.c_int]
+    lib.gshmem_jax_channels.restype = ctypes.c_int
     lib.gshmem_jax_last_error.restype = ctypes.c_char_p
     return lib
 
@@ -46,9 +49,18 @@ def register() -> None:
         )
 
 
-def attach(ordinal: int, comm: int, slot: int, slot_bytes: int, flags: int) -> None:
+def channels() -> int:
+    """Permute channels per device (src/jax/registry.h): channel 0 for ppermute, the others for
+    ppermute_start/_done. attach wants that many slots and 16 bytes of flags for each."""
+    return int(library().gshmem_jax_channels())
+
+
+def attach(ordinal: int, comm: int, slots: int, slot_bytes: int, flags: int) -> None:
+    """Attaches ``comm`` to XLA device ``ordinal`` with ``channels()`` symmetric slots of
+    ``slot_bytes`` one after the other at ``slots`` and ``channels()`` x 16 zeroed bytes of
+    symmetric flags; creates the channels' streams on the comm's GPU."""
     lib = library()
-    if lib.gshmem_jax_attach(ordinal, comm, slot, slot_bytes, flags) != 0:
+    if lib.gshmem_jax_attach(ordinal, comm, slots, slot_bytes, flags) != 0:
         raise UsageError(lib.gshmem_jax_last_error().decode())
 
 
@@ -56,4 +68,4 @@ def detach(ordinal: int) -> None:
     library().gshmem_jax_detach(ordinal)
 
 
-__all__ = ["TARGETS", "attach", "detach", "library", "register"]
+__all__ = ["TARGETS", "attach", "channels", "detach", "library", "register"]

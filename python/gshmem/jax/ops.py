@@ -86,6 +86,24 @@ class FfiWire:
         return _ffi("gshmem_ppermute", x.shape, x, peers=ax.peers(pairs), groups=groups,
                     kernel=np.int32(kernel))  # fmt: skip
 
+    def permute_start(self, x, ax: Axis, pairs, channel: int):
+        """(received, token): token is a dataless int32[1] to order later work after the start."""
+        import jax
+
+        start = jax.ffi.ffi_call("gshmem_ppermute_start",
+                                 (jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                  jax.ShapeDtypeStruct((1,), np.int32)),
+                                 has_side_effect=True)  # fmt: skip
+        return tuple(start(x, peers=ax.peers(pairs), channel=np.int32(channel)))
+
+    def permute_done(self, received, keep, channel: int):
+        import jax
+
+        done = jax.ffi.ffi_call("gshmem_ppermute_done",
+                                jax.ShapeDtypeStruct(received.shape, received.dtype),
+                                has_side_effect=True, input_output_aliases={0: 0})  # fmt: skip
+        return done(received, *keep, channel=np.int32(channel))
+
     def all_reduce(self, x, ax: Axis, team):
         return _ffi("gshmem_all_reduce", x.shape, x, groups=team)
 

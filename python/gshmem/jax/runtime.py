@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gshmem import Buffer, Comm
 
 DEFAULT_SLOT_BYTES = 64 << 20
-FLAG_BYTES = 16  # ready, arrived (registry.h)
+FLAG_BYTES = 16  # per channel: ready, arrived (registry.h)
 
 
 @dataclass
@@ -30,7 +30,7 @@ class State:
     pe_of: dict[int, int]  # jax device id -> gshmem PE, every device of the job
     npes: int
     slot_bytes: int
-    memory: list[tuple[Buffer, Buffer]] = field(default_factory=list)  # (slot, flags) per comm
+    memory: list[tuple[Buffer, Buffer]] = field(default_factory=list)  # (slots, flags) per comm
 
 
 _state: State | None = None
@@ -66,8 +66,9 @@ def _comms(devices: list[Any]) -> tuple[list[Comm], dict[int, int]]:
 
 def init() -> list[Comm]:
     """Collective over the job: creates this process's comms (once; later calls return them),
-    allocates each one's staging (GSHMEM_JAX_SLOT_BYTES, default 64M) and attaches them to XLA's
-    devices. Call it before tracing any gshmem.jax op."""
+    allocates each one's staging (one slot of GSHMEM_JAX_SLOT_BYTES, default 64M, per permute
+    channel: _library.channels(), 5) and attaches them to XLA's devices. Call it before tracing
+    any gshmem.jax op."""
     global _state
     if _state is not None:
         return _state.comms
@@ -80,12 +81,14 @@ def init() -> list[Comm]:
     if not devices:
         raise UsageError("gshmem.jax.init: JAX sees no GPU in this process")
     comms, pe_of = _comms(devices)
-    slot_bytes = _slot_bytes()
-    memory = gshmem.for_each(comms, lambda c: (c.malloc(slot_bytes), c.calloc(FLAG_BYTES)))
+    slot_bytes, channels = _slot_bytes(), _library.channels()
+    memory = gshmem.for_each(
+        comms, lambda c: (c.malloc(channels * slot_bytes), c.calloc(channels * FLAG_BYTES))
+    )
     state = State(comms, [d.local_hardware_id for d in devices], pe_of, comms[0].nranks, slot_bytes,
                   memory)  # fmt: skip
-    for comm, ordinal, (slot, flags) in zip(comms, state.ordinals, memory, strict=True):
-        _library.attach(ordinal, comm._handle.address, slot.ptr, slot_bytes, flags.ptr)
+    for comm, ordinal, (slots, flags) in zip(comms, state.ordinals, memory, strict=True):
+        _library.attach(ordinal, comm._handle.address, slots.ptr, slot_bytes, flags.ptr)
     _state = state
     return comms
 

@@ -6,6 +6,11 @@ it starts from the shard the forward held last (kept as a residual), shards move
 neighbour with their dK/dV in fp32, and each device ends on its own shard, so its dK/dV arrive
 finished with no hop after the last block (K/V travel W - 2 hops). The local blocks' gradients
 use the merged output and log-sum-exp (local.py).
+
+Overlap: every rotation is split (split.py): it starts before the blocks of the step that does
+not need it and is done after them, so the copy engines move the next shard while the blocks
+compute. In the backward the incoming dK/dV are waited for only after the step's own block
+gradients. Channels: K, V on 1, 2 (forward and backward), dK, dV on 3, 4.
 """
 
 from __future__ import annotations
@@ -57,12 +62,24 @@ def _set_part(x, part: str, front, value):
     return jax.lax.dynamic_update_slice_in_dim(x, value, a, SEQ)
 
 
-def _rotate(p: Problem, tree, step: int = 1):
-    """``tree`` to the neighbour ``step`` places on (the right one for +1, the left for -1)."""
-    from gshmem.jax.ops import ppermute
+KV_CHANNEL, DKV_CHANNEL = 1, 3  # split.py channels: (K, V) and (dK, dV)
+
+
+def _start(p: Problem, tree, step: int, channel: int):
+    """Starts sending ``tree`` to the neighbour ``step`` places on (+1: right, -1: left)."""
+    from gshmem.jax.split import ppermute_start
 
     ring = [(i, (i + step) % p.world) for i in range(p.world)]
-    return ppermute(tree, p.axis_name, ring, mesh=p.mesh)
+    return ppermute_start(tree, p.axis_name, ring, channel=channel, mesh=p.mesh)
+
+
+def _held(tree, pendings):
+    """``tree`` tied to every started rotation in ``pendings``: the blocks computed from it run
+    after those starts, so the transfers overlap them."""
+    for pending in pendings:
+        if pending is not None:
+            tree = pending.hold(tree)
+    return tree
 
 
 def forward(p: Problem, q, k, v):
@@ -71,21 +88,25 @@ def forward(p: Problem, q, k, v):
     import jax
     import jax.numpy as jnp
 
+    from gshmem.jax.split import ppermute_done
+
     me = jax.lax.axis_index(p.axis_name)
     out = jnp.zeros(q.shape, jnp.float32)
     lse = jnp.full(q.shape[:-1], -jnp.inf, jnp.float32)
     kv = (k, v)
     for s in range(p.world):
-        if s > 0:
-            kv = _rotate(p, kv)
+        nxt = _start(p, kv, 1, KV_CHANNEL) if s + 1 < p.world else None
+        held = _held(kv, [nxt])
         front = source_before(s, me)
         for b in step_blocks(s, p.world, p.layout, p.causal):
-            kb, vb = (_part(t, b.kv, front) for t in kv)
+            kb, vb = (_part(t, b.kv, front) for t in held)
             o_b, lse_b = block(_part(q, b.q, front), kb, vb, b.causal, p.scale, p.implementation)
             if b.if_source_before:
                 lse_b = jnp.where(front, lse_b, -jnp.inf)
             o_r, lse_r = merge(_part(out, b.q, front), _part(lse, b.q, front), o_b, lse_b)
             out, lse = _set_part(out, b.q, front, o_r), _set_part(lse, b.q, front, lse_r)
+        if nxt is not None:
+            kv = ppermute_done(nxt, out, lse)
     return out.astype(q.dtype), lse, kv
 
 
@@ -94,26 +115,35 @@ def backward(p: Problem, q, k, v, out, lse, last, do):
     import jax
     import jax.numpy as jnp
 
+    from gshmem.jax.split import ppermute_done
+
     me = jax.lax.axis_index(p.axis_name)
     dq = jnp.zeros(q.shape, jnp.float32)
-    kv = last
+    kv, dkv_sent = last, None  # dkv_sent: the dK/dV rotation started by the previous step
     dkv = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32))
     for t in range(p.world):
         s = p.world - 1 - t  # the forward's step with the same shard
-        if t > 0:
-            kv = (k, v) if s == 0 else _rotate(p, kv, -1)
-            dkv = _rotate(p, dkv, -1)
+        # the next step's K/V: the left neighbour's shard, or this device's own for step 0
+        nxt = _start(p, kv, -1, KV_CHANNEL) if t + 1 < p.world and s > 1 else None
+        held = _held(kv, [nxt, dkv_sent])
         front = source_before(s, me)
+        grads = []
         for b in step_blocks(s, p.world, p.layout, p.causal):
             rows = [_part(t, b.q, front) for t in (q, do, out, lse)]
-            kb, vb = (_part(t, b.kv, front) for t in kv)
-            dq_b, dk_b, dv_b = block_grads(rows[0], kb, vb, b.causal, p.scale, p.implementation,
-                                           *rows[1:])  # fmt: skip
+            kb, vb = (_part(t, b.kv, front) for t in held)
+            g = block_grads(rows[0], kb, vb, b.causal, p.scale, p.implementation, *rows[1:])
             if b.if_source_before:
-                dq_b, dk_b, dv_b = (jnp.where(front, g, 0) for g in (dq_b, dk_b, dv_b))
+                g = tuple(jnp.where(front, x, 0) for x in g)
+            grads.append((b, g))
+        if dkv_sent is not None:  # this shard's running sums, after the block gradients
+            dkv = ppermute_done(dkv_sent, [g for _, g in grads])
+        for b, (dq_b, dk_b, dv_b) in grads:
             dq = _set_part(dq, b.q, front, _part(dq, b.q, front) + dq_b)
             dkv = tuple(_set_part(a, b.kv, front, _part(a, b.kv, front) + g)
                         for a, g in zip(dkv, (dk_b, dv_b), strict=True))  # fmt: skip
+        if t + 1 < p.world:
+            dkv_sent = _start(p, dkv, -1, DKV_CHANNEL)
+            kv = (k, v) if s == 1 else ppermute_done(nxt, [g for _, g in grads])
     return dq.astype(q.dtype), dkv[0].astype(k.dtype), dkv[1].astype(v.dtype)
 
 

@@ -1,0 +1,29 @@
+"""gshmem.jax.ops.FfiWire's contiguous transfers written with jax.lax (their reference
+semantics), which the CPU tests swap in for the GPU custom calls (``ops.wire``)."""
+
+from __future__ import annotations
+
+import jax
+
+
+class LaxWire:
+    def permute(self, x, ax, pairs):
+        return jax.lax.ppermute(x, ax.name, pairs)
+
+    def permute_start(self, x, ax, pairs, channel):
+        return jax.lax.ppermute(x, ax.name, pairs), jax.numpy.zeros((1,), "int32")
+
+    def permute_done(self, received, keep, channel):
+        return received
+
+    def all_reduce(self, x, ax, team):
+        return jax.lax.psum(x, ax.name)
+
+    def all_gather(self, x, ax, team):
+        return jax.lax.all_gather(x, ax.name)
+
+    def reduce_scatter(self, x, ax, team):
+        return jax.lax.psum_scatter(x, ax.name)
+
+    def all_to_all(self, x, ax, team):
+        return jax.lax.all_to_all(x, ax.name, 0, 0, tiled=True)
