@@ -16,10 +16,13 @@
 //   return    receiver: one float per received pair back to its sender's (token, choice) (the
 //             router weights' gradient), then `returned` signals like the others.
 //   reduce    receiver: each received row's sum of its experts' output rows (times their
-//             weights), written into this rank's symmetric combine buffer; each block then adds
-//             1 to `ready[me]` at every sender.
+//             weights), written into this rank's symmetric combine buffer (pull) or into the
+//             row's sender's, at (this rank, token) (push); each block then adds 1 to
+//             `ready[me]` at every sender.
 //   pull      sender: waits until every rank's `ready` counter reached the call's target, then
-//             each warp reads its tokens' rows from every rank it sent them to and sums them.
+//             each warp reads its tokens' rows from every rank it sent them to and sums them
+//             (pull: NVLink loads), or from its own combine buffer where they were pushed
+//             (push: NVLink stores by the reduce, local loads here).
 //
 // Counters only grow (common.cuh); calls alternate dispatch, combine (the Python side enforces
 // it), which is what orders the reuse of the buffers.
@@ -212,13 +215,23 @@ __global__ void wait_kernel(gshmem::Device dev, const int32_t* pes, const uint64
   wait_counters(dev, pes, counters, world, target);
 }
 
+// Where the combine's rows go in push mode: a received row's sum lands in its sender's combine
+// buffer at row (this rank) x max_tokens + (the token's index there), so every sender finds its
+// tokens' sums in its own memory, one block of max_tokens rows per rank.
+struct PushTo {
+  const int32_t* src_rank;  // [pairs] the sender of each pair (rank in the team); null: pull
+  const int32_t* src_code;  // [pairs] token * kMaxTopk + choice at the sender
+  int64_t max_tokens;
+};
+
 // One warp per received row: the sum of its pairs' rows of y (weighted), in fp32, stored once.
 // Lane j < k holds choice j's pair and weight; every lane takes them from there once per row, so
 // the loads of one vector's k rows are independent and in flight together.
 template <class T>
 __global__ void reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_t y_stride_vecs,
                               const int32_t* slot, const float* pair_weight, int k,
-                              int64_t rows, int64_t row_vecs, int4* comb, uint64_t* ready) {
+                              int64_t rows, int64_t row_vecs, int4* comb, PushTo push,
+                              uint64_t* ready) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
   for (int64_t row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; row < rows;
@@ -232,6 +245,15 @@ __global__ void reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_
       pair[j] = __shfl_sync(0xffffffffu, mine, j);
       weight[j] = __shfl_sync(0xffffffffu, mine_w, j);
     }
+    int4* dst = comb + row * row_vecs;
+    if (push.src_rank) {  // every pair of a row comes from the same (sender, token)
+      const unsigned held = __ballot_sync(0xffffffffu, mine >= 0);
+      const int any = __shfl_sync(0xffffffffu, mine, held ? __ffs(held) - 1 : 0);
+      if (any < 0) continue;  // cannot happen: a row is sent only for a pair here
+      const int64_t token = push.src_code[any] / kMaxTopk;
+      dst = gshmem::ptr(dev, comb, r.pes[push.src_rank[any]]) +
+            (r.me * push.max_tokens + token) * row_vecs;
+    }
     for (int64_t i = lane; i < row_vecs; i += kWarp) {
       int4 v[kMaxTopk];
 #pragma unroll
@@ -243,28 +265,33 @@ __global__ void reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_
       for (int j = 0; j < kMaxTopk; ++j) {
         if (pair[j] >= 0) Vec8<T>::add(acc, v[j], weight[j]);
       }
-      comb[row * row_vecs + i] = Vec8<T>::pack(acc);
+      dst[i] = Vec8<T>::pack(acc);
     }
   }
   add_to_all(dev, r.pes, r.world, r.me, ready);
 }
 
-// One warp per token: the sum of its rows at every rank it was sent to (zeros if none). Lane q
-// finds the token's row at rank q (world <= 32) and leaves its address in shared memory.
+// One warp per token: the sum of its rows from every rank it was sent to (zeros if none). Lane q
+// finds the token's row from rank q (world <= 32) and leaves its address in shared memory: at
+// rank q's combine buffer (pull), or in this rank's at q's block of max_tokens rows (push,
+// max_tokens > 0).
 template <class T>
 __global__ void pull_kernel(gshmem::Device dev, Route r, const int4* comb, int64_t row_vecs,
-                            int4* out, const uint64_t* ready, uint64_t target) {
+                            int4* out, const uint64_t* ready, uint64_t target,
+                            int64_t max_tokens) {
   __shared__ int row_offset[kMaxWorld];
   row_offsets(r, row_offset);
   wait_counters(dev, r.pes, ready, r.world, target);
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
-  const int4* base = lane < r.world ? gshmem::ptr(dev, comb, r.pes[lane]) : nullptr;
+  const bool pushed = max_tokens > 0;
+  const int4* base = lane >= r.world ? nullptr : pushed ? comb : gshmem::ptr(dev, comb, r.pes[lane]);
   __shared__ const int4* rows_of[kThreads / kWarp][kWarp];  // per warp: the token's row per rank
   const int4** rows = rows_of[threadIdx.x / kWarp];
   for (int64_t t = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; t < r.tokens;
        t += warps) {
-    const int64_t row = lane < r.world ? row_at(r, row_offset, t, lane) : -1;
+    int64_t row = lane < r.world ? row_at(r, row_offset, t, lane) : -1;
+    if (pushed && row >= 0) row = lane * max_tokens + t;
     __syncwarp();  // the previous token's reads of rows[] are done
     rows[lane] = row >= 0 ? base + row * row_vecs : nullptr;
     const unsigned sent = __ballot_sync(0xffffffffu, row >= 0);  // also orders rows[] writes
@@ -357,28 +384,38 @@ int gshmem_moe_wait(const gshmem_device_t* dev, const int32_t* pes, const uint64
   return check(cudaGetLastError(), "moe wait");
 }
 
-// dtype: 0 bfloat16, 1 float16. `pair_weight` may be null (an unweighted sum).
+// dtype: 0 bfloat16, 1 float16. `pair_weight` may be null (an unweighted sum). push: pair_src_rank
+// and pair_src (each pair's sender and token * 8 + choice there) not null, max_tokens the rows of
+// each rank's block in the senders' combine buffers (pull: null, null, 0).
 int gshmem_moe_reduce(const gshmem_device_t* dev, const int32_t* pes, int world, int me,
                       int dtype, const void* y, int64_t y_stride_bytes, const int32_t* slot,
                       const float* pair_weight, int k, int64_t rows, int64_t row_bytes,
-                      void* comb, uint64_t* ready, int blocks, cudaStream_t stream) {
+                      void* comb, const int32_t* pair_src_rank, const int32_t* pair_src,
+                      int64_t max_tokens, uint64_t* ready, int blocks, cudaStream_t stream) {
+  if ((pair_src_rank == nullptr) != (pair_src == nullptr) || (pair_src_rank && max_tokens < 1)) {
+    return check(cudaErrorInvalidValue, "moe reduce: push takes both source arrays and max_tokens");
+  }
   const Route r{pes, nullptr, nullptr, nullptr, world, me, 0, 0};
+  const PushTo push{pair_src_rank, pair_src, max_tokens};
   auto* kernel = dtype == 0 ? reduce_kernel<__nv_bfloat16> : reduce_kernel<__half>;
   kernel<<<blocks, kThreads, 0, stream>>>(*dev, r, static_cast<const int4*>(y),
                                           y_stride_bytes / 16, slot, pair_weight, k, rows,
-                                          row_bytes / 16, static_cast<int4*>(comb), ready);
+                                          row_bytes / 16, static_cast<int4*>(comb), push, ready);
   return check(cudaGetLastError(), "moe reduce");
 }
 
+// pushed_max_tokens: 0 when the reduce left the rows at the receivers (pull), else the reduce's
+// max_tokens (push: the rows are in this rank's comb).
 int gshmem_moe_pull(const gshmem_device_t* dev, const int32_t* pes, const int32_t* token_pos,
                     const int32_t* tile_base, const int32_t* all_counts, int world, int me,
                     int num_experts, int64_t tokens, int dtype, const void* comb,
                     int64_t row_bytes, void* out, const uint64_t* ready, uint64_t target,
-                    int blocks, cudaStream_t stream) {
+                    int64_t pushed_max_tokens, int blocks, cudaStream_t stream) {
   const Route r{pes, token_pos, tile_base, all_counts, world, me, num_experts, tokens};
   auto* kernel = dtype == 0 ? pull_kernel<__nv_bfloat16> : pull_kernel<__half>;
   kernel<<<blocks, kThreads, 0, stream>>>(*dev, r, static_cast<const int4*>(comb), row_bytes / 16,
-                                          static_cast<int4*>(out), ready, target);
+                                          static_cast<int4*>(out), ready, target,
+                                          pushed_max_tokens);
   return check(cudaGetLastError(), "moe pull");
 }
 

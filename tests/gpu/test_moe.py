@@ -22,6 +22,13 @@ def test_moe(n, scenario):
 
 
 @pytest.mark.parametrize("n", PES)
+@pytest.mark.parametrize("scenario", ["values", "grad"])
+def test_moe_push_combine(n, scenario):
+    """The same checks with combines pushing each token's sums into its sender's buffer."""
+    launch_pes(n, str(SCRIPTS / "moe_check.py"), scenario, timeout=300, GSHMEM_MOE_COMBINE="push")
+
+
+@pytest.mark.parametrize("n", PES)
 @pytest.mark.parametrize("scenario", ["values", "hook", "graph", "fp8", "badargs"])
 def test_moe_low_latency(n, scenario):
     launch_pes(n, str(SCRIPTS / "moe_ll_check.py"), scenario, timeout=300)

@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 
-IMPLS = ("gshmem", "gshmem-ll", "nccl")  # gshmem-ll: the low-latency mode, up to 256 tokens
+# gshmem: high throughput, pull combine; gshmem-push: its push combine; gshmem-ll: the
+# low-latency mode, up to 256 tokens
+IMPLS = ("gshmem", "gshmem-push", "gshmem-ll", "nccl")
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -142,7 +144,9 @@ def make_side(impl: str, comm, o: argparse.Namespace, tokens: int):
     if impl == "nccl":
         return NcclMoe(comm.nranks, comm.rank, o.experts)
     low = impl == "gshmem-ll"
-    buf = Buffer(comm, o.hidden, tokens, o.experts, blocks=o.blocks, low_latency=low)
+    combine = None if low else ("push" if impl == "gshmem-push" else "pull")
+    buf = Buffer(comm, o.hidden, tokens, o.experts, blocks=o.blocks, low_latency=low,
+                 combine=combine)  # fmt: skip
     return GshmemLowLatencyMoe(buf) if low else GshmemMoe(buf)
 
 

@@ -21,7 +21,7 @@ import torch
 from gshmem._errors import UsageError
 from gshmem.moe import routing
 from gshmem.moe.context import Context
-from gshmem.moe.high_throughput import Dispatched, Handle, HighThroughput
+from gshmem.moe.high_throughput import Dispatched, Handle, HighThroughput, combine_mode
 from gshmem.moe.low_latency import LowLatency, LowLatencyDispatched, LowLatencyHandle
 
 if TYPE_CHECKING:
@@ -42,7 +42,11 @@ class Buffer:
     every PE of ``comm``; expert ``e`` on rank ``e // (num_experts / world)``). Collective to
     create. Memory (symmetric): high throughput about ``2 × max_tokens × world`` rows; low
     latency ``(num_experts + 8) × max_tokens`` rows. ``blocks``: thread blocks of every kernel
-    (default 24 in high-throughput mode, 96 in low latency); the same on every rank."""
+    (default 24 in high-throughput mode, 96 in low latency); the same on every rank.
+    ``combine`` (high throughput): how combines bring each token's sums back to its rank,
+    ``"pull"`` (the sender reads them at every expert rank) or ``"push"`` (every expert rank
+    writes them into the sender's buffer); default GSHMEM_MOE_COMBINE, else pull; the same on
+    every rank."""
 
     def __init__(
         self,
@@ -55,6 +59,7 @@ class Buffer:
         team: Team | None = None,
         blocks: int | None = None,
         low_latency: bool = False,
+        combine: str | None = None,
     ) -> None:
         team = comm.team_world() if team is None else team
         if team.rank < 0:
@@ -76,6 +81,7 @@ class Buffer:
             blocks = LOW_LATENCY_BLOCKS if low_latency else HIGH_THROUGHPUT_BLOCKS
         if blocks < 1:
             raise UsageError(f"moe.Buffer: blocks must be at least 1, got {blocks}")
+        combine = combine_mode(combine)
         base = comm.heap_info()["heap_base"]
         if any(comm.ptr(base, pe) is None for pe in team.members()):
             raise UsageError("moe.Buffer: every rank of the team must be load/store-reachable "
@@ -84,7 +90,7 @@ class Buffer:
         self.ctx = Context(comm, team, world, team.rank, hidden, max_tokens, num_experts, dtype,
                            int(blocks), pes, bytes(comm.device_handle()))  # fmt: skip
         self._ll = LowLatency(self.ctx) if low_latency else None
-        self._ht = None if low_latency else HighThroughput(self.ctx)
+        self._ht = None if low_latency else HighThroughput(self.ctx, combine)
         torch.cuda.synchronize(comm.device)
         comm.barrier()
 

@@ -8,8 +8,11 @@ slot there in expert-major order (routing.expert_slots is the reference): the re
 its rows per expert in one pass and sorts nothing. The combine
 reverses it: each received row's expert outputs are summed (times the router's weights) into the
 receiver's symmetric combine buffer, and each sender reads its tokens' sums from every rank it
-sent them to and adds them up. Both directions move data with SM loads and stores over NVLink
-from ``blocks`` thread blocks.
+sent them to and adds them up (``pull``, the default); or each receiver writes its sums straight
+into their sender's combine buffer, in a block of ``max_tokens`` rows per receiver, and each
+sender adds up what landed in its own memory (``push``: NVLink stores instead of NVLink loads;
+``Buffer(..., combine="push")`` or ``GSHMEM_MOE_COMBINE=push``, the same on every rank). Both
+directions move data with SM loads and stores over NVLink from ``blocks`` thread blocks.
 
 Host synchronisation: one per dispatch, after the count exchange: how many rows will arrive (to
 size the outputs) and whether any rank's routing held a bad expert index (every rank raises
@@ -18,6 +21,7 @@ alike, before anything is sent). Combines never synchronise.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -29,6 +33,21 @@ from gshmem.moe.context import FP8_GROUP
 
 if TYPE_CHECKING:
     from gshmem.moe.context import Context
+
+COMBINES = ("pull", "push")
+
+
+def combine_mode(given: str | None = None, env: dict[str, str] | None = None) -> str:
+    """How combines bring the sums back: ``given`` (Buffer's ``combine=``), else
+    GSHMEM_MOE_COMBINE, else pull."""
+    where = "combine"
+    if given is None:
+        where = "GSHMEM_MOE_COMBINE"
+        given = (os.environ if env is None else env).get("GSHMEM_MOE_COMBINE", "pull")
+    value = given.strip().lower()
+    if value not in COMBINES:
+        raise UsageError(f"moe.Buffer: {where}={given!r}; one of {', '.join(COMBINES)}")
+    return value
 
 
 @dataclass
@@ -60,9 +79,10 @@ class HighThroughput:
     this one every token), routing metadata, a float per (token, choice) for the router weights'
     gradient and three completion counters. Collective to create."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, combine: str = "pull") -> None:
         comm, rows = ctx.comm, ctx.max_tokens * ctx.world
         self.ctx = ctx
+        self.push = combine == "push"  # comb: [world, max_tokens] rows at the senders
         pairs = rows * routing.MAX_TOPK
         self.recv = (  # rows; per (row, choice) its slot; per slot: row, weight, source
             comm.empty((rows, ctx.hidden), ctx.dtype),
@@ -95,12 +115,17 @@ class HighThroughput:
         c = self.ctx
         kernels.wait(c.device_bytes, c.pes, self.arrived, self.dispatches * c.blocks)
 
-    def _sum_back(self, route: kernels.Route, y, slot, weight, rows: int) -> torch.Tensor:
-        kernels.reduce(route, y, slot, weight, rows, self.comb, self.ready, self.ctx.blocks)
+    def _sum_back(self, h: Handle, y, weight) -> torch.Tensor:
+        """Each token's (weighted) sum of its rows of ``y`` back at its sender (a combine)."""
+        c = self.ctx
+        push = (*h.src, c.max_tokens) if self.push else None
+        kernels.reduce(h.route, y, h.pairs.slot, weight, h.rows, self.comb, self.ready, c.blocks,
+                       push)  # fmt: skip
         self.combines += 1
-        out = torch.empty((route.tokens, self.ctx.hidden), dtype=self.ctx.dtype, device=y.device)
-        target = self.combines * self.ctx.blocks
-        kernels.pull(route, self.comb, out, self.ready, target, self.ctx.blocks)
+        out = torch.empty((h.route.tokens, c.hidden), dtype=c.dtype, device=y.device)
+        target = self.combines * c.blocks
+        kernels.pull(h.route, self.comb, out, self.ready, target, c.blocks,
+                     c.max_tokens if self.push else 0)  # fmt: skip
         return out
 
     def _return(self, h: Handle, dots: torch.Tensor) -> torch.Tensor:
@@ -177,7 +202,7 @@ class _Dispatch(torch.autograd.Function):
     def backward(ctx, grad):
         buf, h = ctx.buf, ctx.handle
         buf._expect("combine")
-        return buf._sum_back(h.route, grad.contiguous(), h.pairs.slot, None, h.rows), None, None
+        return buf._sum_back(h, grad.contiguous(), None), None, None
 
 
 class _Combine(torch.autograd.Function):
@@ -193,8 +218,7 @@ class _Combine(torch.autograd.Function):
         ctx.buf, ctx.handle = buf, handle
         if handle.router_grad:
             ctx.save_for_backward(y)
-        return buf._sum_back(handle.route, y, handle.pairs.slot, handle.pairs.weight,
-                             handle.rows)  # fmt: skip
+        return buf._sum_back(handle, y, handle.pairs.weight)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -212,4 +236,4 @@ class _Combine(torch.autograd.Function):
         return grad_y, grad_w if ctx.needs_input_grad[1] else None, None, None
 
 
-__all__ = ["Dispatched", "Handle", "HighThroughput"]
+__all__ = ["COMBINES", "Dispatched", "Handle", "HighThroughput", "combine_mode"]

@@ -23,8 +23,9 @@ _SIGNATURES = {
     "gshmem_moe_dispatch": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _P, _I, _I, _P, _L, _P, _P, _I, _I,
                             _P, _P, _P, _P, _P, _P, _P, _I, _P],
     "gshmem_moe_wait": [_P, _P, _P, _I, _U, _P],
-    "gshmem_moe_reduce": [_P, _P, _I, _I, _I, _P, _L, _P, _P, _I, _L, _L, _P, _P, _I, _P],
-    "gshmem_moe_pull": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _I, _P, _L, _P, _P, _U, _I, _P],
+    "gshmem_moe_reduce": [_P, _P, _I, _I, _I, _P, _L, _P, _P, _I, _L, _L, _P, _P, _P, _L, _P, _I,
+                          _P],
+    "gshmem_moe_pull": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _I, _P, _L, _P, _P, _U, _L, _I, _P],
     "gshmem_moe_ll_send": [_P, _P, _I, _I, _I, _I, _P, _L, _I, _P, _I, _I, _I, _I, _P, _P, _P, _P,
                            _I, _P],
     "gshmem_moe_ll_recv": [_P, _P, _I, _I, _I, _L, _L, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P,
@@ -148,20 +149,28 @@ def wait(device: bytes, pes, counters, target: int) -> None:
           target, _stream(counters.device.index))  # fmt: skip
 
 
-def reduce(r: Route, y, slot, pair_weight, rows: int, comb, ready, blocks: int) -> None:
-    """Each received row's (weighted) sum of its pairs' rows of ``y`` into ``comb``."""
+def reduce(r: Route, y, slot, pair_weight, rows: int, comb, ready, blocks: int,
+           push: tuple[torch.Tensor, torch.Tensor, int] | None = None) -> None:  # fmt: skip
+    """Each received row's (weighted) sum of its pairs' rows of ``y`` into ``comb``: this rank's
+    (pull), or with ``push`` = (each pair's sender, its token * 8 + choice there, max_tokens)
+    the row's sender's, at row (this rank) * max_tokens + token."""
+    src_rank, src_code, max_tokens = push if push is not None else (None, None, 0)
     _call("gshmem_moe_reduce", _dev(r.device), r.pes.data_ptr(), r.world, r.me, _dtype_code(y),
           y.data_ptr(), y.stride(0) * y.element_size(), slot.data_ptr(),
           None if pair_weight is None else pair_weight.data_ptr(), slot.shape[1], rows,
-          y.shape[1] * y.element_size(), comb.data_ptr(), ready.data_ptr(), blocks,
+          y.shape[1] * y.element_size(), comb.data_ptr(),
+          None if src_rank is None else src_rank.data_ptr(),
+          None if src_code is None else src_code.data_ptr(), max_tokens, ready.data_ptr(), blocks,
           _stream(y.device.index))  # fmt: skip
 
 
-def pull(r: Route, comb, out, ready, target: int, blocks: int) -> None:
-    """Each token's sum of its rows in every rank's ``comb``, once ``ready`` reached ``target``."""
+def pull(r: Route, comb, out, ready, target: int, blocks: int, pushed_max_tokens: int = 0) -> None:
+    """Each token's sum of its rows, once ``ready`` reached ``target``: read from every rank's
+    ``comb`` (pull), or from this rank's where a pushing reduce left them (``pushed_max_tokens``:
+    that reduce's max_tokens)."""
     _call("gshmem_moe_pull", *_route_args(r), _dtype_code(out), comb.data_ptr(),
-          out.shape[1] * out.element_size(), out.data_ptr(), ready.data_ptr(), target, blocks,
-          _stream(out.device.index))  # fmt: skip
+          out.shape[1] * out.element_size(), out.data_ptr(), ready.data_ptr(), target,
+          pushed_max_tokens, blocks, _stream(out.device.index))  # fmt: skip
 
 
 @dataclass(frozen=True)
