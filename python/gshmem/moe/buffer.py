@@ -21,7 +21,13 @@ import torch
 from gshmem._errors import UsageError
 from gshmem.moe import routing
 from gshmem.moe.context import Context
-from gshmem.moe.high_throughput import Dispatched, Handle, HighThroughput, combine_mode
+from gshmem.moe.high_throughput import (
+    COMBINES,
+    Dispatched,
+    Handle,
+    HighThroughput,
+    combine_mode,
+)
 from gshmem.moe.low_latency import LowLatency, LowLatencyDispatched, LowLatencyHandle
 
 if TYPE_CHECKING:
@@ -34,6 +40,17 @@ MAX_WORLD = 32  # one warp's lanes, one per rank, in the kernels
 # computation), more for low latency, where in-flight rows decide the time (one H100, 128 tokens:
 # a dispatch + combine round takes 82 µs with 24 blocks, 50 µs with 96).
 HIGH_THROUGHPUT_BLOCKS, LOW_LATENCY_BLOCKS = 24, 96
+
+
+def _same_combine(comm: Comm, team: Team, combine: str) -> str:
+    """Collective: ``combine``, once every rank of ``team`` is known to use it (a rank pushing
+    to one that pulls would leave wrong sums, not a hang); every rank raises alike otherwise."""
+    mine = torch.tensor([COMBINES.index(combine)], dtype=torch.int32, device=f"cuda:{comm.device}")
+    modes = [COMBINES[int(m)] for m in comm.all_gather(mine, team=team).tolist()]
+    if len(set(modes)) > 1:
+        raise UsageError(f"moe.Buffer: the team's ranks chose different combines ({modes}); pass "
+                         "the same combine= (or GSHMEM_MOE_COMBINE) on every rank")  # fmt: skip
+    return combine
 
 
 class Buffer:
@@ -81,12 +98,16 @@ class Buffer:
             blocks = LOW_LATENCY_BLOCKS if low_latency else HIGH_THROUGHPUT_BLOCKS
         if blocks < 1:
             raise UsageError(f"moe.Buffer: blocks must be at least 1, got {blocks}")
-        combine = combine_mode(combine)
+        if low_latency and combine is not None:
+            raise UsageError("moe.Buffer: combine= chooses the high-throughput combine; a "
+                             "low-latency buffer has one")  # fmt: skip
         base = comm.heap_info()["heap_base"]
         if any(comm.ptr(base, pe) is None for pe in team.members()):
             raise UsageError("moe.Buffer: every rank of the team must be load/store-reachable "
                              "(one host, P2P on)")  # fmt: skip
         pes = torch.tensor(team.members(), dtype=torch.int32, device=f"cuda:{comm.device}")
+        if not low_latency:
+            combine = _same_combine(comm, team, combine_mode(combine))
         self.ctx = Context(comm, team, world, team.rank, hidden, max_tokens, num_experts, dtype,
                            int(blocks), pes, bytes(comm.device_handle()))  # fmt: skip
         self._ll = LowLatency(self.ctx) if low_latency else None

@@ -230,6 +230,12 @@ def badargs(comm) -> None:
     expect_usage(lambda: odd.dispatch(x[:8, :136].contiguous(), idx[:8], w[:8], use_fp8=True),
                  "multiple of 128")  # fmt: skip
     expect_usage(lambda: Buffer(comm, HIDDEN, 8, world + 1 if world > 1 else 0), "split")
+    expect_usage(lambda: Buffer(comm, HIDDEN, 8, experts, combine="gather"), "combine='gather'")
+    expect_usage(lambda: Buffer(comm, HIDDEN, 8, experts, low_latency=True, combine="push"),
+                 "low-latency buffer has one")  # fmt: skip
+    if world > 1:  # one rank pushing while another pulls: every rank refuses the buffer
+        mixed = "push" if me == 0 else "pull"
+        expect_usage(lambda: Buffer(comm, HIDDEN, 8, experts, combine=mixed), "different combines")
 
 
 SCENARIOS = {"values": values, "grad": grad, "fp8": fp8, "badargs": badargs}
