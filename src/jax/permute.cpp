@@ -3,8 +3,9 @@
 // zeros, as jax.lax.ppermute). The operand goes out by copy-engine puts straight from XLA's
 // buffer into the receiver's symmetric slot, in chunks of the slot's size; the receiver copies
 // each chunk into XLA's output. Per chunk:
-//   receiver: signal "ready" on its sender (its slot is free: earlier copies out are done);
-//   sender:   wait for "ready", reset it, put the chunk with the "arrived" signal;
+//   receiver: signal "ready" on its sender (its slot is free: earlier copies out are done), in
+//             the sender's flag for this receiver;
+//   sender:   wait for its receiver's "ready", reset it, put the chunk with the "arrived" signal;
 //   receiver: wait for "arrived", reset it, copy the slot out.
 // Every flag goes 0 -> 1 -> 0 within a call, so a CUDA graph of the call (XLA command buffers)
 // replays it without host help. Everything runs on XLA's stream; the host only enqueues.
@@ -62,11 +63,11 @@ ffi::Error exchange(const DeviceState& s, const Channel& ch, cudaStream_t stream
   const bool sends = dst >= 0 && dst != s.rank, receives = src >= 0 && src != s.rank;
   for (size_t offset = 0; offset < bytes && (sends || receives); offset += s.slot_bytes) {
     const size_t n = std::min(s.slot_bytes, bytes - offset);
-    if (receives && gshmem_signal_op_on_stream(s.comm, ch.ready, 1, GSHMEM_SIGNAL_SET, src, stream)) {
+    if (receives && gshmem_signal_op_on_stream(s.comm, ch.ready + s.rank, 1, GSHMEM_SIGNAL_SET, src, stream)) {
       return gshmem_error(op);
     }
-    if (sends && (gshmem_signal_wait_until_on_stream(s.comm, ch.ready, GSHMEM_CMP_EQ, 1, stream) ||
-                  gshmem_signal_op_on_stream(s.comm, ch.ready, 0, GSHMEM_SIGNAL_SET, s.rank, stream) ||
+    if (sends && (gshmem_signal_wait_until_on_stream(s.comm, ch.ready + dst, GSHMEM_CMP_EQ, 1, stream) ||
+                  gshmem_signal_op_on_stream(s.comm, ch.ready + dst, 0, GSHMEM_SIGNAL_SET, s.rank, stream) ||
                   gshmem_put_signal_on_stream(s.comm, ch.slot, in + offset, n, ch.arrived, 1,
                                               GSHMEM_SIGNAL_SET, dst, stream))) {
       return gshmem_error(op);

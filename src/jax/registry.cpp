@@ -76,8 +76,8 @@ extern "C" int gshmem_jax_attach(int ordinal, void* comm, void* slots, size_t sl
   for (int i = 0; i < kChannels; ++i) {
     Channel& c = s.channels[i];
     c.slot = static_cast<char*>(slots) + i * slot_bytes;
-    c.ready = static_cast<uint64_t*>(flags) + 2 * i;
-    c.arrived = c.ready + 1;
+    c.ready = static_cast<uint64_t*>(flags) + static_cast<size_t>(i) * (info.nranks + 1);
+    c.arrived = c.ready + info.nranks;
   }
   return 0;
 }

@@ -18,8 +18,11 @@ namespace gshmem::jax {
 constexpr int kChannels = 5;
 
 struct Channel {
-  void* slot = nullptr;         // symmetric receive slot of slot_bytes
-  uint64_t* ready = nullptr;    // symmetric flag: "my receiver's slot is free" (set by the receiver)
+  void* slot = nullptr;  // symmetric receive slot of slot_bytes
+  // symmetric flags [nranks]: ready[q] = "receiver q's slot is free", set here by q. One per
+  // receiver, so exchanges of a channel in other directions (a permutation and its inverse, the
+  // ring's forward and backward) never take one another's signal.
+  uint64_t* ready = nullptr;
   uint64_t* arrived = nullptr;  // symmetric flag: "a chunk is in my slot" (set by the sender)
   cudaStream_t stream = nullptr;  // channels >= 1: where the transfers run
   cudaEvent_t issued = nullptr;   // recorded on XLA's stream when a start is enqueued
@@ -43,8 +46,9 @@ extern "C" {
 // Channels per device: attach wants gshmem_jax_channels() slots and 2 x that many flags.
 int gshmem_jax_channels(void);
 // Attaches `comm` to XLA device `ordinal`; `slots` (gshmem_jax_channels() x slot_bytes, one slot
-// after the other) and `flags` (gshmem_jax_channels() x 16 bytes, zeroed) are symmetric
-// allocations of that comm. Creates the channels' streams and events on the comm's GPU.
+// after the other) and `flags` (gshmem_jax_channels() x (nranks + 1) x 8 bytes, zeroed; nranks:
+// the comm's PEs) are symmetric allocations of that comm. Creates the channels' streams and
+// events on the comm's GPU.
 // Returns 0, or 1 with gshmem_jax_last_error() set.
 int gshmem_jax_attach(int ordinal, void* comm, void* slots, size_t slot_bytes, void* flags);
 // Forgets the comm of `ordinal` (before it is finalized) and releases its streams and events.

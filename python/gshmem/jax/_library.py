@@ -51,13 +51,13 @@ def register() -> None:
 
 def channels() -> int:
     """Permute channels per device (src/jax/registry.h): channel 0 for ppermute, the others for
-    ppermute_start/_done. attach wants that many slots and 16 bytes of flags for each."""
+    ppermute_start/_done. attach wants that many slots and (PEs + 1) flags for each."""
     return int(library().gshmem_jax_channels())
 
 
 def attach(ordinal: int, comm: int, slots: int, slot_bytes: int, flags: int) -> None:
     """Attaches ``comm`` to XLA device ``ordinal`` with ``channels()`` symmetric slots of
-    ``slot_bytes`` one after the other at ``slots`` and ``channels()`` x 16 zeroed bytes of
+    ``slot_bytes`` one after the other at ``slots`` and ``channels()`` x (PEs + 1) zeroed 8-byte
     symmetric flags; creates the channels' streams on the comm's GPU."""
     lib = library()
     if lib.gshmem_jax_attach(ordinal, comm, slots, slot_bytes, flags) != 0:

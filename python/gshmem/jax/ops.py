@@ -90,10 +90,11 @@ class FfiWire:
         """(received, token): token is a dataless int32[1] to order later work after the start."""
         import jax
 
+        # No side effect declared: done consumes start's results and its own result is used,
+        # and jax.checkpoint refuses effects (the models remat their layers).
         start = jax.ffi.ffi_call("gshmem_ppermute_start",
                                  (jax.ShapeDtypeStruct(x.shape, x.dtype),
-                                  jax.ShapeDtypeStruct((1,), np.int32)),
-                                 has_side_effect=True)  # fmt: skip
+                                  jax.ShapeDtypeStruct((1,), np.int32)))  # fmt: skip
         return tuple(start(x, peers=ax.peers(pairs), channel=np.int32(channel)))
 
     def permute_done(self, received, keep, channel: int):
@@ -101,7 +102,7 @@ class FfiWire:
 
         done = jax.ffi.ffi_call("gshmem_ppermute_done",
                                 jax.ShapeDtypeStruct(received.shape, received.dtype),
-                                has_side_effect=True, input_output_aliases={0: 0})  # fmt: skip
+                                input_output_aliases={0: 0})  # fmt: skip
         return done(received, *keep, channel=np.int32(channel))
 
     def all_reduce(self, x, ax: Axis, team):

@@ -11,7 +11,8 @@ Usage: jax_check.py SCENARIO
            summed over the axis each step) against the same with jax.lax
   split    ppermute_start/_done (the ring's overlapped rotations) against jax.lax.ppermute:
            two arrays on two channels with computation between start and done, a chain of
-           rotations on one channel, an operand larger than the slot, a partial permutation
+           rotations on one channel, an operand larger than the slot, a partial permutation;
+           one channel carrying both directions with two exchanges in flight on it
   badargs  an axis name not in the mesh, a non-permutation, a bad scatter dimension
   attention  ring_attention (zigzag causal, contiguous causal, non-causal; GQA) against
            attention on the whole sequence computed in float32 on one device: outputs and the
@@ -192,6 +193,18 @@ def split():
         a, b = rand(rows, (rows, 256), jnp.float32), rand(rows + 1, (rows, 256), jnp.float32)
         # the moved data is exact; the matmuls of two programs may round differently
         same(run(overlapped(perm, hops), a, b), run(reference(perm, hops), a, b), False, 1e-5)
+
+    back = [(d, src) for src, d in ring]
+
+    def both_ways(a, b):  # right then left on channel 3, both in flight before either done
+        right = ppermute_start(a, "x", ring, channel=3)
+        left = ppermute_start(b, "x", back, channel=3)
+        return ppermute_done(right) + 2 * ppermute_done(left)
+
+    a, b = rand(7, (64 * N, 256), jnp.float32), rand(8, (64 * N, 256), jnp.float32)
+    same(run(both_ways, a, b),
+         run(lambda x, y: jax.lax.ppermute(x, "x", ring) + 2 * jax.lax.ppermute(y, "x", back),
+             a, b))  # fmt: skip
 
 
 def badargs():
