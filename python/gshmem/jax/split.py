@@ -45,7 +45,8 @@ class Pending:
     def hold(self, x: Any) -> Any:
         """``x`` (any pytree) tied to this start: what is computed from the result runs after
         the start has been enqueued (the received arrays themselves stay out of it: XLA may not
-        use them before done)."""
+        use them before done). XLA's GPU compiler removes optimization barriers only after
+        scheduling, so the schedule keeps this order (its CPU compiler removes them before)."""
         import jax
 
         if not self.tokens:
