@@ -8,13 +8,16 @@
 #   STEPS="pytest demo" bash scripts/gpu_check.sh    # only these of: pytest demo timing bench sanitizer
 #   PYTEST_ARGS="tests/gpu/test_heap.py" bash scripts/gpu_check.sh   # a subset of the tests
 #   PYTEST_WORKERS=0 bash scripts/gpu_check.sh       # tests one at a time (default: 2 per GPU)
-#   PYTEST_TIMEOUT=900 bash scripts/gpu_check.sh     # seconds for the parallel test phase (420)
+#   PYTEST_TIMEOUT=900 bash scripts/gpu_check.sh     # seconds for the shared test phase (450)
+#   PYTEST_ALONE_GPUS=1 bash scripts/gpu_check.sh    # GPUs per gpu_alone test (default: 2 from
+#                                                    # 4 GPUs on, so faults cross GPUs; else 1)
 #   SANITIZER=0 STEPS=all bash scripts/gpu_check.sh  # everything but compute-sanitizer
 #
 # The tests run in parallel where pytest-xdist is installed: first every test but those marked
-# gpu_alone, several at once sharing the GPUs; then the gpu_alone ones (they measure the GPU:
-# free memory, detection times), one per GPU at a time (tests/gpu_placement.py). The CPU tests
-# are not rerun here (PYTEST_ARGS=tests runs them too).
+# gpu_alone, several at once, each xdist worker seeing the GPUs rotated so that their PEs spread
+# over all of them (groups marked xdist_group run in turn on one worker); then the gpu_alone ones
+# (they measure the GPU: free memory, detection times), each on GPUs of its own
+# (tests/gpu_placement.py). The CPU tests are not rerun here (PYTEST_ARGS=tests runs them too).
 #
 # NVLink multicast stays off in everything this starts (see shared/GPU.md).
 set -uo pipefail
@@ -60,16 +63,21 @@ NGPU=$($PY -c 'import gshmem; print(gshmem.device_count())')
 TESTS="${PYTEST_ARGS:-tests/gpu}"
 WORKERS="${PYTEST_WORKERS:-$((NGPU > 1 ? 2 * NGPU : 2))}"
 $PY -c 'import xdist' 2>/dev/null || WORKERS=0
+# has_tests MARKER: whether the selection holds tests with that marker expression
+has_tests() { local listed; listed=$($PY -m pytest -q --collect-only -m "$1" $TESTS 2>/dev/null); [[ "$listed" == *::* ]]; }
 if wanted pytest && [ "$WORKERS" = 0 ]; then
   step pytest tests.log "${PYTEST_TIMEOUT:-1500}" $PY -m pytest -q -rfEs --durations=25 $TESTS
 elif wanted pytest; then
-  step pytest tests.log "${PYTEST_TIMEOUT:-420}" $PY -m pytest -q -rfEs --durations=25 \
-    -n "$WORKERS" --dist worksteal -m "not gpu_alone" $TESTS
-  # one gpu_alone test per GPU at a time; skipped when the selection holds none
-  alone=$($PY -m pytest -q --collect-only -m gpu_alone $TESTS 2>/dev/null)
-  if [[ "$alone" == *::* ]]; then
-    step pytest-alone tests.log 300 env GSHMEM_TEST_PIN_GPU=1 $PY -m pytest -q -rfEs \
-      --durations=10 -n "$NGPU" -m gpu_alone $TESTS
+  if has_tests "not gpu_alone"; then
+    step pytest tests.log "${PYTEST_TIMEOUT:-450}" env GSHMEM_TEST_ROTATE_GPUS=1 $PY -m pytest \
+      -q -rfEs --durations=25 -n "$WORKERS" --dist loadgroup -m "not gpu_alone" $TESTS
+  fi
+  ALONE_GPUS="${PYTEST_ALONE_GPUS:-$((NGPU >= 4 ? 2 : 1))}"
+  ALONE_WORKERS=$((NGPU / ALONE_GPUS > 0 ? NGPU / ALONE_GPUS : 1))
+  if has_tests gpu_alone; then  # ~10-15 s a case, 19 cases shared by the workers
+    step pytest-alone tests.log "${PYTEST_ALONE_TIMEOUT:-$((60 + 300 / ALONE_WORKERS))}" \
+      env GSHMEM_TEST_PIN_GPU="$ALONE_GPUS" $PY -m pytest -q -rfEs --durations=10 \
+      -n "$ALONE_WORKERS" --max-worker-restart 0 -m gpu_alone $TESTS
   fi
 fi
 if wanted demo; then
@@ -104,7 +112,8 @@ done
 
 echo
 echo "gshmem GPU check: $NGPU GPU(s); logs in $RESULTS"
-grep -sh "passed\|failed" "$RESULTS/tests.log" | grep -v "^[A-Z]* " | tail -2
+awk '/^=== /{phase=$2} / in [0-9.]+s( \(|=|$)/{last[phase]=$0}  # the last line of each phase
+     END{for (p in last) print p, last[p]}' "$RESULTS/tests.log" 2>/dev/null
 grep -sh "init took" "$RESULTS/demo.log" | head -3
 grep -sh 'TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //'
 grep -sh -A80 '^op ' "$RESULTS/bench.log" | head -60  # p2p

@@ -1,12 +1,13 @@
-"""Shared pytest setup: GPU tests skip cleanly where no GPU is visible; tests marked
-``gpu_alone`` get a GPU of their own when scripts/gpu_check.sh runs the suite in parallel."""
+"""Shared pytest setup: GPU tests skip cleanly where no GPU is visible; when
+scripts/gpu_check.sh runs the suite in parallel, tests marked ``gpu_alone`` get GPUs of their
+own and the others spread over every GPU."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from gpu_placement import pinned_devices
+from gpu_placement import pinned_devices, rotated_devices
 
 
 def _gpu_count() -> int:
@@ -24,6 +25,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "gpu_alone: measures the GPU (free memory, detection times), so must not share it with "
         "other tests; its processes fit on one GPU",
+    )
+    config.addinivalue_line(  # pytest-xdist's own, declared for runs without it
+        "markers", "xdist_group(name): tests of one group run in turn on one xdist worker"
     )
 
 
@@ -43,17 +47,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _pin_to_one_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under GSHMEM_TEST_PIN_GPU=1 and pytest-xdist, a ``gpu_alone`` test's processes see only
-    its worker's GPU (gpu_placement.py), so that one such test runs per GPU at a time."""
+def _place_on_gpus(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under pytest-xdist (scripts/gpu_check.sh), which GPUs a test's processes see
+    (gpu_placement.py): GSHMEM_TEST_PIN_GPU=N gives each ``gpu_alone`` test its worker's own N
+    GPUs; GSHMEM_TEST_ROTATE_GPUS=1 rotates every GPU by the worker's index."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if (
-        worker
-        and os.environ.get("GSHMEM_TEST_PIN_GPU") == "1"
-        and request.node.get_closest_marker("gpu_alone")
-    ):
-        visible = pinned_devices(worker, os.environ.get("CUDA_VISIBLE_DEVICES"), _gpu_count())
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    if not worker:
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    pin = os.environ.get("GSHMEM_TEST_PIN_GPU")
+    if pin and request.node.get_closest_marker("gpu_alone"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES",
+                           pinned_devices(worker, visible, _gpu_count(), int(pin)))  # fmt: skip
+    elif os.environ.get("GSHMEM_TEST_ROTATE_GPUS") == "1":
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", rotated_devices(worker, visible, _gpu_count()))
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """scripts/gpu_check.sh runs the GPU suite in parallel: tests marked gpu_alone (they measure the
-GPU) run one per GPU, each pinned by tests/gpu_placement.py; the others share the GPUs."""
+GPU) run on GPUs of their own, pinned by tests/gpu_placement.py; the others share the GPUs, each
+worker seeing them rotated so that concurrent tests spread over all of them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpu_placement import pinned_devices
+from gpu_placement import pinned_devices, rotated_devices
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,10 +32,50 @@ def test_each_worker_gets_one_gpu(worker, visible, count, want):
     assert pinned_devices(worker, visible, count) == want
 
 
-@pytest.mark.parametrize(("worker", "visible", "count"), [("master", None, 2), ("gw1", None, 0)])
-def test_no_pin_without_a_worker_or_a_gpu(worker, visible, count):
+@pytest.mark.parametrize(
+    ("worker", "count", "per_worker", "want"),
+    [
+        ("gw0", 4, 2, "0,1"),
+        ("gw1", 4, 2, "2,3"),
+        ("gw2", 4, 2, "0,1"),  # more workers than pairs: they take turns
+        ("gw1", 5, 2, "2,3"),  # the odd GPU out is never half a pair
+        ("gw0", 2, 2, "0,1"),
+    ],
+)
+def test_workers_get_disjoint_groups(worker, count, per_worker, want):
+    assert pinned_devices(worker, None, count, per_worker) == want
+
+
+@pytest.mark.parametrize(
+    ("worker", "visible", "count", "per_worker"),
+    [("master", None, 2, 1), ("gw1", None, 0, 1), ("gw0", None, 1, 2), ("gw0", "3", 0, 2)],
+)
+def test_no_pin_without_a_worker_or_enough_gpus(worker, visible, count, per_worker):
     with pytest.raises(ValueError):
-        pinned_devices(worker, visible, count)
+        pinned_devices(worker, visible, count, per_worker)
+
+
+@pytest.mark.parametrize(
+    ("worker", "visible", "count", "want"),
+    [
+        ("gw0", None, 4, "0,1,2,3"),
+        ("gw1", None, 4, "1,2,3,0"),
+        ("gw6", None, 4, "2,3,0,1"),
+        ("gw1", "5,7", 2, "7,5"),
+        ("gw3", None, 1, "0"),
+    ],
+)
+def test_shared_phase_rotates_every_gpu(worker, visible, count, want):
+    assert rotated_devices(worker, visible, count) == want
+
+
+def test_rotations_spread_two_pe_jobs_over_every_gpu():
+    """Concurrent 2-PE jobs (PE i on the i-th visible GPU) load each of 4 GPUs equally."""
+    load = [0] * 4
+    for k in range(8):
+        for gpu in rotated_devices(f"gw{k}", None, 4).split(",")[:2]:
+            load[int(gpu)] += 1
+    assert load == [4, 4, 4, 4]
 
 
 def _collected(marker: str) -> set[str]:

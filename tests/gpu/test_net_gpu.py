@@ -14,6 +14,10 @@ from _net_ranks import run_ranks  # noqa: E402  (the CPU tests' launcher)
 
 from gshmem import _ucx  # noqa: E402
 
+# Proxy threads and UCX crawl when their processes time-slice a GPU with other tests: in a
+# parallel run (scripts/gpu_check.sh) one worker takes these in turn.
+pytestmark = pytest.mark.xdist_group("proxy")
+
 
 @pytest.mark.gpu
 @pytest.mark.skipif(_ucx.wheel_library() is None, reason="no UCX here (pip install libucx-cu13)")

@@ -18,6 +18,9 @@ import pytest
 
 SEQ, LAYERS, STEPS = "8K", 2, 20
 
+# Whole training jobs: in a parallel run (scripts/gpu_check.sh) one worker takes them in turn.
+pytestmark = pytest.mark.xdist_group("heavy")
+
 
 def train_losses(tmp_path, framework: str, backend: str, gpus: int,
                  data: str = "synthetic") -> list[float]:  # fmt: skip
@@ -27,8 +30,9 @@ def train_losses(tmp_path, framework: str, backend: str, gpus: int,
            "--steps", str(STEPS), "--data", data, "--timeout", "500",
            "--json", str(out)]  # fmt: skip
     env = {**os.environ, "GSHMEM_TIMEOUT": "120"}
-    if framework == "jax":  # one process sees exactly the GPUs it drives
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
+    if framework == "jax":  # one process sees exactly the GPUs it drives: the first of ours
+        ours = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(ours[:gpus] or [str(i) for i in range(gpus)])
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=560, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     row = json.loads(out.read_text())

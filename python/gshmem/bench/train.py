@@ -4,8 +4,9 @@ model TFLOP/s per GPU (MaxText's count), averaged over steps 3 to ``--steps``; p
 ``--framework torch`` (FSDP2, one process per GPU) or ``jax`` (jit + shard_map, one process
 driving every GPU). ``--backend`` picks the context parallelism: gshmem's ring on copy engines
 (gshmem), the same ring over ``batch_isend_irecv`` in PyTorch and over ``jax.lax.ppermute`` in JAX
-(nccl), or, in PyTorch, torch's built-in ``context_parallel`` (torch_cp: its all-gather ring,
-cuDNN SDPA, the sequence sharded by torch in the same zigzag layout; bench/torch_cp.py)."""
+(nccl), or, in PyTorch, torch's built-in ``context_parallel`` (torch_cp: K/V all-gathered, dK/dV
+by all-to-all, cuDNN SDPA, the sequence sharded by torch in the same zigzag layout;
+bench/torch_cp.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import json
 import os
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from statistics import mean
@@ -123,19 +125,19 @@ def run_torch(o: argparse.Namespace, cfg: Any, data: Iterator[tuple[Any, Any]]) 
     losses, seconds = [], []
     for _ in range(o.steps):
         tokens, labels = (x.cuda() for x in next(data))
-        if o.backend != "torch_cp":
-            t, y, pos = shard_batch(tokens, labels, world, me)
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        if o.backend == "torch_cp":  # torch shards the batch (a gather of [B, S] token ids) as
-            # it enters its context, which must hold the whole step
-            with sharded_batch(mesh, tokens, labels) as (t, y, pos):
-                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    losses.append(step(t, y, pos, sdpa))
-        else:
-            losses.append(step(t, y, pos, attend))
-        torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - start)
+        with ExitStack() as inside:  # the batch is sharded before the clock starts
+            if o.backend == "torch_cp":  # torch shards it entering its context, which must hold
+                # the whole step (its SDPA patch)
+                t, y, pos = inside.enter_context(sharded_batch(mesh, tokens, labels))
+                inside.enter_context(sdpa_kernel(SDPBackend.CUDNN_ATTENTION))
+                attention = sdpa
+            else:
+                (t, y, pos), attention = shard_batch(tokens, labels, world, me), attend
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            losses.append(step(t, y, pos, attention))
+            torch.cuda.synchronize()
+            seconds.append(time.perf_counter() - start)
     peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], device="cuda")
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     dist.barrier()
