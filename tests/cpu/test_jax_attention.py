@@ -112,19 +112,23 @@ def lax_wire(monkeypatch):
     monkeypatch.delenv("GSHMEM_JAX_BACKEND", raising=False)
 
 
-@pytest.mark.parametrize(("layout", "causal"), [("zigzag", True), ("contiguous", True),
-                                                ("zigzag", False)])  # fmt: skip
-def test_ring_matches_whole_sequence(lax_wire, layout, causal) -> None:
-    q, k, v, do = _qkv(1, 32)
+@pytest.mark.parametrize(("layout", "causal", "world"), [
+    ("zigzag", True, 4), ("contiguous", True, 4), ("zigzag", False, 4),
+    # the backward's edges: no K/V hop at W = 2, one at W = 3
+    ("zigzag", True, 2), ("zigzag", True, 3), ("contiguous", False, 3),
+])  # fmt: skip
+def test_ring_matches_whole_sequence(lax_wire, layout, causal, world) -> None:
+    q, k, v, do = _qkv(1, 48 if world == 3 else 32)  # 2W chunks of whole tokens
     spec = P(None, "cp")
+    mesh = MESH if world == 4 else Mesh(np.array(jax.devices("cpu")[:world]), ("cp",))
 
     def ring(a, b, c):
         f = jax.shard_map(lambda x, y, z: ring_attention(x, y, z, "cp", causal=causal,
                                                          layout=layout, implementation="xla"),
                           in_specs=spec, out_specs=spec, check_vma=False)  # fmt: skip
-        return unshard(f(*(shard(t, 4, layout) for t in (a, b, c))), 4, layout)
+        return unshard(f(*(shard(t, world, layout) for t in (a, b, c))), world, layout)
 
-    with jax.set_mesh(MESH):
+    with jax.set_mesh(mesh):
         out, grads = jax.vjp(jax.jit(ring), q, k, v)
         got = grads(do)
     ref, ref_grads = jax.vjp(lambda a, b, c: _full(a, b, c, causal), q, k, v)
