@@ -43,7 +43,7 @@ const DeviceState* device_state(int ordinal);
 }  // namespace gshmem::jax
 
 extern "C" {
-// Channels per device: attach wants gshmem_jax_channels() slots and 2 x that many flags.
+// Channels per device: attach wants that many slots, and (nranks + 1) flags for each.
 int gshmem_jax_channels(void);
 // Attaches `comm` to XLA device `ordinal`; `slots` (gshmem_jax_channels() x slot_bytes, one slot
 // after the other) and `flags` (gshmem_jax_channels() x (nranks + 1) x 8 bytes, zeroed; nranks:

@@ -119,8 +119,8 @@ def run_torch(o: argparse.Namespace, cfg: Any, data: Iterator[tuple[Any, Any]]) 
     def attend(q, k, v):
         return ring_attention(q, k, v, comm=comm, backend=o.backend)
 
-    def step(t, y, pos, attend) -> float:
-        return train_step(model, opt, t, y, pos, attend, checkpoint=not o.no_checkpoint)
+    def step(t, y, pos, attention) -> float:
+        return train_step(model, opt, t, y, pos, attention, checkpoint=not o.no_checkpoint)
 
     losses, seconds = [], []
     for _ in range(o.steps):

@@ -124,7 +124,7 @@ def backward(p: Problem, q, k, v, out, lse, last, do):
     for t in range(p.world):
         s = p.world - 1 - t  # the forward's step with the same shard
         # the next step's K/V: the left neighbour's shard, or this device's own for step 0
-        nxt = _start(p, kv, -1, KV_CHANNEL) if t + 1 < p.world and s > 1 else None
+        nxt = _start(p, kv, -1, KV_CHANNEL) if s > 1 else None
         held = _held(kv, [nxt, dkv_sent])
         front = source_before(s, me)
         grads = []
@@ -141,7 +141,7 @@ def backward(p: Problem, q, k, v, out, lse, last, do):
             dq = _set_part(dq, b.q, front, _part(dq, b.q, front) + dq_b)
             dkv = tuple(_set_part(a, b.kv, front, _part(a, b.kv, front) + g)
                         for a, g in zip(dkv, (dk_b, dv_b), strict=True))  # fmt: skip
-        if t + 1 < p.world:
+        if s > 0:  # a step follows
             dkv_sent = _start(p, dkv, -1, DKV_CHANNEL)
             kv = (k, v) if s == 1 else ppermute_done(nxt, [g for _, g in grads])
     return dq.astype(q.dtype), dkv[0].astype(k.dtype), dkv[1].astype(v.dtype)
