@@ -189,14 +189,27 @@ def test_ring_rotations_are_split_around_the_blocks(monkeypatch) -> None:
         assert text.count(f"channel = {channel} : i32, peers") == count, channel
     # a start's received array (result #0) is used by its done alone: XLA must not read it, copy
     # it or alias it before the transfers land; the barriers take the dataless token (#1)
-    checked = 0
+    checked = barriers_checked = 0
     regions = text.split("sdy.manual_computation(")[1:] or [text]  # SSA names are per region
     for func in regions:
         for name in re.findall(r"(%\w+):2 = stablehlo\.custom_call @gshmem_ppermute_start", func):
             uses = [line for line in func.splitlines() if re.search(rf"{name}#0\b", line)]
             assert len(uses) == 1 and "@gshmem_ppermute_done" in uses[0], uses
             checked += 1
+        # every barrier's tokens go on to a done: XLA drops barrier outputs nothing uses, and
+        # with them the tie that keeps the starts ahead of the blocks (seen on the GPU: every
+        # start then ran after its step's blocks)
+        for name, count, types in re.findall(
+            r"(%\w+):(\d+) = stablehlo\.optimization_barrier [^:]*: (.*)", func
+        ):
+            tokens = [i for i, t in enumerate(types.split(", ")) if t == "tensor<1xi32>"]
+            assert tokens and len(types.split(", ")) == int(count), types
+            for i in tokens:
+                uses = [line for line in func.splitlines() if re.search(rf"{name}#{i}\b", line)]
+                assert any("@gshmem_ppermute_done" in line for line in uses), (name, i)
+                barriers_checked += 1
     assert checked == starts
+    assert barriers_checked >= starts  # each start held once at least
 
 
 def test_ring_rotations_lower_under_checkpoint(monkeypatch) -> None:

@@ -63,6 +63,9 @@ def run(o: Any, cfg: Any, data: Iterator[tuple[Any, Any]]) -> dict:
     """One JAX training run of ``cfg`` on ``data`` over every visible GPU: its losses, step
     seconds, GPUs and peak memory (the caller reports them)."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    # XLA's allocator may take 90 % of each GPU (its default, 75 %, leaves PyTorch's share idle;
+    # the rest holds gshmem's heap and the CUDA context)
+    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.90")
     os.environ["GSHMEM_JAX_PPERMUTE_BACKEND"] = PERMUTE_BACKEND[o.backend]
     import jax
     import numpy as np

@@ -14,7 +14,8 @@ stream wait for it and gives the received values. Contract:
 - ``done(pending, *after)`` runs after everything that computes ``after``. Between start and
   done XLA keeps start's operands alive, and nothing may read ``pending.received``.
 - XLA runs start before a computation only if that computation depends on it: compute on
-  ``pending.hold(x)`` (``x`` tied to the start) to keep the start ahead of it.
+  ``x`` from ``x, pending = pending.hold(x)`` (``x`` tied to the start) to keep the start ahead
+  of it, and give done the Pending that hold returned (it carries the tie).
 - Not differentiable by itself (the ring's custom VJP calls it in both of its rules). Under
   ``GSHMEM_JAX_PPERMUTE_BACKEND=xla`` (or ``GSHMEM_JAX_BACKEND=xla``) start is
   ``jax.lax.ppermute`` and done returns its result: the same values, no overlap.
@@ -22,7 +23,7 @@ stream wait for it and gives the received values. Contract:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gshmem._errors import UsageError
@@ -42,16 +43,20 @@ class Pending:
     tokens: tuple[Any, ...]  # the starts' dataless outputs (none on XLA's collective)
     on_gshmem: bool
 
-    def hold(self, x: Any) -> Any:
-        """``x`` (any pytree) tied to this start: what is computed from the result runs after
-        the start has been enqueued (the received arrays themselves stay out of it: XLA may not
-        use them before done). XLA's GPU compiler removes optimization barriers only after
-        scheduling, so the schedule keeps this order (its CPU compiler removes them before)."""
+    def hold(self, x: Any) -> tuple[Any, Pending]:
+        """(``x`` tied to this start, this exchange carrying the tie): what is computed from the
+        returned ``x`` runs after the start has been enqueued; pass the returned Pending to done.
+        The tie is an optimization barrier over ``x`` and the starts' dataless tokens (the
+        received arrays stay out of it: XLA may not use them before done). Done takes the
+        barrier's tokens: XLA's compiler drops a barrier's outputs that nothing uses, and with
+        them the tie. Its GPU compiler removes barriers only after scheduling, so the schedule
+        keeps the order (its CPU compiler removes them before)."""
         import jax
 
         if not self.tokens:
-            return x
-        return jax.lax.optimization_barrier((x, self.tokens))[0]
+            return x, self
+        x, tokens = jax.lax.optimization_barrier((x, self.tokens))
+        return x, replace(self, tokens=tuple(tokens))
 
 
 def ppermute_start(x: Any, axis_name: Any, perm, *, channel: int, mesh: Any = None) -> Pending:
@@ -84,7 +89,7 @@ def ppermute_done(pending: Pending, *after: Any) -> Any:
     if not pending.on_gshmem:
         return pending.received
     leaves, tree = jax.tree.flatten(pending.received)
-    keep = [*jax.tree.leaves(pending.sent), *jax.tree.leaves(after)]
+    keep = [*jax.tree.leaves(pending.sent), *pending.tokens, *jax.tree.leaves(after)]
     got = [ops.wire.permute_done(r, keep, c)
            for r, c in zip(leaves, pending.channels, strict=True)]  # fmt: skip
     return jax.tree.unflatten(tree, got)

@@ -46,7 +46,7 @@ def _same_combine(comm: Comm, team: Team, combine: str) -> str:
     """Collective: ``combine``, once every rank of ``team`` is known to use it (a rank pushing
     to one that pulls would leave wrong sums, not a hang); every rank raises alike otherwise."""
     mine = torch.tensor([COMBINES.index(combine)], dtype=torch.int32, device=f"cuda:{comm.device}")
-    modes = [COMBINES[int(m)] for m in comm.all_gather(mine, team=team).tolist()]
+    modes = [COMBINES[int(m)] for m in comm.all_gather(mine, team=team).view(-1).tolist()]
     if len(set(modes)) > 1:
         raise UsageError(f"moe.Buffer: the team's ranks chose different combines ({modes}); pass "
                          "the same combine= (or GSHMEM_MOE_COMBINE) on every rank")  # fmt: skip

@@ -14,6 +14,14 @@ from gshmem.train.loss import IGNORE
 Params = dict[str, Any]
 # attend(q, k, v): [B, S, heads, D], [B, S, kv_heads, D] x2 -> [B, S, heads, D], causal
 Attend = Callable[[Any, Any, Any], Any]
+# gather(named): a dict of named parameters (a block's, or {"embed": ...}) made whole where they
+# are stored split over devices (step_jax.py), called where they are used: inside a checkpointed
+# block, so that only one block's whole weights live at a time
+Gather = Callable[[Params], Params]
+
+
+def _whole(named: Params) -> Params:
+    return named
 
 
 def init(cfg: LlamaConfig, key: Any, dtype: Any = None) -> Params:
@@ -69,10 +77,11 @@ def rope(x, positions, theta: float):
     return jnp.concatenate([a * cos - b * sin, a * sin + b * cos], -1).astype(x.dtype)
 
 
-def _block(p: Params, cfg: LlamaConfig, x, positions, attend: Attend):
+def _block(p: Params, cfg: LlamaConfig, x, positions, attend: Attend, gather: Gather):
     import jax
     import jax.numpy as jnp
 
+    p = gather(p)
     b, s, _ = x.shape
     h = rms_norm(x, p["attn_norm"], cfg.norm_eps)
     qkv = h @ p["qkv"]
@@ -94,25 +103,26 @@ def forward(
     positions,
     attend: Attend = dot_product_attention,
     checkpoint: bool = False,
+    gather: Gather = _whole,
 ):
     """Final hidden states [B, S, hidden] of ``tokens`` [B, S] at ``positions`` [S]."""
     import jax
 
-    x = params["embed"][tokens]
+    x = gather({"embed": params["embed"]})["embed"][tokens]
     for p in params["blocks"]:
-        step = jax.checkpoint(_block, static_argnums=(1, 4)) if checkpoint else _block
-        x = step(p, cfg, x, positions, attend)
-    return rms_norm(x, params["norm"], cfg.norm_eps)
+        step = jax.checkpoint(_block, static_argnums=(1, 4, 5)) if checkpoint else _block
+        x = step(p, cfg, x, positions, attend, gather)
+    return rms_norm(x, gather({"norm": params["norm"]})["norm"], cfg.norm_eps)
 
 
-def loss(params: Params, hidden, labels, chunk: int = 4096):
+def loss(params: Params, hidden, labels, chunk: int = 4096, gather: Gather = _whole):
     """(loss sum, counted tokens) through the output layer, ``chunk`` tokens at a time, each
     chunk's logits recomputed in the backward."""
     import jax
     import jax.numpy as jnp
 
     h, y = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
-    w = params["output"]
+    w = gather({"output": params["output"]})["output"]
 
     @jax.checkpoint
     def piece(hc, yc):
@@ -125,4 +135,4 @@ def loss(params: Params, hidden, labels, chunk: int = 4096):
     return total, jnp.sum(y != IGNORE)
 
 
-__all__ = ["Attend", "Params", "dot_product_attention", "forward", "init", "loss", "rope"]
+__all__ = ["Attend", "Gather", "Params", "dot_product_attention", "forward", "init", "loss", "rope"]

@@ -1,7 +1,9 @@
 """One training step of the JAX model (model_jax.py) over a mesh axis: the sequence split over
 the axis (context parallelism through ``gshmem.jax.ring_attention`` inside ``shard_map``), the
-parameters and optimizer states stored sharded over the same axis (XLA gathers each weight for
-the step and reduce-scatters its gradient: ZeRO-3 by sharding annotations), AdamW in fp32.
+parameters and optimizer states stored sharded over the same axis, AdamW in fp32. As FSDP: each
+block all-gathers its weights where it runs (inside its checkpoint, so the backward gathers them
+again instead of keeping them) and the gather's transpose reduce-scatters their gradients, so
+one block's whole weights and gradients live at a time, not the model's.
 
 The loss is the global mean over tokens: each device's loss sum and token count are summed over
 the axis inside the step, so every device's gradient is its share of one loss."""
@@ -55,20 +57,41 @@ def sgd(lr: float) -> Optimizer:
     return (lambda params: {}), update
 
 
+def _split(p: Any, n: int) -> bool:
+    """Whether a parameter is stored split over n devices: by its first dimension, where n
+    divides it."""
+    return p.ndim > 0 and p.shape[0] % n == 0
+
+
+def _specs(params: Any, n: int, axis: str) -> Any:
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    return jax.tree.map(lambda p: P(axis) if _split(p, n) else P(), params)
+
+
 def shardings(params: Any, mesh: Any, axis: str) -> Any:
     """A NamedSharding per parameter: its first dimension split over ``axis`` where that
     divides, else replicated."""
     import jax
     from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
 
-    n = mesh.shape[axis]
+    return jax.tree.map(lambda s: NamedSharding(mesh, s), _specs(params, mesh.shape[axis], axis))
 
-    def one(p):
-        split = p.ndim > 0 and p.shape[0] % n == 0
-        return NamedSharding(mesh, P(axis) if split else P())
 
-    return jax.tree.map(one, params)
+def _gather(params: Any, n: int, axis: str):
+    """model_jax's gather inside shard_map: a named parameter split over ``axis`` (decided by
+    name: every block's weight of a name has the same shape) all-gathered whole."""
+    import jax
+
+    split = {path[-1].key: _split(p, n)
+             for path, p in jax.tree_util.tree_flatten_with_path(params)[0]}  # fmt: skip
+
+    def gather(named):
+        return {name: jax.lax.all_gather(p, axis, tiled=True) if split[name] else p
+                for name, p in named.items()}  # fmt: skip
+
+    return gather
 
 
 def make_step(
@@ -91,17 +114,21 @@ def make_step(
     def attend(q, k, v):
         return ring_attention(q, k, v, axis, implementation=implementation, mesh=mesh)
 
-    def local(params, tokens, labels, positions):
-        hidden = model_jax.forward(params, cfg, tokens, positions, attend, checkpoint)
-        total, count = model_jax.loss(params, hidden, labels, chunk)
-        return jax.lax.psum(total, axis) / jax.lax.psum(count, axis)
-
-    sharded = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(None, axis), P(None, axis), P(axis)),
-                            out_specs=P(), check_vma=False)  # fmt: skip
+    n = mesh.shape[axis]
 
     def cast_then_shard(params, tokens, labels, positions):
-        if compute_dtype is not None:
+        if compute_dtype is not None:  # cast while split: the gathers move the cast weights
             params = jax.tree.map(lambda p: p.astype(compute_dtype), params)
+        gather = _gather(params, n, axis)
+
+        def local(params, tokens, labels, positions):
+            hidden = model_jax.forward(params, cfg, tokens, positions, attend, checkpoint, gather)
+            total, count = model_jax.loss(params, hidden, labels, chunk, gather)
+            return jax.lax.psum(total, axis) / jax.lax.psum(count, axis)
+
+        in_specs = (_specs(params, n, axis), P(None, axis), P(None, axis), P(axis))
+        sharded = jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=P(),
+                                check_vma=False)  # fmt: skip
         return sharded(params, tokens, labels, positions)
 
     def step(params, state, tokens, labels, positions):

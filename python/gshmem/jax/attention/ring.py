@@ -74,12 +74,14 @@ def _start(p: Problem, tree, step: int, channel: int):
 
 
 def _held(tree, pendings):
-    """``tree`` tied to every started rotation in ``pendings``: the blocks computed from it run
-    after those starts, so the transfers overlap them."""
+    """(``tree`` tied to every started rotation in ``pendings``, those rotations carrying the
+    ties): the blocks computed from it run after those starts, so the transfers overlap them."""
+    tied = []
     for pending in pendings:
         if pending is not None:
-            tree = pending.hold(tree)
-    return tree
+            tree, pending = pending.hold(tree)
+        tied.append(pending)
+    return tree, tied
 
 
 def forward(p: Problem, q, k, v):
@@ -96,7 +98,7 @@ def forward(p: Problem, q, k, v):
     kv = (k, v)
     for s in range(p.world):
         nxt = _start(p, kv, 1, KV_CHANNEL) if s + 1 < p.world else None
-        held = _held(kv, [nxt])
+        held, (nxt,) = _held(kv, [nxt])
         front = source_before(s, me)
         for b in step_blocks(s, p.world, p.layout, p.causal):
             kb, vb = (_part(t, b.kv, front) for t in held)
@@ -125,7 +127,7 @@ def backward(p: Problem, q, k, v, out, lse, last, do):
         s = p.world - 1 - t  # the forward's step with the same shard
         # the next step's K/V: the left neighbour's shard, or this device's own for step 0
         nxt = _start(p, kv, -1, KV_CHANNEL) if s > 1 else None
-        held = _held(kv, [nxt, dkv_sent])
+        held, (nxt, dkv_sent) = _held(kv, [nxt, dkv_sent])
         front = source_before(s, me)
         grads = []
         for b in step_blocks(s, p.world, p.layout, p.causal):
