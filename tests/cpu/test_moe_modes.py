@@ -1,5 +1,5 @@
 """gshmem.moe.Buffer's combine mode (high throughput): the argument, else GSHMEM_MOE_COMBINE,
-else pull; anything else is a usage error naming where it came from."""
+else push; anything else is a usage error naming where it came from."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from gshmem.moe.high_throughput import combine_mode
 @pytest.mark.parametrize(
     ("given", "env", "want"),
     [
-        (None, {}, "pull"),
-        (None, {"GSHMEM_MOE_COMBINE": "push"}, "push"),
-        (None, {"GSHMEM_MOE_COMBINE": " Push "}, "push"),
-        ("pull", {"GSHMEM_MOE_COMBINE": "push"}, "pull"),  # the argument wins
-        ("push", {}, "push"),
+        (None, {}, "push"),
+        (None, {"GSHMEM_MOE_COMBINE": "pull"}, "pull"),
+        (None, {"GSHMEM_MOE_COMBINE": " Pull "}, "pull"),
+        ("push", {"GSHMEM_MOE_COMBINE": "pull"}, "push"),  # the argument wins
+        ("pull", {}, "pull"),
     ],
 )
 def test_combine_mode(given, env, want) -> None:

@@ -23,9 +23,9 @@ def test_moe(n, scenario):
 
 @pytest.mark.parametrize("n", PES)
 @pytest.mark.parametrize("scenario", ["values", "grad", "fp8"])
-def test_moe_push_combine(n, scenario):
-    """The same checks with combines pushing each token's sums into its sender's buffer."""
-    launch_pes(n, str(SCRIPTS / "moe_check.py"), scenario, timeout=300, GSHMEM_MOE_COMBINE="push")
+def test_moe_pull_combine(n, scenario):
+    """The same checks with each sender pulling its tokens' sums from the expert ranks."""
+    launch_pes(n, str(SCRIPTS / "moe_check.py"), scenario, timeout=300, GSHMEM_MOE_COMBINE="pull")
 
 
 @pytest.mark.parametrize("n", PES)

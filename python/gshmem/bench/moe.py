@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 
-# gshmem: high throughput, pull combine; gshmem-push: its push combine; gshmem-ll: the
-# low-latency mode, up to 256 tokens
-IMPLS = ("gshmem", "gshmem-push", "gshmem-ll", "nccl")
+# gshmem: high throughput, push combine (the default); gshmem-pull: its pull combine;
+# gshmem-ll: the low-latency mode, up to 256 tokens
+IMPLS = ("gshmem", "gshmem-pull", "gshmem-ll", "nccl")
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -144,7 +144,7 @@ def make_side(impl: str, comm, o: argparse.Namespace, tokens: int):
     if impl == "nccl":
         return NcclMoe(comm.nranks, comm.rank, o.experts)
     low = impl == "gshmem-ll"
-    combine = None if low else ("push" if impl == "gshmem-push" else "pull")
+    combine = None if low else ("pull" if impl == "gshmem-pull" else "push")
     buf = Buffer(comm, o.hidden, tokens, o.experts, blocks=o.blocks, low_latency=low,
                  combine=combine)  # fmt: skip
     return GshmemLowLatencyMoe(buf) if low else GshmemMoe(buf)

@@ -61,8 +61,8 @@ class Buffer:
     latency ``(num_experts + 8) × max_tokens`` rows. ``blocks``: thread blocks of every kernel
     (default 24 in high-throughput mode, 96 in low latency); the same on every rank.
     ``combine`` (high throughput): how combines bring each token's sums back to its rank,
-    ``"pull"`` (the sender reads them at every expert rank) or ``"push"`` (every expert rank
-    writes them into the sender's buffer); default GSHMEM_MOE_COMBINE, else pull; the same on
+    ``"push"`` (every expert rank writes them into the sender's buffer) or ``"pull"`` (the
+    sender reads them at every expert rank); default GSHMEM_MOE_COMBINE, else push; the same on
     every rank."""
 
     def __init__(
