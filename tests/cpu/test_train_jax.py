@@ -56,7 +56,8 @@ def test_same_numbers_as_the_torch_model() -> None:
     put("norm.weight", params["norm"])
     put("output.proj.weight", params["output"].T)
     q_cols = CFG.heads * CFG.head_dim
-    for i, b in enumerate(params["blocks"]):
+    for i in range(CFG.layers):
+        b = {name: stacked[i] for name, stacked in params[model_jax.BLOCKS].items()}
         put(f"blocks.{i}.attn_norm.weight", b["attn_norm"])
         put(f"blocks.{i}.mlp_norm.weight", b["mlp_norm"])
         put(f"blocks.{i}.attn.q.weight", b["qkv"][:, :q_cols].T)

@@ -1,7 +1,13 @@
 """The Llama 3 architecture as JAX functions (the same model as model.py): parameters as a
 dict of arrays, ``forward`` with RoPE at given positions and an injected ``attend`` (JAX's
 attention on one device, ``gshmem.jax.ring_attention`` inside ``shard_map`` under CP), and the
-loss through the output layer a chunk of tokens at a time."""
+loss through the output layer a chunk of tokens at a time.
+
+The blocks' weights are stacked by layer (``params[BLOCKS][name]``: [layers, ...]) and the
+forward scans them, as the loss scans its chunks: XLA compiles one block and one chunk, and
+runs them one after another, so their transient memory is one block's and one chunk's (an
+unrolled loop left XLA free to keep several alive at once, and to take minutes to compile 32
+layers)."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ Attend = Callable[[Any, Any, Any], Any]
 # are stored split over devices (step_jax.py), called where they are used: inside a checkpointed
 # block, so that only one block's whole weights live at a time
 Gather = Callable[[Params], Params]
+BLOCKS = "blocks"  # the parameters stacked by layer: dimension 0 is the layer
 
 
 def _whole(named: Params) -> Params:
@@ -42,7 +49,7 @@ def init(cfg: LlamaConfig, key: Any, dtype: Any = None) -> Params:
                "down": dense((cfg.ffn, cfg.hidden))} for _ in range(cfg.layers)]  # fmt: skip
     return {
         "embed": dense((cfg.vocab, cfg.hidden)),
-        "blocks": blocks,
+        BLOCKS: jax.tree.map(lambda *layers: jnp.stack(layers), *blocks),
         "norm": jnp.ones(cfg.hidden, dtype),
         "output": dense((cfg.hidden, cfg.vocab)),
     }
@@ -108,10 +115,11 @@ def forward(
     """Final hidden states [B, S, hidden] of ``tokens`` [B, S] at ``positions`` [S]."""
     import jax
 
+    def layer(x, p):
+        return _block(p, cfg, x, positions, attend, gather), None
+
     x = gather({"embed": params["embed"]})["embed"][tokens]
-    for p in params["blocks"]:
-        step = jax.checkpoint(_block, static_argnums=(1, 4, 5)) if checkpoint else _block
-        x = step(p, cfg, x, positions, attend, gather)
+    x, _ = jax.lax.scan(jax.checkpoint(layer) if checkpoint else layer, x, params[BLOCKS])
     return rms_norm(x, gather({"norm": params["norm"]})["norm"], cfg.norm_eps)
 
 
@@ -131,8 +139,25 @@ def loss(params: Params, hidden, labels, chunk: int = 4096, gather: Gather = _wh
         per = jax.nn.logsumexp(logits, -1) - picked
         return jnp.sum(jnp.where(yc == IGNORE, 0.0, per))
 
-    total = sum(piece(h[a : a + chunk], y[a : a + chunk]) for a in range(0, h.shape[0], chunk))
+    def add(total, hy):
+        return total + piece(*hy), None
+
+    whole = h.shape[0] // chunk * chunk  # the full chunks, scanned; then the rest
+    chunks = (h[:whole].reshape(-1, chunk, h.shape[1]), y[:whole].reshape(-1, chunk))
+    total, _ = jax.lax.scan(add, jnp.zeros((), jnp.float32), chunks)
+    if whole < h.shape[0]:
+        total = total + piece(h[whole:], y[whole:])
     return total, jnp.sum(y != IGNORE)
 
 
-__all__ = ["Attend", "Gather", "Params", "dot_product_attention", "forward", "init", "loss", "rope"]
+__all__ = [
+    "BLOCKS",
+    "Attend",
+    "Gather",
+    "Params",
+    "dot_product_attention",
+    "forward",
+    "init",
+    "loss",
+    "rope",
+]

@@ -57,22 +57,34 @@ def sgd(lr: float) -> Optimizer:
     return (lambda params: {}), update
 
 
-def _split(p: Any, n: int) -> bool:
-    """Whether a parameter is stored split over n devices: by its first dimension, where n
-    divides it."""
-    return p.ndim > 0 and p.shape[0] % n == 0
+def _layout(params: Any, n: int) -> list[tuple[Any, str, bool, bool]]:
+    """(path, name, stacked by layer, split) per parameter. A parameter (a layer's, for the
+    stacked blocks) is stored split over n devices by its first dimension, where n divides it;
+    else replicated. Every layer's weight of a name has the same shape."""
+    import jax
+
+    from gshmem.train.model_jax import BLOCKS
+
+    rows = []
+    for path, p in jax.tree_util.tree_flatten_with_path(params)[0]:
+        stacked = path[0].key == BLOCKS
+        shape = p.shape[1:] if stacked else p.shape
+        rows.append((path, path[-1].key, stacked, len(shape) > 0 and shape[0] % n == 0))
+    return rows
 
 
 def _specs(params: Any, n: int, axis: str) -> Any:
     import jax
     from jax.sharding import PartitionSpec as P
 
-    return jax.tree.map(lambda p: P(axis) if _split(p, n) else P(), params)
+    specs = [P(*([None] * stacked), axis) if split else P()
+             for _, _, stacked, split in _layout(params, n)]  # fmt: skip
+    return jax.tree.unflatten(jax.tree.structure(params), specs)
 
 
 def shardings(params: Any, mesh: Any, axis: str) -> Any:
-    """A NamedSharding per parameter: its first dimension split over ``axis`` where that
-    divides, else replicated."""
+    """A NamedSharding per parameter: its first dimension (a layer's first dimension, for the
+    stacked blocks) split over ``axis`` where that divides, else replicated."""
     import jax
     from jax.sharding import NamedSharding
 
@@ -80,12 +92,11 @@ def shardings(params: Any, mesh: Any, axis: str) -> Any:
 
 
 def _gather(params: Any, n: int, axis: str):
-    """model_jax's gather inside shard_map: a named parameter split over ``axis`` (decided by
-    name: every block's weight of a name has the same shape) all-gathered whole."""
+    """model_jax's gather inside shard_map: a named parameter (a layer's, inside the scan over
+    blocks) split over ``axis`` all-gathered whole."""
     import jax
 
-    split = {path[-1].key: _split(p, n)
-             for path, p in jax.tree_util.tree_flatten_with_path(params)[0]}  # fmt: skip
+    split = {name: s for _, name, _, s in _layout(params, n)}
 
     def gather(named):
         return {name: jax.lax.all_gather(p, axis, tiled=True) if split[name] else p
