@@ -26,3 +26,26 @@ def test_bad_options_exit_2(bad) -> None:
     with pytest.raises(SystemExit) as e:
         jax_suite.parse_args(bad)
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize(("took", "want_calls"), [(1e-4, 20), (0.1, 5), (3.0, 1)])
+def test_attention_timing_chains_calls(monkeypatch, took, want_calls) -> None:
+    """The attention rows time calls in a row, as many as timing.schedule gives for the time
+    of one call (the host's dispatch overlapping the GPU's work): short calls 20 at a time."""
+    pytest.importorskip("jax")
+    from gshmem.bench import jax_attention
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(jax_attention.time, "perf_counter", lambda: clock["now"])
+    calls = []
+
+    def fn():
+        calls.append(1)
+        clock["now"] += took
+        return 0
+
+    seconds = jax_attention._seconds(fn, (), warmup=2, repeats=3)
+    assert seconds == pytest.approx(took)
+    warm = min(2, want_calls)
+    reps = max(1, min(3, int(10.0 / (took * want_calls))))
+    assert len(calls) == 2 + warm + reps * want_calls  # compile, estimate, warm-up, timed

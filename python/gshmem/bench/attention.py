@@ -53,6 +53,7 @@ from typing import Any
 from gshmem.bench.nccl_group import join_nccl
 from gshmem.bench.options import choices, parse_size
 from gshmem.bench.report import Row, fmt_size, fmt_value, median
+from gshmem.bench.timing import schedule
 from gshmem.bench.torch_cp import ROTATE, context_parallel_shards
 
 BATCH, HQ, HKV, HEAD_DIM = 1, 32, 8, 128  # Llama-3-8B attention, bf16
@@ -63,7 +64,6 @@ FULL_TOKENS = tuple(1 << s for s in range(10, 18))  # 1K .. 128K per GPU
 QUICK_TOKENS = (2 << 10, 8 << 10, 32 << 10)
 TOL = 2e-2
 ASSUMED_FLOPS = 400e12  # per GPU, only to plan iterations and --max-call-s
-TARGET_REPEAT_S, REPEAT_BUDGET_S = 0.5, 10.0
 CHANNEL_VARS = ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MAX_P2P_NCHANNELS")
 
 
@@ -110,15 +110,6 @@ def ideal_bytes(total: int, mode: str) -> int:
     three gradients and the fp32 log-sum-exp (cuDNN's workspace not counted)."""
     per_token = (2 * HQ + 2 * HKV) * HEAD_DIM * 2
     return total * (2 * per_token + HQ * 4 if mode == "fwdbwd" else per_token)
-
-
-def schedule(est_s: float, iters: int, warmup: int, repeats: int) -> tuple[int, int, int]:
-    """(warm-up calls, calls per repeat, repeats) for a call of about ``est_s`` seconds: a repeat
-    lasts about TARGET_REPEAT_S (at most ``iters`` calls, at least one), the repeats together
-    about REPEAT_BUDGET_S (at most ``repeats``, at least one), at least one warm-up call."""
-    n = max(1, min(iters, int(TARGET_REPEAT_S / est_s) if est_s > 0 else iters))
-    r = max(1, min(repeats, int(REPEAT_BUDGET_S / (est_s * n)) if est_s > 0 else repeats))
-    return max(1, min(warmup, n)), n, r
 
 
 def plan_sizes(tokens: Sequence[int], total: int | None, world: int) -> tuple[list, list[str]]:

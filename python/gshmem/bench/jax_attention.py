@@ -13,7 +13,10 @@ from collections.abc import Callable
 from statistics import median
 from typing import Any
 
+from gshmem.bench.timing import schedule
+
 HQ, HKV, DIM = 32, 8, 128
+CHAINED = 20  # most calls timed in a row
 
 
 def flops_fwd_bwd(tokens: int) -> float:
@@ -22,15 +25,24 @@ def flops_fwd_bwd(tokens: int) -> float:
 
 
 def _seconds(fn: Callable, args: tuple, warmup: int, repeats: int) -> float:
+    """Median seconds per call of ``fn(*args)``, over repeats of up to CHAINED calls in a row
+    (as a training loop issues them: the host's dispatch overlaps the GPU's work), sized from
+    one timed call (timing.schedule)."""
     import jax
 
-    for _ in range(max(1, warmup)):
+    jax.block_until_ready(fn(*args))  # compiles
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    warm, calls, reps = schedule(time.perf_counter() - t0, CHAINED, warmup, repeats)
+    for _ in range(warm):
         jax.block_until_ready(fn(*args))
     times = []
-    for _ in range(repeats):
+    for _ in range(reps):
         t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
+        for _ in range(calls):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - t0) / calls)
     return median(times)
 
 

@@ -153,8 +153,9 @@ def run(o: argparse.Namespace) -> int:
     if "attention" in o.ops:
         from gshmem.bench import jax_attention
 
-        say("attention: ring, causal zigzag, fwd+bwd, 32/8 heads x 128, bf16; efficiency = one "
-            "device on the whole sequence / devices / time")  # fmt: skip
+        say("attention: ring, causal zigzag, fwd+bwd, 32/8 heads x 128, bf16, up to "
+            f"{jax_attention.CHAINED} chained calls per timing; efficiency = one device on the "
+            "whole sequence / devices / time")  # fmt: skip
         say(f"{'tokens/GPU':>10s} {'gshmem ms':>10s} {'jax.lax ring ms':>16s} {'ideal ms':>9s} "
             f"{'gshmem eff':>11s} {'jax.lax eff':>12s} {'TFLOP/s':>8s}")  # fmt: skip
         for r in jax_attention.measure(o.tokens, mesh, o.warmup, o.repeats, _slowest):
