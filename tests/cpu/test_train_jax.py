@@ -149,6 +149,8 @@ def test_sharded_step_equals_one_device(monkeypatch) -> None:
     with jax.set_mesh(MESH):
         placed = jax.device_put(params, step_jax.shardings(params, MESH, "cp"))
         assert placed["embed"].sharding.spec[0] == "cp"  # vocab 256 splits over 4 devices
+        # stacked blocks: each layer's slice splits (hidden 64 rows), not the layer dimension
+        assert placed[model_jax.BLOCKS]["qkv"].sharding.spec == P(None, "cp")
         step = step_jax.make_step(CFG, MESH, opt, implementation="xla", chunk=5)
         new, _, loss = step(placed, opt[0](placed), tokens[:, idx], labels[:, idx], idx)
     assert float(loss) == pytest.approx(float(want_loss), rel=1e-5)
