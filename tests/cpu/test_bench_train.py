@@ -58,3 +58,9 @@ def test_report_counts_flops_per_gpu_and_writes_json(tmp_path, capsys) -> None:
     assert json.loads((tmp_path / "t.json").read_text()) == row
     assert row["framework"] == "jax" and row["cp"] == 2 and row["step_seconds"] == seconds
     assert "(jax): 8192 tokens, 2 layers, CP=2, gshmem" in capsys.readouterr().out
+
+
+def test_progress_says_each_step_on_stderr(capsys) -> None:
+    train.progress(3, 20, 4.6126, 11.93456)
+    got = capsys.readouterr()
+    assert got.out == "" and got.err == "gshmem.bench train: step 3/20: 4.613 s, loss 11.9346\n"

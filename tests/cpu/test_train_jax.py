@@ -183,8 +183,13 @@ def test_bench_training_loop_cp_equals_one_device(monkeypatch) -> None:
         monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, n, 0))
         with jax.set_mesh(mesh):
             data = repeated_blocks(CFG.vocab, 32, 2, period=4, seed=0)
+            seen = []  # on_step's (step, steps, seconds, loss), after each step
             runs[n, dtype] = train_jax.train(tiny(layers=1), mesh, data, steps=4,
-                                             implementation="xla", compute_dtype=dtype)  # fmt: skip
+                                             implementation="xla", compute_dtype=dtype,
+                                             on_step=lambda *a, to=seen: to.append(a))  # fmt: skip
+            losses, seconds = runs[n, dtype]
+            steps = enumerate(zip(seconds, losses, strict=True), 1)
+            assert seen == [(i, 4, t, x) for i, (t, x) in steps]
     cp, one, bf16 = runs[4, None][0], runs[1, None][0], runs[4, "bfloat16"][0]
     assert len(cp) == 4 and len(runs[4, None][1]) == 4
     np.testing.assert_allclose(cp, one, rtol=1e-5)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
@@ -90,6 +91,13 @@ def batches(o: argparse.Namespace, vocab: int) -> Iterator[tuple[Any, Any]]:
     return repeated_blocks(vocab, o.seq, o.batch, period=max(1, o.seq // 8), seed=0)
 
 
+def progress(step: int, steps: int, seconds: float, loss: float) -> None:
+    """One line per step on stderr as the run goes (a run stopped by its timeout still says how
+    far it got and how long its steps took; the first includes compiling and allocating)."""
+    print(f"gshmem.bench train: step {step}/{steps}: {seconds:.3f} s, loss {loss:.4f}",
+          file=sys.stderr, flush=True)  # fmt: skip
+
+
 def run_torch(o: argparse.Namespace, cfg: Any, data: Iterator[tuple[Any, Any]]) -> dict | None:
     """This rank's part of a PyTorch run of ``cfg`` on ``data`` (collective); rank 0 returns
     its losses, step seconds, GPUs and peak memory, the others None."""
@@ -138,6 +146,8 @@ def run_torch(o: argparse.Namespace, cfg: Any, data: Iterator[tuple[Any, Any]]) 
             losses.append(step(t, y, pos, attention))
             torch.cuda.synchronize()
             seconds.append(time.perf_counter() - start)
+        if me == 0:
+            progress(len(losses), o.steps, seconds[-1], losses[-1])
     peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], device="cuda")
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     dist.barrier()
@@ -175,7 +185,7 @@ def run(o: argparse.Namespace) -> int:
     if o.framework == "jax":
         from gshmem.bench import train_jax
 
-        result = train_jax.run(o, cfg, data)
+        result = train_jax.run(o, cfg, data, on_step=progress)
     else:
         result = run_torch(o, cfg, data)
     if result is not None:
@@ -183,4 +193,6 @@ def run(o: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["batches", "model_config", "parse_args", "report", "run", "run_torch", "summarize"]
+__all__ = [
+    "batches", "model_config", "parse_args", "progress", "report", "run", "run_torch", "summarize"
+]  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -24,10 +24,12 @@ def peak_gib(devices: Any) -> float:
 
 def train(cfg: Any, mesh: Any, data: Iterator[tuple[Any, Any]], steps: int, *,
           checkpoint: bool = True, implementation: str | None = "cudnn",
-          compute_dtype: Any = "bfloat16",
-          seed: int = 0) -> tuple[list[float], list[float]]:  # fmt: skip
+          compute_dtype: Any = "bfloat16", seed: int = 0,
+          on_step: Callable[[int, int, float, float], None] | None = None,
+          ) -> tuple[list[float], list[float]]:  # fmt: skip
     """(losses, seconds) of ``steps`` training steps on ``data``'s (tokens, labels) torch
-    batches [B, S], each step timed from its inputs' hand-off to its loss on the host."""
+    batches [B, S], each step timed from its inputs' hand-off to its loss on the host;
+    ``on_step(step, steps, seconds, loss)`` after each."""
     import jax
     import jax.numpy as jnp
 
@@ -56,12 +58,15 @@ def train(cfg: Any, mesh: Any, data: Iterator[tuple[Any, Any]], steps: int, *,
         params, state, loss = step(params, state, tokens, labels, positions)
         losses.append(float(loss))
         seconds.append(time.perf_counter() - start)
+        if on_step is not None:
+            on_step(len(losses), steps, seconds[-1], losses[-1])
     return losses, seconds
 
 
-def run(o: Any, cfg: Any, data: Iterator[tuple[Any, Any]]) -> dict:
+def run(o: Any, cfg: Any, data: Iterator[tuple[Any, Any]],
+        on_step: Callable[[int, int, float, float], None] | None = None) -> dict:  # fmt: skip
     """One JAX training run of ``cfg`` on ``data`` over every visible GPU: its losses, step
-    seconds, GPUs and peak memory (the caller reports them)."""
+    seconds, GPUs and peak memory (the caller reports them; ``on_step`` as in ``train``)."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     # XLA's allocator may take 90 % of each GPU (its default, 75 %, leaves PyTorch's share idle;
     # the rest holds gshmem's heap and the CUDA context)
@@ -82,7 +87,8 @@ def run(o: Any, cfg: Any, data: Iterator[tuple[Any, Any]]) -> dict:
     gj.init()
     try:
         mesh = Mesh(np.array(devices), ("cp",))
-        losses, seconds = train(cfg, mesh, data, o.steps, checkpoint=not o.no_checkpoint)
+        losses, seconds = train(cfg, mesh, data, o.steps, checkpoint=not o.no_checkpoint,
+                                on_step=on_step)  # fmt: skip
         return {"framework": "jax", "gpus": len(devices), "losses": losses,
                 "seconds": seconds, "peak_gib": peak_gib(devices)}  # fmt: skip
     finally:
