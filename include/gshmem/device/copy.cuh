@@ -7,57 +7,102 @@
 // loads in flight before storing, with consecutive threads on consecutive words (coalesced).
 // Any size and any offsets are correct; 16-byte words need dst and src congruent modulo 16.
 // Plain (weak) loads and stores: ordering comes from the caller (signal release, fence, quiet).
+//
+// Thread scope: the lanes of a warp that reach a copy together each bring their own copy; those
+// of at least kLaneShareBytes are moved by all of these lanes together, one copy after another,
+// the rest by their own lane. One lane alone puts its 16-byte words in a different 32-byte
+// sector than its neighbours' at every access, half of each sector unused: thread-scope puts of
+// 8 KiB per thread moved 169 GB/s where warp scope moved 353 (docs/benchmarks.md). The lanes
+// synchronise (__syncwarp over them) before, so each reads what the others wrote to their
+// sources, and after, so each lane's later release (a signal, a fence) covers the whole copy.
 #pragma once
+
+#include "scope.cuh"
 
 namespace gshmem {
 namespace detail {
 
 constexpr unsigned kCopyUnroll = 4;
+constexpr size_t kLaneShareBytes = 512;
 
-template <class Scope, class W>
-__device__ inline void copy_words(W* dst, const W* src, size_t n) {
-  const size_t stride = Scope::size();
-  size_t i = Scope::rank();
-  for (; i + (kCopyUnroll - 1) * stride < n; i += kCopyUnroll * stride) {
+// Thread `rank` of `size` moves words rank, rank + size, ... of n.
+template <class W>
+__device__ inline void copy_words(W* dst, const W* src, size_t n, unsigned rank, unsigned size) {
+  size_t i = rank;
+  for (; i + (kCopyUnroll - 1) * size < n; i += kCopyUnroll * size) {
     W v[kCopyUnroll];
 #pragma unroll
-    for (unsigned u = 0; u < kCopyUnroll; ++u) v[u] = src[i + u * stride];
+    for (unsigned u = 0; u < kCopyUnroll; ++u) v[u] = src[i + u * size];
 #pragma unroll
-    for (unsigned u = 0; u < kCopyUnroll; ++u) dst[i + u * stride] = v[u];
+    for (unsigned u = 0; u < kCopyUnroll; ++u) dst[i + u * size] = v[u];
   }
-  for (; i < n; i += stride) dst[i] = src[i];
+  for (; i < n; i += size) dst[i] = src[i];
 }
 
 // dst and src are congruent modulo sizeof(W).
-template <class Scope, class W>
-__device__ inline void copy_congruent(char* dst, const char* src, size_t bytes) {
+template <class W>
+__device__ inline void copy_congruent(char* dst, const char* src, size_t bytes, unsigned rank,
+                                      unsigned size) {
   size_t head = (sizeof(W) - reinterpret_cast<unsigned long long>(dst) % sizeof(W)) % sizeof(W);
   if (head > bytes) head = bytes;
   const size_t words = (bytes - head) / sizeof(W);
   const size_t body_end = head + words * sizeof(W);
-  for (size_t i = Scope::rank(); i < head; i += Scope::size()) dst[i] = src[i];
-  for (size_t i = body_end + Scope::rank(); i < bytes; i += Scope::size()) dst[i] = src[i];
-  copy_words<Scope>(reinterpret_cast<W*>(dst + head), reinterpret_cast<const W*>(src + head),
-                    words);
+  for (size_t i = rank; i < head; i += size) dst[i] = src[i];
+  for (size_t i = body_end + rank; i < bytes; i += size) dst[i] = src[i];
+  copy_words(reinterpret_cast<W*>(dst + head), reinterpret_cast<const W*>(src + head), words, rank,
+             size);
 }
 
-template <class Scope>
-__device__ inline void copy(void* dst, const void* src, size_t bytes) {
+// The copy, split over threads rank = 0 .. size - 1 that all call it with the same arguments.
+__device__ inline void copy_split(void* dst, const void* src, size_t bytes, unsigned rank,
+                                  unsigned size) {
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
   const unsigned long long skew =
       reinterpret_cast<unsigned long long>(d) ^ reinterpret_cast<unsigned long long>(s);
   if (skew % 16 == 0) {
-    copy_congruent<Scope, uint4>(d, s, bytes);
+    copy_congruent<uint4>(d, s, bytes, rank, size);
   } else if (skew % 8 == 0) {
-    copy_congruent<Scope, unsigned long long>(d, s, bytes);
+    copy_congruent<unsigned long long>(d, s, bytes, rank, size);
   } else if (skew % 4 == 0) {
-    copy_congruent<Scope, unsigned int>(d, s, bytes);
+    copy_congruent<unsigned int>(d, s, bytes, rank, size);
   } else if (skew % 2 == 0) {
-    copy_congruent<Scope, unsigned short>(d, s, bytes);
+    copy_congruent<unsigned short>(d, s, bytes, rank, size);
   } else {
-    copy_words<Scope>(d, s, bytes);
+    copy_words(d, s, bytes, rank, size);
   }
+}
+
+// Thread scope: each calling lane's copy, the large ones shared by the lanes that arrived
+// together (above).
+__device__ inline void copy_by_lanes(void* dst, const void* src, size_t bytes) {
+  const unsigned lanes = __activemask();
+  __syncwarp(lanes);
+  const bool shared = bytes >= kLaneShareBytes;
+  unsigned pending = __ballot_sync(lanes, shared);
+  unsigned below;
+  asm volatile("mov.u32 %0, %%lanemask_lt;" : "=r"(below));
+  const unsigned rank = __popc(lanes & below), size = __popc(lanes);
+  while (pending != 0) {  // the same iterations on every lane of `lanes`
+    const int owner = __ffs(pending) - 1;
+    pending &= pending - 1;
+    const auto d = __shfl_sync(lanes, reinterpret_cast<unsigned long long>(dst), owner);
+    const auto s = __shfl_sync(lanes, reinterpret_cast<unsigned long long>(src), owner);
+    const auto n = __shfl_sync(lanes, static_cast<unsigned long long>(bytes), owner);
+    copy_split(reinterpret_cast<void*>(d), reinterpret_cast<const void*>(s), n, rank, size);
+  }
+  if (!shared) copy_split(dst, src, bytes, 0, 1);
+  __syncwarp(lanes);
+}
+
+template <class Scope>
+__device__ inline void copy(void* dst, const void* src, size_t bytes) {
+  copy_split(dst, src, bytes, Scope::rank(), Scope::size());
+}
+
+template <>
+__device__ inline void copy<Thread>(void* dst, const void* src, size_t bytes) {
+  copy_by_lanes(dst, src, bytes);
 }
 
 }  // namespace detail
