@@ -57,10 +57,10 @@ def sgd(lr: float) -> Optimizer:
     return (lambda params: {}), update
 
 
-def _layout(params: Any, n: int) -> list[tuple[Any, str, bool, bool]]:
-    """(path, name, stacked by layer, split) per parameter. A parameter (a layer's, for the
-    stacked blocks) is stored split over n devices by its first dimension, where n divides it;
-    else replicated. Every layer's weight of a name has the same shape."""
+def _layout(params: Any, n: int) -> list[tuple[str, bool, bool]]:
+    """(name, stacked by layer, split) per parameter, in the tree's leaf order. A parameter (a
+    layer's, for the stacked blocks) is stored split over n devices by its first dimension,
+    where n divides it; else replicated. Every layer's weight of a name has the same shape."""
     import jax
 
     from gshmem.train.model_jax import BLOCKS
@@ -69,7 +69,7 @@ def _layout(params: Any, n: int) -> list[tuple[Any, str, bool, bool]]:
     for path, p in jax.tree_util.tree_flatten_with_path(params)[0]:
         stacked = path[0].key == BLOCKS
         shape = p.shape[1:] if stacked else p.shape
-        rows.append((path, path[-1].key, stacked, len(shape) > 0 and shape[0] % n == 0))
+        rows.append((path[-1].key, stacked, len(shape) > 0 and shape[0] % n == 0))
     return rows
 
 
@@ -78,7 +78,7 @@ def _specs(params: Any, n: int, axis: str) -> Any:
     from jax.sharding import PartitionSpec as P
 
     specs = [P(*([None] * stacked), axis) if split else P()
-             for _, _, stacked, split in _layout(params, n)]  # fmt: skip
+             for _, stacked, split in _layout(params, n)]  # fmt: skip
     return jax.tree.unflatten(jax.tree.structure(params), specs)
 
 
@@ -96,7 +96,7 @@ def _gather(params: Any, n: int, axis: str):
     blocks) split over ``axis`` all-gathered whole."""
     import jax
 
-    split = {name: s for _, name, _, s in _layout(params, n)}
+    split = {name: s for name, _, s in _layout(params, n)}
 
     def gather(named):
         return {name: jax.lax.all_gather(p, axis, tiled=True) if split[name] else p
