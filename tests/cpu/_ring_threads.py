@@ -1,5 +1,6 @@
-"""A ring of threads standing in for GPUs: ring.forward/backward run on one thread per rank,
-their messages copied through queues (the CPU tests of the attention and of training)."""
+"""A ring of threads standing in for GPUs: ring.forward/backward (and gather.forward/backward)
+run on one thread per rank, their messages copied through queues (the CPU tests of the
+attention and of training)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,40 @@ class QueueChannel:
         pass
 
 
+class QueueExchange:
+    """A mailbox between threads: each run is a copy of the writer's bytes, written into the
+    reader's buffer when it waits; the buffer starts as random bytes, so a read of anything no
+    writer sent shows up as garbage."""
+
+    def __init__(self, inboxes, me, nbytes, sent):
+        self.inboxes, self.me, self.sent = inboxes, me, sent
+        self.buffer = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
+        self.receives = []
+
+    def post(self, sends, receives):
+        for reader, offset, src in sends:
+            self.sent.append((self.me, reader))
+            self.inboxes[reader].put((offset, src.reshape(-1).view(torch.uint8).clone()))
+        self.receives = receives
+
+    def wait(self):
+        got = []
+        for _ in self.receives:
+            offset, data = self.inboxes[self.me].get(timeout=30)
+            self.buffer[offset : offset + data.numel()] = data
+            got.append((offset, data.numel()))
+        assert sorted(got) == sorted((o, n) for _, o, n in self.receives), (got, self.receives)
+
+    def copy_out(self, dst, src):
+        dst.copy_(src)
+
+    def release(self):
+        pass
+
+    def join(self):
+        pass
+
+
 class ThreadRing:
     def __init__(self, world, index, boxes, sent):
         self.world, self.index, self.boxes, self.sent = world, index, boxes, sent
@@ -47,6 +82,10 @@ class ThreadRing:
         )
         to = (self.index + (-1 if reverse else 1)) % self.world
         return QueueChannel(inboxes, to, self.index, self.sent.setdefault(name, []))
+
+    def exchange(self, name, nbytes):
+        inboxes = self.boxes.setdefault(name, [queue.Queue() for _ in range(self.world)])
+        return QueueExchange(inboxes, self.index, nbytes, self.sent.setdefault(name, []))
 
 
 def run_ring(world, fn, sent=None):
@@ -63,6 +102,8 @@ def run_ring(world, fn, sent=None):
                 rg = ThreadRing(world, r, boxes, sent)
                 for name in ("kv", "kv_back", "dkv"):
                     rg.channel(name, 0)
+                for name in ("kv_gather", "dkv_scatter"):
+                    rg.exchange(name, 0)
             results[r] = fn(rg)
         except BaseException as e:  # noqa: BLE001 - re-raised below
             errors.append(e)

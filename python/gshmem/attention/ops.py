@@ -17,10 +17,13 @@ import torch
 from torch import Tensor
 
 from gshmem import Team, UsageError
+from gshmem.attention import gather as gather_loops
 from gshmem.attention import layout as layouts
 from gshmem.attention import replay
+from gshmem.attention import ring as ring_loops
+from gshmem.attention.gather_schedule import gathered_halves, use_gather
 from gshmem.attention.local import Dense, Varlen
-from gshmem.attention.ring import Problem, backward, forward
+from gshmem.attention.ring import Problem
 from gshmem.attention.transport import Ring, resolve_backend
 from gshmem.torch import comm_args, lookup_comm
 
@@ -42,6 +45,7 @@ def ring_attention(
     scale: float | None = None,
     layout: str = "zigzag",
     backend: str = "auto",
+    algorithm: str = "auto",
     cu_seqlens: Tensor | None = None,
 ) -> Tensor:
     """Attention of this rank's query shard against the whole sequence, sharded over ``team``.
@@ -60,11 +64,16 @@ def ring_attention(
     the team and may allocate symmetric buffers: both are collective and synchronise the host,
     so make it before capturing a CUDA graph. ``backend``: "gshmem" (copy-engine puts, zero
     SMs), "nccl" (``torch.distributed.batch_isend_irecv``; torch ranks must equal gshmem ranks)
-    or "auto" (gshmem when the ring neighbours are reachable).
+    or "auto" (gshmem when the ring neighbours are reachable). ``algorithm``: "ring" (W steps,
+    K/V passed around; two shards of K/V in flight), "allgather" (each rank gathers the K/V
+    its queries see at once, while it computes its own block; three kernel calls whatever W
+    is, up to W-1 shards of K/V held; dense inputs with an even shard) or "auto" (allgather
+    while that K/V is small, else the ring; ``GSHMEM_ATTENTION_ALGORITHM`` may name one,
+    read when a shape is first seen). The same choice on every rank is checked.
     """
     handle, members = comm_args(comm, team)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    args = (handle, members, causal, scale, layout, backend, cu_seqlens)
+    args = (handle, members, causal, scale, layout, backend, algorithm, cu_seqlens)
     if torch.compiler.is_compiling():  # the custom op: opaque to the compiler
         return torch.ops.gshmem.ring_attention(q, k, v, *args)[0]
     return _RingAttention.apply(q, k, v, *args)  # eager: skips the custom op's dispatch cost
@@ -143,14 +152,14 @@ def _agree(ring: Ring, signature: tuple) -> None:
         )
 
 
-def _problem(q, k, v, handle, members, causal, scale, layout, backend, cu):
+def _problem(q, k, v, handle, members, causal, scale, layout, backend, algorithm, cu):
     """(ring, problem) of one call; the checks run once per new local signature (and the
     collective agreement with them), later calls with it only look it up."""
     comm = lookup_comm(handle)
     ring = _ring(comm, members, backend)
     docs = None if cu is None else tuple(int(x) for x in cu.tolist())
     shared = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, causal, scale, layout, docs)
-    key = (*shared, q.device, k.device, v.device)
+    key = (*shared, algorithm, q.device, k.device, v.device)
     known = ring.problems.get(key)
     if known is not None:
         return ring, known, key
@@ -159,15 +168,21 @@ def _problem(q, k, v, handle, members, causal, scale, layout, backend, cu):
     seq = q.shape[2]
     if layout == "zigzag" and seq % 2:
         raise UsageError(f"ring_attention: the zigzag layout needs an even local length, got {seq}")
-    _agree(ring, (tuple(q.shape), tuple(k.shape), str(q.dtype), causal, scale, layout, docs))
+    gather = use_gather(algorithm, ring.world, seq, cu is not None, _nbytes(k, v))
+    _agree(ring, (tuple(q.shape), tuple(k.shape), str(q.dtype), causal, scale, layout, docs,
+                  gather))  # fmt: skip
     if cu is None:
-        p = Problem(causal, scale, layout, Dense("cuda"))
+        p = Problem(causal, scale, layout, Dense("cuda"), gather=gather)
     else:
         part = torch.tensor(docs, dtype=torch.int32) // (2 * ring.world)
         longest = int((part[1:] - part[:-1]).max())
         p = Problem(causal, scale, layout, Varlen("cuda", part.to(q.device), longest), split=True)
     ring.problems[key] = p
     return ring, p, key
+
+
+def _nbytes(k: Tensor, v: Tensor) -> int:
+    return (k.numel() + v.numel()) * k.element_size()
 
 
 def _to_kernel(t: Tensor, varlen: bool) -> Tensor:
@@ -189,18 +204,23 @@ def ring_attention_op(
     scale: float,
     layout: str,
     backend: str,
+    algorithm: str,
     cu_seqlens: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(output, fp32 lse, the K/V shard received last: ring.forward's ``last``)."""
-    return _forward(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens)
+    """(output, fp32 lse, the K/V the backward starts from: the ring's last shard, or the
+    all-gather's gathered K/V)."""
+    return _forward(q, k, v, comm, team, causal, scale, layout, backend, algorithm, cu_seqlens)
 
 
-def _forward(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens):
-    ring, p, key = _problem(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens)
+def _forward(q, k, v, comm, team, causal, scale, layout, backend, algorithm, cu_seqlens):
+    ring, p, key = _problem(
+        q, k, v, comm, team, causal, scale, layout, backend, algorithm, cu_seqlens
+    )
     vl = cu_seqlens is not None
 
     def call(q, k, v):
-        out, lse, last = forward(ring, p, *(_to_kernel(t, vl) for t in (q, k, v)))
+        loops = gather_loops if p.gather else ring_loops
+        out, lse, last = loops.forward(ring, p, *(_to_kernel(t, vl) for t in (q, k, v)))
         return _from_kernel(out, vl).contiguous(), lse, last
 
     return _run(ring, ("forward", key), q, call, (q, k, v))
@@ -214,9 +234,13 @@ def _run(ring: Ring, key: tuple, q: Tensor, call, inputs: tuple):
 
 
 @ring_attention_op.register_fake
-def _(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens):
+def _(q, k, v, comm, team, causal, scale, layout, backend, algorithm, cu_seqlens):
     lse_shape = (q.shape[2], q.shape[1], 1) if cu_seqlens is not None else (*q.shape[:3], 1)
     last = k.numel() + v.numel() if team[2] > 1 else 0
+    if use_gather(algorithm, team[2], q.shape[2], cu_seqlens is not None, _nbytes(k, v)):
+        start, stride, _ = team
+        index = (lookup_comm(comm).rank - start) // stride
+        last = gathered_halves(index, team[2], layout, causal) * k.numel()
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         q.new_empty(lse_shape, dtype=torch.float32),
@@ -239,28 +263,34 @@ def ring_attention_backward_op(
     scale: float,
     layout: str,
     backend: str,
+    algorithm: str,
     cu_seqlens: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     return _backward_impl(dout, q, k, v, out, lse, last, comm, team, causal, scale, layout,
-                          backend, cu_seqlens)  # fmt: skip
+                          backend, algorithm, cu_seqlens)  # fmt: skip
 
 
 def _backward_impl(
-    dout, q, k, v, out, lse, last, comm, team, causal, scale, layout, backend, cu_seqlens
-):
-    ring, p, key = _problem(q, k, v, comm, team, causal, scale, layout, backend, cu_seqlens)
+    dout, q, k, v, out, lse, last, comm, team, causal, scale, layout, backend, algorithm,
+    cu_seqlens,
+):  # fmt: skip
+    ring, p, key = _problem(
+        q, k, v, comm, team, causal, scale, layout, backend, algorithm, cu_seqlens
+    )
     vl = cu_seqlens is not None
 
     def call(dout, q, k, v, out, lse, last):
         args = [_to_kernel(t, vl) for t in (dout.contiguous(), q, k, v, out)]
-        grads = backward(ring, p, *args, lse, last)
+        loops = gather_loops if p.gather else ring_loops
+        grads = loops.backward(ring, p, *args, lse, last)
         return tuple(_from_kernel(g, vl).contiguous() for g in grads)
 
     return _run(ring, ("backward", key), q, call, (dout, q, k, v, out, lse, last))
 
 
 @ring_attention_backward_op.register_fake
-def _(dout, q, k, v, out, lse, last, comm, team, causal, scale, layout, backend, cu_seqlens):
+def _(dout, q, k, v, out, lse, last, comm, team, causal, scale, layout, backend, algorithm,
+      cu_seqlens):  # fmt: skip
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -274,7 +304,7 @@ def _backward(ctx, dout, _dlse, _dlast):
     dq, dk, dv = torch.ops.gshmem.ring_attention_backward(
         dout, *ctx.saved_tensors, *ctx.args, ctx.cu
     )
-    return dq, dk, dv, None, None, None, None, None, None, None
+    return dq, dk, dv, *(None for _ in range(8))
 
 
 ring_attention_op.register_autograd(_backward, setup_context=_setup_context)

@@ -65,6 +65,7 @@ class Problem:
     layout: str
     kernel: Dense | Varlen
     split: bool = False  # blocks of halves only (packed documents)
+    gather: bool = False  # the all-gather schedule (gather.py) instead of the ring
 
 
 DKV_WIRE_DTYPE = "float32"  # dK/dV partial sums on the wire (docs/attention.md: why)

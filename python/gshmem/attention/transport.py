@@ -31,13 +31,15 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from gshmem._errors import UsageError
+from gshmem.attention.exchange import GshmemExchange, NcclExchange
+from gshmem.attention.wire import as_bytes, held_by
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import torch
 
-    from gshmem import Buffer, Comm
+    from gshmem import Comm
     from gshmem.team import Team
 
 
@@ -50,22 +52,6 @@ def view_slot(slot: torch.Tensor, shapes, dtype: torch.dtype) -> list[torch.Tens
         out.append(slot[offset : offset + n].view(dtype).view(shape))
         offset += n
     return out
-
-
-def _bytes(src: torch.Tensor) -> torch.Tensor:
-    """``src`` (contiguous) as a flat byte tensor: messages are bytes whatever they hold."""
-    import torch
-
-    return src.reshape(-1).view(torch.uint8)
-
-
-def _held_by(comm: Comm, buf: Buffer) -> Buffer:
-    """``buf`` referring to its comm through ``comm``, the ring's weak proxy: what a channel owns
-    (and the tensors viewing it) must not keep the comm alive, or a dropped comm and its rings
-    would never be collected."""
-    from gshmem import Buffer
-
-    return Buffer(comm, buf.ptr, buf.nbytes, buf.pe)
 
 
 class SlotPair:
@@ -96,11 +82,11 @@ class GshmemChannel(SlotPair):
     def __init__(self, comm: Comm, right: int, left: int, nbytes: int) -> None:
         import torch
 
-        self.memory = _held_by(comm, comm.malloc(2 * nbytes))
+        self.memory = held_by(comm, comm.malloc(2 * nbytes))
         super().__init__(torch.from_dlpack(self.memory).view(2, nbytes))
         self.comm, self.right, self.left = comm, right, left
         # Buffers, not tensors, for what every step names: each call then costs less host time.
-        self.flags = _held_by(comm, comm.calloc(4 * 8))  # arrived[2], credit[2]
+        self.flags = held_by(comm, comm.calloc(4 * 8))  # arrived[2], credit[2]
         self.arrived = [self.flags.view(8 * i, 8) for i in range(2)]
         self.credit = [self.flags.view(8 * (2 + i), 8) for i in range(2)]
         self.dst = [self.memory.view(i * nbytes, nbytes) for i in range(2)]
@@ -127,7 +113,7 @@ class GshmemChannel(SlotPair):
         last."""
         import torch
 
-        c, data = self.comm, [_bytes(p) for p in parts]
+        c, data = self.comm, [as_bytes(p) for p in parts]
         self._check(sum(d.numel() for d in data))
         self.stream.wait_stream(torch.cuda.current_stream(c.device))
         c.signal_wait_until(self.credit[i], "eq", 1, stream=self.side)
@@ -182,7 +168,7 @@ class NcclChannel(SlotPair):
     def send(self, parts: Sequence[torch.Tensor], i: int) -> None:
         import torch.distributed as dist
 
-        data = [_bytes(p) for p in parts]
+        data = [as_bytes(p) for p in parts]
         self._check(sum(d.numel() for d in data))
         ops, offset = [], 0
         for d in data:  # every rank sends the same parts in the same order at a step
@@ -218,7 +204,9 @@ class Ring:
         self.world, self.index = len(members), me
         self.right = members[(me + 1) % len(members)]
         self.left = members[(me - 1) % len(members)]
+        self.members = members
         self.channels: dict[str, GshmemChannel | NcclChannel] = {}
+        self.exchanges: dict[str, GshmemExchange | NcclExchange] = {}
         self.problems: dict[tuple, Any] = {}  # local call signature -> its checked Problem
         self.replays: dict[tuple, Any] = {}  # (direction, signature) -> replay.run's state
 
@@ -238,6 +226,21 @@ class Ring:
             ch = NcclChannel(self.comm.device, to, fro, nbytes)
         self.channels[name] = ch
         return ch
+
+    def exchange(self, name: str, nbytes: int) -> GshmemExchange | NcclExchange:
+        """The mailbox ``name`` (exchange.py) of at least ``nbytes``; growing is collective."""
+        ex = self.exchanges.get(name)
+        if ex is not None and ex.nbytes >= nbytes:
+            return ex
+        if ex is not None:
+            self.replays.clear()  # captured calls name the old mailbox's memory
+            ex.close()
+        if self.backend == "gshmem":
+            ex = GshmemExchange(self.comm, self.members, self.index, nbytes)
+        else:
+            ex = NcclExchange(self.comm.device, self.members, self.index, nbytes)
+        self.exchanges[name] = ex
+        return ex
 
 
 def resolve_backend(comm: Comm, members: list[int], backend: str) -> str:

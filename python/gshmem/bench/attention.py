@@ -9,8 +9,11 @@ the same run, on the same random data:
   (every rank measures it on its own GPU at once; the slowest is kept). Left empty, with the reason,
   when the whole sequence does not fit on one GPU or one call would outlast ``--max-call-s``:
   nothing is extrapolated.
-- ``gshmem`` / ``nccl``: ``gshmem.attention.ring_attention(backend=...)``: the same schedule, K/V
-  (and dK/dV) moved by copy-engine puts (0 SMs) or by torch.distributed P2P (NCCL kernels).
+- ``gshmem`` / ``nccl``: ``gshmem.attention.ring_attention(backend=...)``: the same schedule
+  (``algorithm="auto"``: all-gather or ring, printed per row and kept in the JSON), K/V (and
+  dK/dV) moved by copy-engine puts (0 SMs) or by torch.distributed P2P (NCCL kernels).
+- ``gshmem:ring`` (``--compare gshmem_ring``): gshmem with the ring schedule forced, to show
+  what the schedule chosen by ``auto`` gains.
 - ``torch_cp:allgather`` / ``torch_cp:alltoall``: torch's context parallel
   (``torch.distributed.tensor.experimental.context_parallel`` over a 1-D DeviceMesh, head-tail
   load balancing, which is the zigzag layout, for causal; ``set_rotate_method``), cuDNN SDPA.
@@ -57,7 +60,8 @@ from gshmem.bench.timing import schedule
 from gshmem.bench.torch_cp import ROTATE, context_parallel_shards
 
 BATCH, HQ, HKV, HEAD_DIM = 1, 32, 8, 128  # Llama-3-8B attention, bf16
-IMPLS = ("gshmem", "nccl", "torch_cp", "ideal")
+IMPLS = ("gshmem", "gshmem_ring", "nccl", "torch_cp", "ideal")
+RING_COLUMNS = ("gshmem", "gshmem:ring", "nccl")  # ring_attention's columns
 MASKS = ("causal", "noncausal")
 MODES = ("fwd", "fwdbwd")
 FULL_TOKENS = tuple(1 << s for s in range(10, 18))  # 1K .. 128K per GPU
@@ -87,7 +91,8 @@ class AttnOptions:
 
 def columns(compare: Sequence[str]) -> list[str]:
     """Table columns in measuring order: torch_cp gives one per rotate method."""
-    out = [c for c in ("gshmem", "nccl") if c in compare]
+    out = [c for c in ("gshmem", "gshmem_ring", "nccl") if c in compare]
+    out = [c.replace("_", ":") for c in out]
     if "torch_cp" in compare:
         out += [f"torch_cp:{m}" for m in ROTATE]
     return out + (["ideal"] if "ideal" in compare else [])
@@ -126,7 +131,7 @@ def plan_sizes(tokens: Sequence[int], total: int | None, world: int) -> tuple[li
 
 def comm_label(column: str, env: Mapping[str, str] | None = None) -> tuple[int | None, str]:
     """(SMs the communication occupies, or None when it is not known; what to print)."""
-    if column == "gshmem":
+    if column.startswith("gshmem"):
         return 0, "0 (copy engine)"
     if column == "ideal":
         return None, "- (no communication)"
@@ -151,7 +156,7 @@ def make_row(column: str, tokens: int, total: int, world: int, causal: bool, mod
             seconds /= world
         value = seconds * 1e3
         extra["tflops"] = tflops_per_gpu(attention_flops(total, causal, mode), world, seconds)
-    path = {"gshmem": "on_stream", "ideal": "-"}.get(column, "host")
+    path = {"gshmem": "on_stream", "gshmem:ring": "on_stream", "ideal": "-"}.get(column, "host")
     op = f"{'causal' if causal else 'noncausal'}_{mode}"
     return Row(column, op, path, "ms", value, size=tokens, sms=sms, note=note,
                extra=extra)  # fmt: skip
@@ -434,12 +439,18 @@ class AttnBench:
         """Yields (the call to time, its first outputs or None) for one column; what it made
         is freed afterwards."""
         torch = self.torch
-        if col not in ("ideal", "gshmem") and self.nccl_why:
+        if col not in ("ideal", "gshmem", "gshmem:ring") and self.nccl_why:
             raise Skip(f"torch.distributed with NCCL: {self.nccl_why}")
-        if col in ("gshmem", "nccl"):
+        if col in RING_COLUMNS:
             from gshmem.attention import ring_attention
+            from gshmem.attention.gather_schedule import use_gather
 
-            attn = partial(ring_attention, comm=self.comm, causal=causal, backend=col)
+            backend, _, algo = col.partition(":")
+            gather = use_gather(algo or "auto", self.world, local[0].shape[2], False,
+                                2 * local[1].numel() * local[1].element_size())  # fmt: skip
+            self.algorithm = "allgather" if gather else "ring"
+            attn = partial(ring_attention, comm=self.comm, causal=causal, backend=backend,
+                           algorithm=self.algorithm)  # fmt: skip
             yield self.make_fn(attn, mode, *local), None
         elif col == "ideal":
             free = torch.cuda.mem_get_info(self.device)[0]
@@ -510,6 +521,7 @@ class AttnBench:
     def measure(self, col: str, tokens: int, total: int, causal: bool, mode: str, local: tuple):
         torch, o = self.torch, self.o
         self.notes, self.checked, t, sched, bad = [], {}, None, None, 0.0
+        self.algorithm = None
         est = attention_flops(total, causal, mode) / (1 if col == "ideal" else self.world)
         est /= ASSUMED_FLOPS
         try:
@@ -530,6 +542,8 @@ class AttnBench:
         row = make_row(col, tokens, total, self.world, causal, mode, None if failed else worst,
                        note="; ".join(self.notes), sched=sched)  # fmt: skip
         row.extra["check"] = self.checked  # max |diff| of each output against ref_col's
+        if self.algorithm:
+            row.extra["algorithm"] = self.algorithm
         self.rows.append(row)
         if bad and "gshmem" in self.cols:
             self.failed = True
@@ -538,7 +552,8 @@ class AttnBench:
         if self.rank == 0:
             v = row.value
             shown = "-" if v is None else f"{v:9.3f} ms {row.extra['tflops']:7.1f} TFLOP/s"
-            line = f"  {fmt_size(tokens):>5}/GPU {row.op:16s} {col:19s} {shown}  {row.note}"
+            algo = f"[{self.algorithm}]" if self.algorithm else ""
+            line = f"  {fmt_size(tokens):>5}/GPU {row.op:16s} {col:19s} {shown} {algo} {row.note}"
             print(line[:400], flush=True)
 
     def run_all(self) -> list[str]:
@@ -548,7 +563,7 @@ class AttnBench:
             print(f"gshmem.bench attention: {self.world} GPUs, {self.gpu}, columns "
                   f"{', '.join(self.cols)}", flush=True)  # fmt: skip
         for tokens, total in plan:
-            local = self.shard(self.full(total)) if {"gshmem", "nccl"} & set(self.cols) else ()
+            local = self.shard(self.full(total)) if set(RING_COLUMNS) & set(self.cols) else ()
             for mask in o.masks:
                 for mode in o.modes:
                     self.ref = None

@@ -3,19 +3,24 @@
 Usage: attention_check.py SCENARIO
   dense     outputs and dq/dk/dv against fp32 attention on the whole sequence, for causal and
             non-causal, zigzag and contiguous, GQA/MQA/odd head counts, head dims 64 and 128,
-            bf16 and fp16, both backends (gshmem and nccl). The ring's error must stay within
+            bf16 and fp16, both backends (gshmem and nccl), both algorithms (ring and
+            allgather). The ring's error must stay within
             a small multiple of the error of the same kernel run on one GPU on the whole
             sequence (so it cannot grow with the ring size).
   varlen    packed documents (cu_seqlens) with document masking, both backends
   graph     forward+backward captured in a CUDA graph, replayed on new data, against eager
+            (both algorithms)
   compile   torch.compile(fullgraph=True) of a function calling ring_attention, fwd+bwd
   replay    short shards replayed as a CUDA graph of the call, on new data, checked every call
-  badargs   clear UsageErrors: dtype, device, odd zigzag length, mismatched shapes across ranks
+  badargs   clear UsageErrors: dtype, device, odd zigzag length, mismatched shapes or
+            algorithm choices across ranks
 Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import sys
 
 import torch
@@ -27,6 +32,7 @@ import gshmem
 from gshmem.attention import ring_attention, shard
 from gshmem.bench.nccl_group import join_nccl
 
+ALGORITHMS = ("ring", "allgather")
 # (batch, q heads, kv heads, tokens per rank, head dim, dtype)
 SHAPES = [
     (1, 8, 2, 512, 128, torch.bfloat16),  # GQA, Llama-3 head dim
@@ -59,7 +65,7 @@ def grads_of(q, k, v, dout, causal: bool, mask=None):
     return [out.detach()] + [t.grad for t in leaves]
 
 
-def check_case(comm, shape, causal, kind, backend, seed, cu=None) -> str:
+def check_case(comm, shape, causal, kind, backend, seed, cu=None, algorithm="auto") -> str:
     n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
     q, k, v, dout = full_inputs(shape, n, dev, seed)
     mask = None
@@ -71,8 +77,9 @@ def check_case(comm, shape, causal, kind, backend, seed, cu=None) -> str:
     ref = grads_of(*(t.float() for t in (q, k, v, dout)), causal, mask)
     one_gpu = grads_of(q, k, v, dout, causal, mask)  # the same kernel family in 16 bits
     mine = [shard(t, n, me, kind, cu_seqlens=cu).requires_grad_() for t in (q, k, v)]
+    cu_dev = None if cu is None else cu.to(dev)
     out = ring_attention(*mine, comm=comm, causal=causal, layout=kind, backend=backend,
-                         cu_seqlens=None if cu is None else cu.to(dev))  # fmt: skip
+                         algorithm=algorithm, cu_seqlens=cu_dev)  # fmt: skip
     out.backward(shard(dout, n, me, kind, cu_seqlens=cu))
     got = [out.detach()] + [t.grad for t in mine]
     report = []
@@ -84,7 +91,7 @@ def check_case(comm, shape, causal, kind, backend, seed, cu=None) -> str:
         assert g.dtype == shape[5] and g.shape == r_mine.shape, (name, g.dtype, g.shape)
         assert err <= 2 * base_err + 2e-3 * scale, (
             f"{name}: ring error {err:.3g} > 2 x one-GPU error {base_err:.3g} "
-            f"(+2e-3 x {scale:.3g}); {shape} causal={causal} {kind} {backend}"
+            f"(+2e-3 x {scale:.3g}); {shape} causal={causal} {kind} {backend} {algorithm}"
         )
         report.append(f"{name} {err:.2e}/{base_err:.2e}")
     return "  ".join(report)
@@ -95,12 +102,12 @@ def repeatable(comm) -> None:
     the forward is deterministic, so any difference is a race (a slot read before it arrived,
     or a buffer reused too early)."""
     n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
-    for kind in ("zigzag", "contiguous"):
+    for kind, algo in itertools.product(("zigzag", "contiguous"), ALGORITHMS):
         mine = [shard(t, n, me, kind) for t in full_inputs(SHAPES[0], n, dev, 77)[:3]]
-        outs = [ring_attention(*mine, comm=comm, layout=kind, backend=b)
+        outs = [ring_attention(*mine, comm=comm, layout=kind, backend=b, algorithm=algo)
                 for b in ("gshmem", "nccl", "gshmem")]  # fmt: skip
         for o in outs[1:]:
-            assert torch.equal(o, outs[0]), (kind, (o.float() - outs[0].float()).abs().max())
+            assert torch.equal(o, outs[0]), (kind, algo, (o.float() - outs[0].float()).abs().max())
 
 
 def dense(comm) -> None:
@@ -108,13 +115,13 @@ def dense(comm) -> None:
     k = 0
     for shape in SHAPES:
         for causal in (True, False):
-            for kind in ("zigzag", "contiguous"):
-                for backend in ("gshmem", "nccl"):
-                    k += 1
-                    errs = check_case(comm, shape, causal, kind, backend, seed=k)
-                    if comm.rank == 0:
-                        print(f"dense {shape[:5]} {shape[5]} causal={causal} {kind} {backend}: "
-                              f"ring/one-GPU max error {errs}", flush=True)  # fmt: skip
+            cases = itertools.product(("zigzag", "contiguous"), ("gshmem", "nccl"), ALGORITHMS)
+            for kind, backend, algo in cases:
+                k += 1
+                errs = check_case(comm, shape, causal, kind, backend, seed=k, algorithm=algo)
+                if comm.rank == 0:
+                    print(f"dense {shape[:5]} {shape[5]} causal={causal} {kind} {backend} "
+                          f"{algo}: ring/one-GPU max error {errs}", flush=True)  # fmt: skip
 
 
 def varlen(comm) -> None:
@@ -130,6 +137,11 @@ def varlen(comm) -> None:
 
 
 def graph(comm) -> None:
+    for algo in ALGORITHMS:
+        graph_of(comm, algo)
+
+
+def graph_of(comm, algo: str) -> None:
     n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
     shape = SHAPES[0]
     static = [shard(t, n, me, "zigzag") for t in full_inputs(shape, n, dev, 1)]
@@ -138,7 +150,7 @@ def graph(comm) -> None:
     def step():
         for t in (q, k, v):
             t.grad = None
-        out = ring_attention(q, k, v, comm=comm)
+        out = ring_attention(q, k, v, comm=comm, algorithm=algo)
         out.backward(static[3])
         return out
 
@@ -160,14 +172,14 @@ def graph(comm) -> None:
         g.replay()
         torch.cuda.synchronize()
         want_q, want_k, want_v = (t.detach().clone().requires_grad_() for t in fresh[:3])
-        want = ring_attention(want_q, want_k, want_v, comm=comm)
+        want = ring_attention(want_q, want_k, want_v, comm=comm, algorithm=algo)
         want.backward(fresh[3])
         for got, ref in zip([out_g, *grads_g], [want, want_q.grad, want_k.grad, want_v.grad],
                             strict=True):  # fmt: skip
             # (cuDNN's backward accumulates with atomics: equal up to summation order)
             err = (got.float() - ref.float()).abs().max().item()
             assert err <= 1e-2 * ref.float().abs().max().item(), (rep, err)
-    print(f"graph: 5 replays on new data match eager (rank {me})", flush=True)
+    print(f"graph {algo}: 5 replays on new data match eager (rank {me})", flush=True)
 
 
 def compile_(comm) -> None:
@@ -198,6 +210,12 @@ def badargs(comm) -> None:
     expect_usage(lambda: ring_attention(q, kv[:, :1, :32], kv[:, :1, :32], comm=comm), "share")
     expect_usage(lambda: ring_attention(q, kv, kv, comm=comm, layout="spiral"), "layout")
     expect_usage(lambda: ring_attention(q, kv, kv, comm=comm, backend="mpi"), "backend")
+    expect_usage(lambda: ring_attention(q, kv, kv, comm=comm, algorithm="tree"), "algorithm")
+    # ranks that resolve "auto" differently (the environment differs): a clear error everywhere
+    os.environ["GSHMEM_ATTENTION_ALGORITHM"] = "ring" if me == 0 else "allgather"
+    expect_usage(lambda: ring_attention(q[:, :, :32], kv[:, :, :32], kv[:, :, :32], comm=comm),
+                 "different problems")  # fmt: skip
+    del os.environ["GSHMEM_ATTENTION_ALGORITHM"]
     bad_cu = torch.tensor([0, 3 * n], dtype=torch.int32, device=dev)  # not a multiple of 2n
     expect_usage(lambda: ring_attention(q, kv, kv, comm=comm, cu_seqlens=bad_cu), "multiple")
     # rank 0 uses a longer sequence than the others: every rank gets a clear error

@@ -1,0 +1,168 @@
+"""Mailboxes for the all-gather schedule (gather.py): every member of a team may write runs of
+bytes into every other member's receive buffer, once per round. The same calls over gshmem or
+over NCCL; the loop calls, per round:
+
+    post(sends, receives)  # sends: (reader index, byte offset in its mailbox, local tensor);
+                           # receives: (writer index, byte offset, bytes) this rank expects
+    ...compute...
+    wait()                 # the compute stream may read what every expected writer sent
+    copy_out(dst, src)     # a copy out of the mailbox, off the compute stream where it can be
+    release()              # done reading: the writers may write the next round
+    join()                 # the compute stream waits for everything the mailbox did
+
+``GshmemExchange`` (zero SMs): the mailbox is symmetric memory; the runs to one reader are
+copy-engine puts on a stream of their own (one per reader, so the transfers to different peers
+run at once), the last with a stream memory-operation flag. Flow control is a credit per
+(writer, reader): a writer waits until the reader has released its mailbox, resets the credit,
+puts and raises its arrival flag at the reader; the reader waits for the flags of its writers,
+resets them, and hands the credits back after its reads. Every flag ends a round as it began,
+so CUDA-graph replays and later calls reuse them without the host. ``NcclExchange``: the same
+rounds over ``torch.distributed.batch_isend_irecv``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gshmem._errors import UsageError
+from gshmem.attention.wire import as_bytes, held_by
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import torch
+
+    from gshmem import Comm
+
+Send = tuple[int, int, "torch.Tensor"]  # (reader index, byte offset, contiguous local tensor)
+Receive = tuple[int, int, int]  # (writer index, byte offset, bytes)
+
+
+class GshmemExchange:
+    """A symmetric mailbox of ``nbytes`` per member and two flags per member pair (collective
+    to create). ``members``: the PEs of the team, by team index; ``me``: this rank's index."""
+
+    def __init__(self, comm: Comm, members: Sequence[int], me: int, nbytes: int) -> None:
+        import torch
+
+        w = len(members)
+        self.comm, self.members, self.me, self.nbytes = comm, list(members), me, nbytes
+        self.memory = held_by(comm, comm.malloc(max(nbytes, 1)))
+        self.buffer = torch.from_dlpack(self.memory)[:nbytes]
+        self.flags = held_by(comm, comm.calloc(2 * w * 8))  # arrived[writer], credit[reader]
+        self.arrived = [self.flags.view(8 * i, 8) for i in range(w)]
+        self.credit = [self.flags.view(8 * (w + i), 8) for i in range(w)]
+        torch.from_dlpack(self.flags).view(torch.int64)[w:].fill_(1)  # every mailbox free
+        self.streams = {i: torch.cuda.Stream(device=comm.device) for i in range(w) if i != me}
+        self.copies = torch.cuda.Stream(device=comm.device)
+        self.writers: list[int] = []
+        self.pending: list[torch.Tensor] = []  # sent tensors a side stream may still read
+        torch.cuda.synchronize(comm.device)
+        comm.barrier()
+
+    def _current(self):
+        import torch
+
+        return torch.cuda.current_stream(self.comm.device)
+
+    def post(self, sends: Sequence[Send], receives: Sequence[Receive]) -> None:
+        """Starts this round's puts (each after the compute stream's work so far) and notes the
+        writers to wait for."""
+        c, cur = self.comm, self._current()
+        by_reader: dict[int, list[tuple[int, torch.Tensor]]] = {}
+        for reader, offset, src in sends:
+            by_reader.setdefault(reader, []).append((offset, as_bytes(src)))
+        for reader, runs in by_reader.items():
+            st, pe = self.streams[reader], self.members[reader]
+            st.wait_stream(cur)
+            side = st.cuda_stream
+            c.signal_wait_until(self.credit[reader], "eq", 1, stream=side)
+            c.signal_op(self.credit[reader], 0, c.rank, stream=side)
+            for j, (offset, data) in enumerate(runs):
+                if offset + data.numel() > self.nbytes:
+                    raise UsageError(f"exchange: a run ends at {offset + data.numel()} B, past "
+                                     f"the {self.nbytes} B mailbox")  # fmt: skip
+                dst = self.memory.view(offset, data.numel())
+                if j < len(runs) - 1:
+                    c.put(dst, data, pe, stream=side)
+                else:
+                    c.put_signal(dst, data, self.arrived[self.me], 1, pe, stream=side)
+                self.pending.append(data)
+        self.writers = sorted({w for w, _, _ in receives})
+
+    def wait(self) -> None:
+        c, cur = self.comm, self._current().cuda_stream
+        for w in self.writers:
+            c.signal_wait_until(self.arrived[w], "eq", 1, stream=cur)
+            c.signal_op(self.arrived[w], 0, c.rank, stream=cur)
+
+    def copy_out(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """``dst.copy_(src)`` on a side stream after the compute stream's work so far."""
+        import torch
+
+        self.copies.wait_stream(self._current())
+        with torch.cuda.stream(self.copies):
+            dst.copy_(src)
+
+    def release(self) -> None:
+        """Credits back to this round's writers, once the compute stream's reads and the
+        side copies out of the mailbox are done."""
+        c, cur = self.comm, self._current()
+        cur.wait_stream(self.copies)
+        for w in self.writers:
+            c.signal_op(self.credit[self.me], 1, self.members[w], stream=cur.cuda_stream)
+
+    def join(self) -> None:
+        cur = self._current()
+        for st in self.streams.values():
+            cur.wait_stream(st)
+        cur.wait_stream(self.copies)
+        self.pending.clear()  # freed after the join: reuse is ordered after the side streams
+
+    def close(self) -> None:
+        """Collective: frees the symmetric memory."""
+        self.buffer = None
+        self.comm.free(self.memory)
+        self.comm.free(self.flags)
+
+
+class NcclExchange:
+    """The same rounds over torch.distributed (NCCL); members are world ranks of the comm."""
+
+    def __init__(self, device: int, members: Sequence[int], me: int, nbytes: int) -> None:
+        import torch
+
+        self.members, self.me, self.nbytes = list(members), me, nbytes
+        self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{device}")
+        self.works: list = []
+
+    def post(self, sends: Sequence[Send], receives: Sequence[Receive]) -> None:
+        """Every pair lists its runs in one order (the schedule's), which NCCL matches."""
+        import torch.distributed as dist
+
+        ops = [dist.P2POp(dist.isend, as_bytes(src), self.members[r]) for r, _, src in sends]
+        ops += [
+            dist.P2POp(dist.irecv, self.buffer[off : off + n], self.members[w])
+            for w, off, n in receives
+        ]
+        self.works = dist.batch_isend_irecv(ops) if ops else []
+
+    def wait(self) -> None:
+        for w in self.works:
+            w.wait()
+        self.works = []
+
+    def copy_out(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        dst.copy_(src)
+
+    def release(self) -> None:
+        """Nothing to do: a later receive into the mailbox is issued after these reads."""
+
+    def join(self) -> None:
+        """Nothing to do: ``wait`` waited for every receive; NCCL keeps sent tensors alive."""
+
+    def close(self) -> None:
+        self.buffer = None
+
+
+__all__ = ["GshmemExchange", "NcclExchange", "Receive", "Send"]

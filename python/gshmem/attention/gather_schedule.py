@@ -1,0 +1,149 @@
+"""The all-gather schedule: which K/V each rank gathers, where it puts it, and which blocks it
+computes — the alternative to the ring (schedule.py) when calls are short.
+
+The ring runs W steps of one block each, and every cuDNN call carries per-call work (the dO·O
+row sums, the dq conversion, the GQA head reduction) over its whole query rows: at a few
+thousand tokens per GPU that work and the W merges cost 10-20 % of the call
+(docs/attention.md). Here every rank instead gathers, at the start, the K/V halves its queries
+attend to *without* a mask, while it computes its own shard against itself (the one masked
+block); then each query part attends to its gathered keys in one unmasked call. Three calls
+at most, whatever W is, and only the diagonal block is masked.
+
+Unmasked attention does not care about the order of its keys, so a reader's gathered buffer is
+laid out so that every query part's keys are a *prefix* of it (the parts' key sets nest). In
+half-shards (a zigzag shard is the halves ``front`` = chunk r and ``back`` = chunk 2W-1-r of
+2W chunks), reader p gathers, causal zigzag:
+
+    [front of 0, ..., front of p-1] [all of p+1] ... [all of W-1]
+     <- p halves: p's front queries ->
+     <- 2W-2-p halves: p's back queries ---------------------------->
+
+(the back queries also see every earlier chunk but p's own front, which the diagonal block
+covers). Contiguous causal: the whole shards of ranks 0..p-1. Not causal: every other shard.
+Each writer therefore puts one contiguous run of its shard (its front half or all of it) to
+each reader, and in the backward the reader returns that run's key/value gradients to it.
+
+Memory: a reader holds up to 2W-2 halves of K/V (W-1 shards), against two shards for the ring;
+``use_gather`` keeps the ring where that is large.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from gshmem._errors import UsageError
+from gshmem.attention.layout import check_layout
+from gshmem.attention.schedule import ALL, BACK, FRONT, halves
+
+ALGORITHMS = ("auto", "ring", "allgather")
+# auto gathers while a reader's gathered K/V stays this small (bytes; docs/attention.md: measured)
+GATHER_MAX_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class Region:
+    """Part ``part`` (``all`` or ``front``) of rank ``owner``'s K/V shard, gathered by rank
+    ``reader`` at ``at`` half-shards into its buffer."""
+
+    owner: int
+    part: str
+    reader: int
+    at: int
+
+
+def _gathered(reader: int, world: int, layout: str, causal: bool) -> list[tuple[int, str]]:
+    """(owner, part) in the order reader ``reader`` lays them out."""
+    if not causal:
+        return [(s, ALL) for s in range(world) if s != reader]
+    if layout == "contiguous":
+        return [(s, ALL) for s in range(reader)]
+    return [(s, FRONT) for s in range(reader)] + [(s, ALL) for s in range(reader + 1, world)]
+
+
+def regions(world: int, layout: str, causal: bool) -> tuple[Region, ...]:
+    """Every region of the schedule, by reader then position (the order both ends of a
+    transfer list them in)."""
+    check_layout(layout)
+    out = []
+    for reader in range(world):
+        at = 0
+        for owner, part in _gathered(reader, world, layout, causal):
+            out.append(Region(owner, part, reader, at))
+            at += len(halves(part))
+    return tuple(out)
+
+
+def gathered_halves(rank: int, world: int, layout: str, causal: bool) -> int:
+    """How many half-shards rank ``rank`` gathers."""
+    return sum(len(halves(part)) for _, part in _gathered(rank, world, layout, causal))
+
+
+def prefix_blocks(rank: int, world: int, layout: str, causal: bool) -> tuple[tuple[str, int], ...]:
+    """The unmasked blocks of rank ``rank``: (query part, half-shards of the gathered buffer it
+    attends to, from the start), the longest last. The masked block, the local shard against
+    itself (``causal``), comes on top of these."""
+    check_layout(layout)
+    if not causal or layout == "contiguous":
+        n = gathered_halves(rank, world, layout, causal)
+        return ((ALL, n),) if n else ()
+    front, back = rank, 2 * world - 2 - rank
+    if front == back:
+        return ((ALL, front),) if front else ()
+    return tuple((part, n) for part, n in ((FRONT, front), (BACK, back)) if n)
+
+
+def sum_slots(owner: int, world: int, layout: str, causal: bool) -> dict[str, tuple[int, int]]:
+    """Per half of ``owner``'s shard: the [first, last) receive slots whose key/value gradients
+    add up to it in the backward (slot of writer s: s, less one past the owner). Always a
+    contiguous run, which the schedule's order guarantees (checked here)."""
+    runs = {}
+    for h in (FRONT, BACK):
+        slots = [
+            r.reader - (r.reader > owner)
+            for r in regions(world, layout, causal)
+            if r.owner == owner and h in halves(r.part)
+        ]
+        if slots and slots != list(range(min(slots), max(slots) + 1)):
+            raise AssertionError(f"slots {slots} of rank {owner}'s {h} half are not contiguous")
+        runs[h] = (min(slots), max(slots) + 1) if slots else (0, 0)
+    return runs
+
+
+def use_gather(requested: str, world: int, seq: int, varlen: bool, kv_bytes: int) -> bool:
+    """Whether a call runs the all-gather schedule. ``requested``: "ring", "allgather" or
+    "auto" (then ``GSHMEM_ATTENTION_ALGORITHM`` may name one); ``seq``: local tokens;
+    ``kv_bytes``: this rank's K and V bytes. Packed documents and odd shards always take the
+    ring; auto gathers while a reader's K/V (W-1 shards) stays within GATHER_MAX_BYTES."""
+    if requested not in ALGORITHMS:
+        raise UsageError(
+            f"ring_attention: algorithm must be one of {ALGORITHMS}, got {requested!r}"
+        )
+    if requested == "auto":
+        requested = os.environ.get("GSHMEM_ATTENTION_ALGORITHM", "auto").lower()
+        if requested not in ALGORITHMS:
+            raise UsageError(f"GSHMEM_ATTENTION_ALGORITHM must be one of {ALGORITHMS}, "
+                             f"got {requested!r}")  # fmt: skip
+    able = world > 1 and not varlen and seq % 2 == 0
+    if requested == "allgather" and not able:
+        if varlen:
+            raise UsageError("ring_attention: algorithm='allgather' does not take packed "
+                             "documents (cu_seqlens); use the ring")  # fmt: skip
+        if seq % 2:
+            raise UsageError(f"ring_attention: algorithm='allgather' needs an even local length, "
+                             f"got {seq}")  # fmt: skip
+    if requested == "auto":
+        return able and (world - 1) * kv_bytes <= GATHER_MAX_BYTES
+    return requested == "allgather" and able
+
+
+__all__ = [
+    "ALGORITHMS",
+    "GATHER_MAX_BYTES",
+    "Region",
+    "gathered_halves",
+    "prefix_blocks",
+    "regions",
+    "sum_slots",
+    "use_gather",
+]

@@ -1,0 +1,156 @@
+"""CPU tests of the all-gather schedule (gshmem.attention.gather_schedule / gather): its blocks
+cover the mask exactly once, each writer sends one run per reader, the backward's receive slots
+add up in contiguous runs, the policy that picks it, and the whole forward and backward run by
+W threads over in-process mailboxes against exact attention."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from _ring_threads import run_ring  # noqa: E402
+from test_attention_math import reference  # noqa: E402
+
+from gshmem import UsageError  # noqa: E402
+from gshmem.attention import gather, layout, ring  # noqa: E402
+from gshmem.attention import gather_schedule as gs  # noqa: E402
+from gshmem.attention.local import Dense  # noqa: E402
+from gshmem.attention.schedule import part_range  # noqa: E402
+
+
+def gathered_tokens(reader, world, kind, causal, pos):
+    """The global positions in reader's gathered buffer, in order (checking each region's
+    offset against the runs before it)."""
+    half = len(pos[reader]) // 2
+    got = []
+    for r in gs.regions(world, kind, causal):
+        if r.reader == reader:
+            assert len(got) == r.at * half, (r, len(got))
+            a, z = part_range(r.part, len(pos[r.owner]))
+            got += pos[r.owner][a:z]
+    assert len(got) == gs.gathered_halves(reader, world, kind, causal) * half
+    return got
+
+
+@pytest.mark.parametrize("world", range(1, 9))
+@pytest.mark.parametrize("kind", ["zigzag", "contiguous"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_gather_schedule_covers_the_mask_once(world, kind, causal):
+    total = 4 * world
+    pos = [list(layout.token_index(total, world, r, kind)) for r in range(world)]
+    hits: dict[tuple[int, int], int] = {}
+
+    def hit(i, j):
+        hits[i, j] = hits.get((i, j), 0) + 1
+
+    for r in range(world):
+        mine, n_local = pos[r], len(pos[r])
+        for i, j in itertools.product(range(n_local), range(n_local)):  # the masked block
+            if not causal or j <= i:  # top-left causal in local order
+                hit(mine[i], mine[j])
+        keys = gathered_tokens(r, world, kind, causal, pos)
+        blocks = gs.prefix_blocks(r, world, kind, causal)
+        if blocks:
+            assert blocks[-1][1] * (n_local // 2) == len(keys)  # the longest reads it all
+        for name, n in blocks:
+            a, z = part_range(name, n_local)
+            for i, j in itertools.product(mine[a:z], keys[: n * (n_local // 2)]):
+                hit(i, j)
+    want = {(i, j) for i in range(total) for j in range(total) if not causal or j <= i}
+    assert set(hits) == want
+    assert set(hits.values()) == {1}
+
+
+@pytest.mark.parametrize("world", range(2, 9))
+@pytest.mark.parametrize("kind", ["zigzag", "contiguous"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_each_writer_sends_one_run_per_reader_and_slots_are_runs(world, kind, causal):
+    regs = gs.regions(world, kind, causal)
+    pairs = [(r.owner, r.reader) for r in regs]
+    assert len(pairs) == len(set(pairs)) and all(o != rd for o, rd in pairs)
+    for owner in range(world):
+        runs = gs.sum_slots(owner, world, kind, causal)  # raises when not contiguous
+        readers = {r.reader - (r.reader > owner) for r in regs if r.owner == owner}
+        assert set(range(*runs["front"])) <= readers and set(range(*runs["back"])) <= readers
+    if kind == "zigzag" and causal:  # every rank gathers W-1 shards' worth of halves or less,
+        # and the halves are balanced: rank r gathers 2W-2-r
+        assert [gs.gathered_halves(r, world, kind, causal) for r in range(world)] == [
+            2 * world - 2 - r for r in range(world)
+        ]
+
+
+def test_use_gather_policy(monkeypatch):
+    monkeypatch.delenv("GSHMEM_ATTENTION_ALGORITHM", raising=False)
+    small, big = 1 << 20, gs.GATHER_MAX_BYTES
+    assert gs.use_gather("auto", 4, 8192, False, small)
+    assert not gs.use_gather("auto", 4, 8192, False, big)  # 3 shards past the limit
+    assert gs.use_gather("auto", 2, 8192, False, big)  # exactly at it
+    assert not gs.use_gather("auto", 1, 8192, False, small)
+    assert not gs.use_gather("auto", 4, 8192, True, small)  # documents: the ring
+    assert not gs.use_gather("auto", 4, 8191, False, small)  # odd shard: the ring
+    assert gs.use_gather("allgather", 4, 8192, False, big)
+    assert not gs.use_gather("ring", 4, 8192, False, small)
+    monkeypatch.setenv("GSHMEM_ATTENTION_ALGORITHM", "ring")
+    assert not gs.use_gather("auto", 4, 8192, False, small)
+    assert gs.use_gather("allgather", 4, 8192, False, small)  # an explicit choice wins
+    monkeypatch.setenv("GSHMEM_ATTENTION_ALGORITHM", "allgather")
+    assert gs.use_gather("auto", 4, 8192, False, big)
+    monkeypatch.setenv("GSHMEM_ATTENTION_ALGORITHM", "fast")
+    with pytest.raises(UsageError, match="GSHMEM_ATTENTION_ALGORITHM"):
+        gs.use_gather("auto", 4, 8192, False, small)
+    with pytest.raises(UsageError, match="algorithm must be"):
+        gs.use_gather("tree", 4, 8192, False, small)
+    with pytest.raises(UsageError, match="packed documents"):
+        gs.use_gather("allgather", 4, 8192, True, small)
+    with pytest.raises(UsageError, match="even local length"):
+        gs.use_gather("allgather", 4, 8191, False, small)
+
+
+CASES = [
+    # world, layout, causal, q heads, kv heads, batch
+    (1, "zigzag", True, 4, 2, 1),
+    (2, "zigzag", True, 4, 2, 1),
+    (3, "zigzag", True, 4, 1, 2),
+    (4, "zigzag", True, 6, 3, 1),
+    (5, "zigzag", True, 2, 2, 1),
+    (4, "zigzag", False, 4, 2, 2),
+    (3, "contiguous", True, 4, 2, 1),
+    (4, "contiguous", False, 2, 2, 1),
+]
+
+
+@pytest.mark.parametrize("world,kind,causal,hq,hk,batch", CASES)
+def test_gather_forward_backward_matches_exact_attention(world, kind, causal, hq, hk, batch):
+    torch.manual_seed(world * 10 + hq + batch)
+    n = 8 * world
+    q, k, v = (torch.randn(batch, h, n, 16, dtype=torch.float32) for h in (hq, hk, hk))
+    dout = torch.randn(batch, hq, n, 16)
+    want, leaves = reference(q, k, v, causal)
+    want.backward(dout.double())
+    p = ring.Problem(causal, 16**-0.5, kind, Dense("cpu"), gather=True)
+
+    def rank(rg):
+        mine = [layout.shard(t, world, rg.index, kind) for t in (q, k, v, dout)]
+        out, lse, kept = gather.forward(rg, p, *mine[:3])
+        halves = gs.gathered_halves(rg.index, world, kind, causal) if world > 1 else 0
+        assert kept.numel() == halves * mine[1].numel()  # two halves per shard, k and v
+        grads = gather.backward(rg, p, mine[3], *mine[:3], out, lse, kept)
+        return out, grads
+
+    sent: dict = {}
+    results = run_ring(world, rank, sent)
+    out = layout.unshard([r[0] for r in results], kind)
+    assert torch.allclose(out.double(), want, atol=2e-5), (out.double() - want).abs().max()
+    for i, leaf in enumerate(leaves):
+        got = layout.unshard([r[1][i] for r in results], kind)
+        assert torch.allclose(got.double(), leaf.grad, atol=5e-5), (
+            i,
+            (got - leaf.grad).abs().max(),
+        )
+    # the backward returns exactly what the forward gathered: the same pairs, reversed
+    fwd = sorted(sent.get("kv_gather", []))
+    assert sorted((b, a) for a, b in sent.get("dkv_scatter", [])) == fwd
+    assert len(fwd) == 2 * batch * len(gs.regions(world, kind, causal))
