@@ -18,7 +18,7 @@ from gshmem import UsageError  # noqa: E402
 from gshmem.attention import gather, layout, ring  # noqa: E402
 from gshmem.attention import gather_schedule as gs  # noqa: E402
 from gshmem.attention.local import Dense  # noqa: E402
-from gshmem.attention.schedule import part_range  # noqa: E402
+from gshmem.attention.schedule import halves, part_range  # noqa: E402
 
 
 def gathered_tokens(reader, world, kind, causal, pos):
@@ -72,9 +72,21 @@ def test_each_writer_sends_one_run_per_reader_and_slots_are_runs(world, kind, ca
     pairs = [(r.owner, r.reader) for r in regs]
     assert len(pairs) == len(set(pairs)) and all(o != rd for o, rd in pairs)
     for owner in range(world):
-        runs = gs.sum_slots(owner, world, kind, causal)  # raises when not contiguous
-        readers = {r.reader - (r.reader > owner) for r in regs if r.owner == owner}
-        assert set(range(*runs["front"])) <= readers and set(range(*runs["back"])) <= readers
+        # brute force: every unmasked block of every reader that reads part of owner's shard
+        want = sorted(
+            (r.reader, n, r.part)
+            for r in regs
+            if r.owner == owner
+            for _, n in gs.prefix_blocks(r.reader, world, kind, causal)
+            if n > r.at
+        )
+        got = gs.contributions(owner, world, kind, causal)
+        assert sorted(got) == want
+        runs = gs.sum_slots(owner, world, kind, causal)
+        for half, (lo, hi) in runs.items():  # the slots summed into a half read that half
+            assert lo == 0 and all(half in halves(c[2]) for c in got[lo:hi])
+            assert hi == sum(half in halves(c[2]) for c in got)
+        assert len(got) <= gs.max_slots(world, kind, causal) <= 2 * (world - 1)
     if kind == "zigzag" and causal:  # every rank gathers W-1 shards' worth of halves or less,
         # and the halves are balanced: rank r gathers 2W-2-r
         assert [gs.gathered_halves(r, world, kind, causal) for r in range(world)] == [
@@ -150,7 +162,10 @@ def test_gather_forward_backward_matches_exact_attention(world, kind, causal, hq
             i,
             (got - leaf.grad).abs().max(),
         )
-    # the backward returns exactly what the forward gathered: the same pairs, reversed
-    fwd = sorted(sent.get("kv_gather", []))
-    assert sorted((b, a) for a, b in sent.get("dkv_scatter", [])) == fwd
+    # the backward returns gradients along the forward's pairs, reversed: one run per (tensor,
+    # batch) per region gathered, and per block that read it
+    fwd, bwd = sent.get("kv_gather", []), sent.get("dkv_scatter", [])
+    assert {(b, a) for a, b in bwd} == set(fwd)
     assert len(fwd) == 2 * batch * len(gs.regions(world, kind, causal))
+    n_back = sum(len(gs.contributions(o, world, kind, causal)) for o in range(world))
+    assert len(bwd) == 2 * batch * n_back

@@ -2,6 +2,8 @@
 bytes into every other member's receive buffer, once per round. The same calls over gshmem or
 over NCCL; the loop calls, per round:
 
+    fork()                 # the transfers posted next follow the compute stream's work so far
+    ...queue compute...    # (not what is queued after this point)
     post(sends, receives)  # sends: (reader index, byte offset in its mailbox, local tensor);
                            # receives: (writer index, byte offset, bytes) this rank expects
     ...compute...
@@ -55,7 +57,9 @@ class GshmemExchange:
         torch.from_dlpack(self.flags).view(torch.int64)[w:].fill_(1)  # every mailbox free
         self.streams = {i: torch.cuda.Stream(device=comm.device) for i in range(w) if i != me}
         self.copies = torch.cuda.Stream(device=comm.device)
+        self.forked = torch.cuda.Event()
         self.writers: list[int] = []
+        self.used: list = []  # the side streams this round forked (only those are joined)
         self.pending: list[torch.Tensor] = []  # sent tensors a side stream may still read
         torch.cuda.synchronize(comm.device)
         comm.barrier()
@@ -65,16 +69,20 @@ class GshmemExchange:
 
         return torch.cuda.current_stream(self.comm.device)
 
+    def fork(self) -> None:
+        self.forked.record(self._current())
+
     def post(self, sends: Sequence[Send], receives: Sequence[Receive]) -> None:
-        """Starts this round's puts (each after the compute stream's work so far) and notes the
-        writers to wait for."""
-        c, cur = self.comm, self._current()
+        """Starts this round's puts (after the compute stream's work up to ``fork``) and notes
+        the writers to wait for."""
+        c = self.comm
         by_reader: dict[int, list[tuple[int, torch.Tensor]]] = {}
         for reader, offset, src in sends:
             by_reader.setdefault(reader, []).append((offset, as_bytes(src)))
         for reader, runs in by_reader.items():
             st, pe = self.streams[reader], self.members[reader]
-            st.wait_stream(cur)
+            st.wait_event(self.forked)
+            self.used.append(st)
             side = st.cuda_stream
             c.signal_wait_until(self.credit[reader], "eq", 1, stream=side)
             c.signal_op(self.credit[reader], 0, c.rank, stream=side)
@@ -101,6 +109,7 @@ class GshmemExchange:
         import torch
 
         self.copies.wait_stream(self._current())
+        self.used.append(self.copies)
         with torch.cuda.stream(self.copies):
             dst.copy_(src)
 
@@ -108,15 +117,16 @@ class GshmemExchange:
         """Credits back to this round's writers, once the compute stream's reads and the
         side copies out of the mailbox are done."""
         c, cur = self.comm, self._current()
-        cur.wait_stream(self.copies)
+        if self.copies in self.used:
+            cur.wait_stream(self.copies)
         for w in self.writers:
             c.signal_op(self.credit[self.me], 1, self.members[w], stream=cur.cuda_stream)
 
     def join(self) -> None:
         cur = self._current()
-        for st in self.streams.values():
-            cur.wait_stream(st)
-        cur.wait_stream(self.copies)
+        for st in dict.fromkeys(self.used):  # a stream not forked this round is not waited
+            cur.wait_stream(st)  # for: inside a graph capture that would be an error
+        self.used.clear()
         self.pending.clear()  # freed after the join: reuse is ordered after the side streams
 
     def close(self) -> None:
@@ -135,9 +145,17 @@ class NcclExchange:
         self.members, self.me, self.nbytes = list(members), me, nbytes
         self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{device}")
         self.works: list = []
+        self.side = torch.cuda.Stream(device=device)  # NCCL follows the stream it is issued on
+        self.forked = torch.cuda.Event()
+
+    def fork(self) -> None:
+        import torch
+
+        self.forked.record(torch.cuda.current_stream(self.buffer.device))
 
     def post(self, sends: Sequence[Send], receives: Sequence[Receive]) -> None:
         """Every pair lists its runs in one order (the schedule's), which NCCL matches."""
+        import torch
         import torch.distributed as dist
 
         ops = [dist.P2POp(dist.isend, as_bytes(src), self.members[r]) for r, _, src in sends]
@@ -145,7 +163,9 @@ class NcclExchange:
             dist.P2POp(dist.irecv, self.buffer[off : off + n], self.members[w])
             for w, off, n in receives
         ]
-        self.works = dist.batch_isend_irecv(ops) if ops else []
+        self.side.wait_event(self.forked)
+        with torch.cuda.stream(self.side):
+            self.works = dist.batch_isend_irecv(ops) if ops else []
 
     def wait(self) -> None:
         for w in self.works:

@@ -9,11 +9,17 @@ of the gathered keys in one unmasked call, merged into the local block's rows by
 (merge.py). The gathered K/V is copied out of the mailbox (off the compute stream) for the
 backward, which therefore starts without a transfer.
 
-Backward: the unmasked blocks first, longest first, their key/value gradients summed in fp32
-into one sequence-major buffer whose runs go straight back to their owners' receive slots;
-the local block's backward runs while they travel. Each owner then adds up the slots that
-cover each half of its shard (one reduction per half) and its own block's gradients, rounding
-to the inputs' dtype once. dq: the local block's, with each unmasked block's added in place.
+Backward: the unmasked blocks first, longest first; each block's key/value gradients go
+straight from the kernel's output back to their owners, one receive slot per (block, part
+read), while the local block's backward runs. Each owner then adds up, in fp32, the slots
+that cover each half of its shard (one reduction per half) and its own block's gradients,
+rounding to the inputs' dtype once: each block's gradient is rounded by the kernel and the
+sum once, as in the ring. dq: the local block's, with each unmasked block's added in place.
+
+Both passes queue the local block on the compute stream *before* the host issues the
+transfers, which then wait only for what came before the block (``fork``): issuing a dozen
+puts and flags takes the host a few hundred microseconds, which would otherwise leave the GPU
+idle at the start of the call.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from gshmem.attention.gather_schedule import (
+    contributions,
     gathered_halves,
+    max_slots,
     prefix_blocks,
     regions,
     sum_slots,
@@ -37,6 +45,7 @@ if TYPE_CHECKING:
 class Mailbox(Protocol):
     buffer: torch.Tensor
 
+    def fork(self) -> None: ...
     def post(self, sends, receives) -> None: ...
     def wait(self) -> None: ...
     def copy_out(self, dst: torch.Tensor, src: torch.Tensor) -> None: ...
@@ -60,29 +69,19 @@ def _seq_major(t: torch.Tensor) -> torch.Tensor:
     return s if s.is_contiguous() else s.contiguous()
 
 
-def _runs(p: Problem, world: int, me: int, shape, width: int, slot_of):
-    """(sends, receives) of one round, one run per region this rank writes or reads, per
-    tensor (k, v) and batch index: sends ``(reader, row, (tensor, batch, source row, rows))``,
-    receives ``(writer, row, rows)``, rows counted in tokens (``heads x dim`` elements). A
-    mailbox slot holds ``[2, batch, width, heads, dim]``; ``slot_of(region)`` gives (writer,
-    reader, source row, slot, row in the slot) of a region."""
-    b = shape[0]
-    sends: list[tuple] = []
-    receives: list[tuple] = []
-    for r in regions(world, p.layout, p.causal):
-        writer, reader, src_at, slot, dst_at = slot_of(r)
-        if me not in (writer, reader):
-            continue
-        n = part_range(r.part, shape[2])
-        n = n[1] - n[0]
-        for t in range(2):
-            for bi in range(b):
-                row = ((slot * 2 + t) * b + bi) * width + dst_at
-                if me == writer:
-                    sends.append((reader, row, (t, bi, src_at, n)))
-                else:
-                    receives.append((writer, row, n))
-    return sends, receives
+def _post(box: Mailbox, me: int, transfers, sources, dtype, token: int) -> None:
+    """Posts this rank's part of a round. ``transfers``: (writer, reader, source, row, rows)
+    in one order on every rank (NCCL matches a pair's runs by order), ``source`` (tensor
+    index, batch, first row) into ``sources``, ``row`` the destination row in the reader's
+    mailbox; rows are ``token`` elements of ``dtype``."""
+    size = token * dtype.itemsize
+    sends, receives = [], []
+    for writer, reader, (t, bi, a), row, n in transfers:
+        if writer == me:
+            sends.append((reader, row * size, sources[t][bi, a : a + n]))
+        elif reader == me:
+            receives.append((writer, row * size, n * size))
+    box.post(sends, receives)
 
 
 def forward(team: TeamLike, p: Problem, q, k, v) -> tuple[torch.Tensor, ...]:
@@ -97,24 +96,23 @@ def forward(team: TeamLike, p: Problem, q, k, v) -> tuple[torch.Tensor, ...]:
     mine = gathered_halves(me, world, p.layout, p.causal) * half
     box = team.exchange("kv_gather", 2 * b * width * token * k.element_size())
     seq = (_seq_major(k), _seq_major(v))
-
-    def where(r):  # the forward: owner writes part of its shard to the reader's position
-        return r.owner, r.reader, part_range(r.part, length)[0], 0, r.at * half
-
-    sends, receives = _runs(p, world, me, k.shape, width, where)
-    box.post(
-        [(rd, row * token * k.element_size(), seq[t][bi, a : a + n]) for rd, row, (t, bi, a, n)
-         in sends],
-        [(w, row * token * k.element_size(), n * token * k.element_size())
-         for w, row, n in receives],
-    )  # fmt: skip
-    out, lse = p.kernel.forward(q, k, v, p.causal, p.scale)  # overlaps the gathering
+    box.fork()
+    out, lse = p.kernel.forward(q, k, v, p.causal, p.scale)  # queued first; overlaps the puts
+    transfers = [
+        (r.owner, r.reader, (t, bi, a), (t * b + bi) * width + r.at * half, z - a)
+        for r in regions(world, p.layout, p.causal)
+        for a, z in [part_range(r.part, length)]
+        for t in range(2)
+        for bi in range(b)
+    ]
+    _post(box, me, transfers, seq, k.dtype, token)
     box.wait()
     got = box.buffer[: 2 * b * width * token * k.element_size()].view(k.dtype)
     got = got.view(2, b, width, hk, d)
     kept = k.new_empty((2, b, mine, hk, d))
-    if mine:
-        box.copy_out(kept, got[:, :, :mine])
+    for t in range(2) if mine else ():
+        for bi in range(b):  # contiguous runs: copy-engine copies, no SMs
+            box.copy_out(kept[t, bi], got[t, bi, :mine])
     for name, n in prefix_blocks(me, world, p.layout, p.causal):
         gk, gv = (got[t, :, : n * half].transpose(1, 2) for t in (0, 1))
         o, lse_b = p.kernel.forward(part(q, name, sd), gk, gv, False, p.scale)
@@ -136,43 +134,44 @@ def backward(team: TeamLike, p: Problem, dout, q, k, v, out, lse, kept) -> tuple
     half = length // 2
     mine = gathered_halves(me, world, p.layout, p.causal) * half
     kv = kept.view(2, b, mine, hk, d)
-    wire = torch.empty((2, b, mine, hk, d), dtype=torch.float32, device=k.device)
+    grads: dict[int, tuple] = {}  # block length -> its dK, dV (sequence-major)
     dqs = []
-    for i, (name, n) in enumerate(reversed(prefix_blocks(me, world, p.layout, p.causal))):
+    for name, n in reversed(prefix_blocks(me, world, p.layout, p.causal)):
         gk, gv = (kv[t, :, : n * half].transpose(1, 2) for t in (0, 1))
-        dq_b, *dkv = p.kernel.backward(
+        dq_b, dk_b, dv_b = p.kernel.backward(
             part(dout, name, sd), part(q, name, sd), gk, gv,
             part(out, name, sd), part(lse, name, sd), False, p.scale,
         )  # fmt: skip
-        for t, g in enumerate(dkv):  # the longest block covers the whole wire: copied first
-            dst = wire[t, :, : n * half]
-            if i:
-                dst.add_(g.transpose(1, 2))
-            else:
-                dst.copy_(g.transpose(1, 2))
+        grads[n] = (_seq_major(dk_b), _seq_major(dv_b))
         dqs.append((name, dq_b))
-    box = team.exchange("dkv_scatter", (world - 1) * 2 * b * length * hk * d * 4)
-
-    def where(r):  # the backward: the reader returns the gradients of what it gathered
-        slot = r.reader - (r.reader > r.owner)
-        return r.reader, r.owner, r.at * half, slot, part_range(r.part, length)[0]
-
-    sends, receives = _runs(p, world, me, k.shape, length, where)
-    box.post(
-        [(ow, row * hk * d * 4, wire[t, bi, a : a + n]) for ow, row, (t, bi, a, n) in sends],
-        [(w, row * hk * d * 4, n * hk * d * 4) for w, row, n in receives],
-    )
+    slots = max_slots(world, p.layout, p.causal)
+    box = team.exchange("dkv_scatter", slots * 2 * b * length * hk * d * k.element_size())
+    box.fork()
     dq, dk_own, dv_own = p.kernel.backward(dout, q, k, v, out, lse, p.causal, p.scale)
+    at = {(r.owner, r.reader): r.at for r in regions(world, p.layout, p.causal)}
+    transfers, sources = [], []
+    for owner in range(world):
+        for slot, (writer, n, name) in enumerate(contributions(owner, world, p.layout, p.causal)):
+            a, z = part_range(name, length)
+            src = at[owner, writer] * half
+            for t in range(2):
+                if writer == me:
+                    sources.append(grads[n][t])
+                for bi in range(b):
+                    row = ((slot * 2 + t) * b + bi) * length + a
+                    idx = len(sources) - 1 if writer == me else 0
+                    transfers.append((writer, owner, (idx, bi, src), row, z - a))
+    _post(box, me, transfers, sources, k.dtype, hk * d)
     for name, dq_b in dqs:
         part(dq, name, sd).add_(dq_b)
     box.wait()
-    slots = box.buffer[: (world - 1) * 2 * b * length * hk * d * 4].view(torch.float32)
-    slots = slots.view(world - 1, 2, b, length, hk, d)
+    got = box.buffer[: slots * 2 * b * length * hk * d * k.element_size()].view(k.dtype)
+    got = got.view(slots, 2, b, length, hk, d)
     acc = torch.empty((2, b, length, hk, d), dtype=torch.float32, device=k.device)
     for h, (lo, hi) in sum_slots(me, world, p.layout, p.causal).items():
         a, z = part_range(h, length)
         if hi > lo:
-            torch.sum(slots[lo:hi, :, :, a:z], dim=0, out=acc[:, :, a:z])
+            torch.sum(got[lo:hi, :, :, a:z], dim=0, dtype=torch.float32, out=acc[:, :, a:z])
         else:
             acc[:, :, a:z].zero_()
     box.release()

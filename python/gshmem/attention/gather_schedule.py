@@ -29,6 +29,7 @@ Memory: a reader holds up to 2W-2 halves of K/V (W-1 shards), against two shards
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -61,6 +62,7 @@ def _gathered(reader: int, world: int, layout: str, causal: bool) -> list[tuple[
     return [(s, FRONT) for s in range(reader)] + [(s, ALL) for s in range(reader + 1, world)]
 
 
+@functools.cache
 def regions(world: int, layout: str, causal: bool) -> tuple[Region, ...]:
     """Every region of the schedule, by reader then position (the order both ends of a
     transfer list them in)."""
@@ -79,6 +81,7 @@ def gathered_halves(rank: int, world: int, layout: str, causal: bool) -> int:
     return sum(len(halves(part)) for _, part in _gathered(rank, world, layout, causal))
 
 
+@functools.cache
 def prefix_blocks(rank: int, world: int, layout: str, causal: bool) -> tuple[tuple[str, int], ...]:
     """The unmasked blocks of rank ``rank``: (query part, half-shards of the gathered buffer it
     attends to, from the start), the longest last. The masked block, the local shard against
@@ -93,21 +96,35 @@ def prefix_blocks(rank: int, world: int, layout: str, causal: bool) -> tuple[tup
     return tuple((part, n) for part, n in ((FRONT, front), (BACK, back)) if n)
 
 
+@functools.cache
+def contributions(owner: int, world: int, layout: str, causal: bool) -> tuple[tuple, ...]:
+    """The key/value gradients the backward returns to ``owner``: (writer, the writer's block
+    length n, the part of ``owner``'s shard), one per unmasked block that read that part, in
+    receive-slot order: whole-shard parts first. The front half of the shard then sums slots
+    [0, all of them), the back half [0, the whole-shard ones) (``sum_slots``)."""
+    out = []
+    for r in regions(world, layout, causal):
+        if r.owner != owner:
+            continue
+        for _, n in prefix_blocks(r.reader, world, layout, causal):
+            if n <= r.at:
+                continue
+            if n < r.at + len(halves(r.part)):
+                raise AssertionError(f"a block of {n} halves splits region {r}")
+            out.append((r.reader, n, r.part))
+    return tuple(sorted(out, key=lambda c: c[2] != ALL))  # stable: whole shards first
+
+
 def sum_slots(owner: int, world: int, layout: str, causal: bool) -> dict[str, tuple[int, int]]:
-    """Per half of ``owner``'s shard: the [first, last) receive slots whose key/value gradients
-    add up to it in the backward (slot of writer s: s, less one past the owner). Always a
-    contiguous run, which the schedule's order guarantees (checked here)."""
-    runs = {}
-    for h in (FRONT, BACK):
-        slots = [
-            r.reader - (r.reader > owner)
-            for r in regions(world, layout, causal)
-            if r.owner == owner and h in halves(r.part)
-        ]
-        if slots and slots != list(range(min(slots), max(slots) + 1)):
-            raise AssertionError(f"slots {slots} of rank {owner}'s {h} half are not contiguous")
-        runs[h] = (min(slots), max(slots) + 1) if slots else (0, 0)
-    return runs
+    """Per half of ``owner``'s shard: the [first, last) receive slots that add up to its key/
+    value gradients (every part is the whole shard or its front half, so both are runs)."""
+    parts = [c[2] for c in contributions(owner, world, layout, causal)]
+    return {FRONT: (0, len(parts)), BACK: (0, parts.count(ALL))}
+
+
+def max_slots(world: int, layout: str, causal: bool) -> int:
+    """The most receive slots any rank needs (every rank's mailbox has that many)."""
+    return max(len(contributions(r, world, layout, causal)) for r in range(world))
 
 
 def use_gather(requested: str, world: int, seq: int, varlen: bool, kv_bytes: int) -> bool:
@@ -141,7 +158,9 @@ __all__ = [
     "ALGORITHMS",
     "GATHER_MAX_BYTES",
     "Region",
+    "contributions",
     "gathered_halves",
+    "max_slots",
     "prefix_blocks",
     "regions",
     "sum_slots",
