@@ -39,7 +39,7 @@ from gshmem.attention.schedule import ALL, BACK, FRONT, halves
 
 ALGORITHMS = ("auto", "ring", "allgather")
 # auto gathers while a reader's gathered K/V stays this small (bytes; docs/attention.md: measured)
-GATHER_MAX_BYTES = 256 << 20
+GATHER_MAX_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
