@@ -117,14 +117,16 @@ def lax_wire(monkeypatch):
     # the backward's edges: no K/V hop at W = 2, one at W = 3
     ("zigzag", True, 2), ("zigzag", True, 3), ("contiguous", False, 3),
 ])  # fmt: skip
-def test_ring_matches_whole_sequence(lax_wire, layout, causal, world) -> None:
+@pytest.mark.parametrize("algorithm", ["ring", "allgather"])
+def test_ring_matches_whole_sequence(lax_wire, layout, causal, world, algorithm) -> None:
     q, k, v, do = _qkv(1, 48 if world == 3 else 32)  # 2W chunks of whole tokens
     spec = P(None, "cp")
     mesh = MESH if world == 4 else Mesh(np.array(jax.devices("cpu")[:world]), ("cp",))
 
     def ring(a, b, c):
         f = jax.shard_map(lambda x, y, z: ring_attention(x, y, z, "cp", causal=causal,
-                                                         layout=layout, implementation="xla"),
+                                                         layout=layout, implementation="xla",
+                                                         algorithm=algorithm),
                           in_specs=spec, out_specs=spec, check_vma=False)  # fmt: skip
         return unshard(f(*(shard(t, world, layout) for t in (a, b, c))), world, layout)
 
@@ -163,7 +165,8 @@ def _lowered_ring_grad(monkeypatch, backend: str | None, remat: bool = False) ->
         monkeypatch.setenv("GSHMEM_JAX_PPERMUTE_BACKEND", backend)
     q, k, v, _ = _qkv(3, 32)
     spec = P(None, "cp")
-    ring = jax.shard_map(lambda x, y, z: ring_attention(x, y, z, "cp", implementation="xla"),
+    ring = jax.shard_map(lambda x, y, z: ring_attention(x, y, z, "cp", implementation="xla",
+                                                        algorithm="ring"),
                          in_specs=spec, out_specs=spec, check_vma=False)  # fmt: skip
     if remat:
         ring = jax.checkpoint(ring)

@@ -1,15 +1,19 @@
 """The attention rows of ``python -m gshmem.bench jax``: gshmem.jax.ring_attention, causal
-zigzag, forward+backward, Llama-3-8B heads (32 query / 8 KV heads, dim 128), bfloat16, against
-the same ring with its permutes on XLA's collective (GSHMEM_JAX_PPERMUTE_BACKEND=xla: the
-comparison swaps only the transport) and against one device's attention on the whole sequence
-divided by the devices (the ideal). Every attention call is cuDNN's (``implementation="cudnn"``:
-JAX's default may fall back to XLA's, which materialises the scores)."""
+zigzag, forward+backward, Llama-3-8B heads (32 query / 8 KV heads, dim 128), bfloat16, in three
+columns (COLUMNS): ``gshmem`` (``algorithm="auto"``, the permutes on gshmem and the all-gather
+schedule's collectives by gshmem's backend rule), ``gshmem_ring`` (the ring forced) and ``xla``
+(the same schedule as ``gshmem`` with every collective on XLA's, ``GSHMEM_JAX_BACKEND=xla``:
+the comparison swaps only the transport), and against one device's attention on the whole
+sequence divided by the devices (the ideal). Every attention call is cuDNN's
+(``implementation="cudnn"``: JAX's default may fall back to XLA's, which materialises the
+scores)."""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from statistics import median
 from typing import Any
 
@@ -17,6 +21,12 @@ from gshmem.bench.timing import schedule
 
 HQ, HKV, DIM = 32, 8, 128
 CHAINED = 20  # most calls timed in a row
+# column -> the environment it is traced under (read when ring_attention is traced)
+COLUMNS = {
+    "gshmem": {"GSHMEM_JAX_PPERMUTE_BACKEND": "gshmem"},
+    "gshmem_ring": {"GSHMEM_JAX_PPERMUTE_BACKEND": "gshmem", "GSHMEM_ATTENTION_ALGORITHM": "ring"},
+    "xla": {"GSHMEM_JAX_BACKEND": "xla"},
+}
 
 
 def flops_fwd_bwd(tokens: int) -> float:
@@ -44,6 +54,21 @@ def _seconds(fn: Callable, args: tuple, warmup: int, repeats: int) -> float:
         jax.block_until_ready(out)
         times.append((time.perf_counter() - t0) / calls)
     return median(times)
+
+
+@contextmanager
+def _environment(env: dict[str, str]):
+    """``env`` set in os.environ for the block, the previous values restored after."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _ring_fwd_bwd(q, k, v, do):
@@ -87,19 +112,12 @@ def measure(tokens_per_gpu: list[int], mesh: Any, warmup: int, repeats: int,
         mine = [jax.device_put(shard(t, n), NamedSharding(mesh, spec)) for t in full]
 
         seconds = {}
-        for column, backend in (("gshmem", "gshmem"), ("xla", "xla")):
-            old = os.environ.get("GSHMEM_JAX_PPERMUTE_BACKEND")
-            os.environ["GSHMEM_JAX_PPERMUTE_BACKEND"] = backend  # read when the ring is traced
-            try:
+        for column, env in COLUMNS.items():
+            with _environment(env):
                 with jax.set_mesh(mesh):
                     fn = jax.jit(jax.shard_map(_ring_fwd_bwd, in_specs=spec, out_specs=spec,
                                                check_vma=False))  # fmt: skip
                     seconds[column] = slowest(_seconds(fn, tuple(mine), warmup, repeats))
-            finally:
-                if old is None:
-                    os.environ.pop("GSHMEM_JAX_PPERMUTE_BACKEND")
-                else:
-                    os.environ["GSHMEM_JAX_PPERMUTE_BACKEND"] = old
 
         local = jax.local_devices()[0]
         on_one = [jax.device_put(t, local) for t in full]
@@ -107,12 +125,10 @@ def measure(tokens_per_gpu: list[int], mesh: Any, warmup: int, repeats: int,
         per_gpu = flops_fwd_bwd(seq) / n
         row = {"op": "attention", "tokens_per_gpu": tpg}
         row.update({f"{col}_ms": sec * 1e3 for col, sec in seconds.items()})
-        row.update(
-            {f"{col}_efficiency": seconds["ideal"] / seconds[col] for col in ("gshmem", "xla")}
-        )
+        row.update({f"{col}_efficiency": seconds["ideal"] / seconds[col] for col in COLUMNS})
         row["gshmem_tflops"] = per_gpu / seconds["gshmem"] / 1e12
         rows.append(row)
     return rows
 
 
-__all__ = ["flops_fwd_bwd", "measure"]
+__all__ = ["COLUMNS", "flops_fwd_bwd", "measure"]

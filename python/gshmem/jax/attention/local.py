@@ -23,13 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 
-def _attend(q, k, v, causal: bool, scale: float, implementation: str | None):
+def _attend(q, k, v, causal: bool, scale: float, implementation: str | None, kv_len=None):
     import jax
 
     def f(a, b, c):
         return jax.nn.dot_product_attention(
             a, b, c, scale=scale, is_causal=causal, implementation=implementation,
-            return_residual=True,
+            key_value_seq_lengths=kv_len, return_residual=True,
         )  # fmt: skip
 
     return jax.vjp(f, q, k, v)
@@ -51,11 +51,13 @@ def _stats(vjp, out) -> tuple[list, Any, int, int] | None:
     return leaves, tree, at_out[0], at_stats[0]
 
 
-def block(q, k, v, causal: bool, scale: float, implementation: str | None) -> tuple[Any, Any]:
-    """(output [B, Tq, N, D] in q's dtype, lse [B, Tq, N] fp32) of q against k, v."""
+def block(q, k, v, causal: bool, scale: float, implementation: str | None,
+          kv_len=None) -> tuple[Any, Any]:  # fmt: skip
+    """(output [B, Tq, N, D] in q's dtype, lse [B, Tq, N] fp32) of q against k, v (``kv_len``
+    [B]: only that many keys of each batch entry, or all)."""
     import jax.numpy as jnp
 
-    (o, lse), vjp = _attend(q, k, v, causal, scale, implementation)
+    (o, lse), vjp = _attend(q, k, v, causal, scale, implementation, kv_len)
     found = _stats(vjp, o)
     if found is not None:  # cuDNN's own fp32 statistics, not the rounded copy
         leaves, _, _, at = found
@@ -63,13 +65,14 @@ def block(q, k, v, causal: bool, scale: float, implementation: str | None) -> tu
     return o, lse.astype(jnp.float32)
 
 
-def block_grads(q, k, v, causal: bool, scale: float, implementation: str | None, do, out, lse):
+def block_grads(q, k, v, causal: bool, scale: float, implementation: str | None, do, out, lse,
+                kv_len=None):  # fmt: skip
     """(dq, dk, dv) of this block, ``do``/``out``/``lse`` being the rows' merged gradient,
-    output and log-sum-exp (fp32)."""
+    output and log-sum-exp (fp32); ``kv_len`` as in ``block``."""
     import jax
     import jax.numpy as jnp
 
-    (o_b, lse_r), vjp = _attend(q, k, v, causal, scale, implementation)
+    (o_b, lse_r), vjp = _attend(q, k, v, causal, scale, implementation, kv_len)
     found = _stats(vjp, o_b)
     if found is not None:  # cuDNN's backward with the merged output and statistics
         leaves, tree, at_out, at_stats = found
@@ -84,7 +87,8 @@ def block_grads(q, k, v, causal: bool, scale: float, implementation: str | None,
              - jnp.sum(do32 * out.astype(jnp.float32), -1, keepdims=True))  # fmt: skip
     dq, dk, dv = vjp(((w * do32).astype(o_b.dtype), jnp.zeros_like(lse_r)))
     # P_b K (the block's output with K for V), and P_bᵀ G for a cotangent G
-    pk, vjp_kv = jax.vjp(lambda c: _attend(q, k, c, causal, scale, implementation)[0][0], k)
+    pk, vjp_kv = jax.vjp(lambda c: _attend(q, k, c, causal, scale, implementation, kv_len)[0][0],
+                         k)  # fmt: skip
     (dk_lse,) = vjp_kv((scale * g * q.astype(jnp.float32)).astype(pk.dtype))
     dq = dq + (scale * g * pk.astype(jnp.float32)).astype(dq.dtype)
     return dq, dk + dk_lse.astype(dk.dtype), dv

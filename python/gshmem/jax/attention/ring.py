@@ -168,17 +168,22 @@ def _check(q, k, v, layout: str) -> None:
 
 def ring_attention(q, k, v, axis_name, *, causal: bool = True, layout: str = "zigzag",
                    scale: float | None = None, implementation: str | None = None,
-                   mesh: Any = None):  # fmt: skip
+                   mesh: Any = None, algorithm: str = "auto"):  # fmt: skip
     """Attention of this device's queries against the whole sequence sharded over
     ``axis_name``, inside ``shard_map``; differentiable (``jax.custom_vjp``).
 
     q: [batch, T, heads, dim], k/v: [batch, T, kv_heads, dim] (GQA/MQA: kv_heads divides heads;
     K/V are not expanded), this device's shard in ``layout`` ("zigzag": halves i and 2W-1-i of
     the sequence cut in 2W, balanced under a causal mask; "contiguous": block i), as
-    ``shard`` makes it. ``implementation`` goes to ``jax.nn.dot_product_attention``. Collective
-    over the axis: every device calls it with the same shapes."""
+    ``shard`` makes it. ``implementation`` goes to ``jax.nn.dot_product_attention``.
+    ``algorithm``: "ring", "allgather" (gather.py: the whole sequence's K/V gathered once, two
+    kernel calls per pass) or "auto" (as gshmem.attention.ring_attention decides it, with
+    ``GSHMEM_ATTENTION_ALGORITHM``). Collective over the axis: every device calls it with the
+    same shapes."""
     import jax
 
+    from gshmem.attention.gather_schedule import use_gather
+    from gshmem.jax.attention import gather
     from gshmem.jax.ops import _axis
 
     check_layout(layout)
@@ -187,16 +192,21 @@ def ring_attention(q, k, v, axis_name, *, causal: bool = True, layout: str = "zi
     p = Problem(axis_name, world, causal, layout, q.shape[-1] ** -0.5 if scale is None else scale,
                 implementation, mesh)  # fmt: skip
 
+    kv_bytes = 2 * k.size * k.dtype.itemsize
+    run_forward, run_backward = forward, backward  # the ring's
+    if use_gather(algorithm, world, q.shape[SEQ], False, kv_bytes):
+        run_forward, run_backward = gather.forward, gather.backward
+
     @jax.custom_vjp
     def attend(q, k, v):
-        return forward(p, q, k, v)[0]
+        return run_forward(p, q, k, v)[0]
 
     def fwd(q, k, v):
-        out, lse, last = forward(p, q, k, v)
+        out, lse, last = run_forward(p, q, k, v)
         return out, (q, k, v, out, lse, last)
 
     def bwd(res, do):
-        return backward(p, *res, do)
+        return run_backward(p, *res, do)
 
     attend.defvjp(fwd, bwd)
     return attend(q, k, v)
