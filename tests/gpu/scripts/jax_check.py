@@ -22,6 +22,7 @@ Prints "PASS <scenario>" per process on success; any failure raises (non-zero ex
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 
@@ -224,30 +225,31 @@ def attention():
     from gshmem.jax.attention import ring_attention, shard, unshard
 
     spec = P(None, "x")
-    for dtype, impl, tol in ((jnp.float32, "xla", 2e-5), (jnp.bfloat16, None, 3e-2)):
-        for layout, causal in (("zigzag", True), ("contiguous", True), ("zigzag", False)):
-            ks = jax.random.split(jax.random.key(11), 4)
-            q, k, v, do = (jax.random.normal(kk, (1, 256 * N, h, 64), jnp.float32)
-                           for kk, h in zip(ks, (8, 2, 2, 8), strict=True))  # fmt: skip
+    cases = itertools.product(((jnp.float32, "xla", 2e-5), (jnp.bfloat16, None, 3e-2)),
+                              (("zigzag", True), ("contiguous", True), ("zigzag", False)),
+                              ("ring", "allgather"))  # fmt: skip
+    for (dtype, impl, tol), (layout, causal), algo in cases:
+        ks = jax.random.split(jax.random.key(11), 4)
+        q, k, v, do = (jax.random.normal(kk, (1, 256 * N, h, 64), jnp.float32)
+                       for kk, h in zip(ks, (8, 2, 2, 8), strict=True))  # fmt: skip
 
-            def ring(a, b, c, layout=layout, causal=causal, impl=impl):
-                f = sharded_specs(
-                    lambda x, y, z: ring_attention(
-                        x, y, z, "x", causal=causal, layout=layout, implementation=impl
-                    ),
-                    spec,
-                )
-                return unshard(f(*(shard(t, N, layout) for t in (a, b, c))), N, layout)
+        def ring(a, b, c, layout=layout, causal=causal, impl=impl, algo=algo):
+            def attend(x, y, z):
+                return ring_attention(x, y, z, "x", causal=causal, layout=layout,
+                                      implementation=impl, algorithm=algo)  # fmt: skip
 
-            with jax.set_mesh(MESH):
-                out, vjp = jax.vjp(jax.jit(ring), *(t.astype(dtype) for t in (q, k, v)))
-                grads = vjp(do.astype(dtype))
-            ref, ref_vjp = jax.vjp(lambda a, b, c, causal=causal: jax.nn.dot_product_attention(
-                a, b, c, is_causal=causal, implementation="xla"), q, k, v)  # fmt: skip
-            for got, want in zip((out, *grads), (ref, *ref_vjp(do)), strict=True):
-                got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-                err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-6)
-                assert err < tol, (str(dtype), layout, causal, err)
+            f = sharded_specs(attend, spec)
+            return unshard(f(*(shard(t, N, layout) for t in (a, b, c))), N, layout)
+
+        with jax.set_mesh(MESH):
+            out, vjp = jax.vjp(jax.jit(ring), *(t.astype(dtype) for t in (q, k, v)))
+            grads = vjp(do.astype(dtype))
+        ref, ref_vjp = jax.vjp(lambda a, b, c, causal=causal: jax.nn.dot_product_attention(
+            a, b, c, is_causal=causal, implementation="xla"), q, k, v)  # fmt: skip
+        for got, want in zip((out, *grads), (ref, *ref_vjp(do)), strict=True):
+            got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+            err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-6)
+            assert err < tol, (str(dtype), layout, causal, algo, err)
 
 
 def sharded_specs(fn, spec):
