@@ -153,7 +153,8 @@ def test_ring_bad_input(lax_wire) -> None:
             jax.jit(f)(*args)
 
 
-def _lowered_ring_grad(monkeypatch, backend: str | None, remat: bool = False) -> str:
+def _lowered_ring_grad(monkeypatch, backend: str | None, remat: bool = False,
+                       algorithm: str = "ring") -> str:  # fmt: skip
     """The StableHLO of the ring's gradient with the real custom calls (ops.FfiWire); ``remat``:
     under jax.checkpoint, as the models run their layers."""
     pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
@@ -166,7 +167,7 @@ def _lowered_ring_grad(monkeypatch, backend: str | None, remat: bool = False) ->
     q, k, v, _ = _qkv(3, 32)
     spec = P(None, "cp")
     ring = jax.shard_map(lambda x, y, z: ring_attention(x, y, z, "cp", implementation="xla",
-                                                        algorithm="ring"),
+                                                        algorithm=algorithm),
                          in_specs=spec, out_specs=spec, check_vma=False)  # fmt: skip
     if remat:
         ring = jax.checkpoint(ring)
@@ -190,8 +191,12 @@ def test_ring_rotations_are_split_around_the_blocks(monkeypatch) -> None:
     assert "optimization_barrier" in text
     for channel, count in ((1, 3 + 2), (2, 3 + 2), (3, 3), (4, 3)):
         assert text.count(f"channel = {channel} : i32, peers") == count, channel
-    # a start's received array (result #0) is used by its done alone: XLA must not read it, copy
-    # it or alias it before the transfers land; the barriers take the dataless token (#1)
+    _check_starts_and_ties(text, starts)
+
+
+def _check_starts_and_ties(text: str, starts: int) -> None:
+    """A start's received array (result #0) is used by its done alone: XLA must not read it, copy
+    it or alias it before the transfers land; the barriers take the dataless token (#1)."""
     checked = barriers_checked = 0
     regions = text.split("sdy.manual_computation(")[1:] or [text]  # SSA names are per region
     for func in regions:
@@ -213,6 +218,19 @@ def test_ring_rotations_are_split_around_the_blocks(monkeypatch) -> None:
                 barriers_checked += 1
     assert checked == starts
     assert barriers_checked >= starts  # each start held once at least
+
+
+def test_allgather_transfers_are_split_around_the_local_block(monkeypatch) -> None:
+    """The all-gather schedule at W = 4: the forward's gathering is 3 start/done pairs (shift
+    1..3, K and V stacked in one array, channels 1-3) tied to the local block, and so is the
+    backward's return of the key/value gradients; no synchronous collective is left."""
+    text = _lowered_ring_grad(monkeypatch, None, algorithm="allgather")
+    starts, dones = text.count("@gshmem_ppermute_start"), text.count("@gshmem_ppermute_done")
+    assert starts == dones == 3 + 3, (starts, dones)
+    assert "@gshmem_ppermute(" not in text and "@gshmem_all_gather" not in text
+    for channel, count in ((1, 2), (2, 2), (3, 2), (4, 0)):
+        assert text.count(f"channel = {channel} : i32, peers") == count, channel
+    _check_starts_and_ties(text, starts)
 
 
 def test_ring_rotations_lower_under_checkpoint(monkeypatch) -> None:

@@ -95,4 +95,24 @@ def ppermute_done(pending: Pending, *after: Any) -> Any:
     return jax.tree.unflatten(tree, got)
 
 
-__all__ = ["CHANNELS", "Pending", "ppermute_done", "ppermute_start"]
+def shift_start(x: Any, axis_name: Any, shift: int, *, channel: int, mesh: Any = None) -> Pending:
+    """``ppermute_start`` of ``x`` to the member ``shift`` places on around the axis (negative:
+    back)."""
+    w = ops._axis(axis_name, mesh).size
+    ring = [(i, (i + shift) % w) for i in range(w)]
+    return ppermute_start(x, axis_name, ring, channel=channel, mesh=mesh)
+
+
+def hold_all(x: Any, pendings) -> tuple[Any, list]:
+    """(``x`` tied to every started exchange in ``pendings``, those exchanges carrying the
+    ties; None entries stay None): what is computed from the returned ``x`` runs after all the
+    starts, so their transfers overlap it (``Pending.hold``)."""
+    tied = []
+    for pending in pendings:
+        if pending is not None:
+            x, pending = pending.hold(x)
+        tied.append(pending)
+    return x, tied
+
+
+__all__ = ["CHANNELS", "Pending", "hold_all", "ppermute_done", "ppermute_start", "shift_start"]

@@ -3,16 +3,19 @@ gshmem.attention.gather_schedule, shared with the PyTorch version; docs/jax.md).
 
 One SPMD program must have the same shapes on every rank, while the schedule's unmasked
 blocks differ in length from rank to rank (causal zigzag: rank p's front queries see p gathered
-halves, its back queries 2W-2-p). So every rank gathers the whole sequence's K/V (one
-``gshmem.jax.all_gather``), lays the 2W halves out in its own reader order (``reader_order``: the
-halves its queries see first, as a prefix, the rest after) and runs its two query halves as one
-call of batch 2 against that buffer, each half with its own key length
-(``key_value_seq_lengths``: keys past it are masked, and a kernel that honours lengths skips
-them). With the local shard's masked block that is two calls per pass at any W.
+halves, its back queries 2W-2-p). So every rank gathers the whole sequence's K/V, lays the 2W
+halves out in its own reader order (``reader_order``: the halves its queries see first, as a
+prefix, the rest after) and runs its two query halves as one call of batch 2 against that
+buffer, each half with its own key length (``key_value_seq_lengths``: keys past it are masked,
+and a kernel that honours lengths skips them). With the local shard's masked block that is two
+calls per pass at any W.
 
-Backward: the local block's gradients, the batched block's (both halves' key gradients summed
-in fp32), the gathered keys' gradients put back in rank order and reduce-scattered
-(``gshmem.jax.psum_scatter``) in fp32 to their owners, rounding once at the end.
+The gathering is W-1 split permutes (split.py; shift s brings rank me-s's K/V), started before
+the local block, which computes on K/V tied to the starts, and done after it: the copy engines
+move the K/V while the masked block runs. Backward: the local block's gradients overlap the
+return of the gathered keys' gradients, W-1 split permutes of fp32 slices (shift s sends rank
+me-s its share), summed on arrival; both halves' key gradients are summed in fp32 first, and
+everything is rounded once at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from gshmem.attention.gather_schedule import prefix_blocks, regions
 from gshmem.attention.schedule import FRONT, halves
 from gshmem.jax.attention.local import block, block_grads
 from gshmem.jax.attention.merge import merge
+
+CHANNELS = (1, 2, 3, 4)  # split.py's channels, shift s on CHANNELS[(s - 1) % 4]
 
 
 @cache
@@ -77,17 +82,31 @@ def _prefix_call(p, q, gk, gv, me):
     return _halves_first(q), *keys, kv_len, kv_len == 0
 
 
-def _gathered(p, k, v, me):
-    """(K, V) of the whole sequence in rank ``me``'s reader order, [B, 2W * T/2, Nkv, D]."""
+def _shift_start(p, x, s: int, sign: int):
+    """Starts sending ``x`` to the rank ``sign * s`` places on (split.py)."""
+    from gshmem.jax.split import shift_start
+
+    channel = CHANNELS[(s - 1) % len(CHANNELS)]
+    return shift_start(x, p.axis_name, sign * s, channel=channel, mesh=p.mesh)
+
+
+def _reader_index(p, me):
+    """[2W]: where each half of rank ``me``'s reader order sits among the halves ordered by
+    shift (shift s holds rank me-s's front half at 2s, its back half at 2s+1)."""
     import jax.numpy as jnp
 
-    from gshmem.jax.ops import all_gather
+    order = jnp.asarray(reader_order(p.world, p.layout, p.causal))[me]
+    return 2 * ((me - order // 2) % p.world) + order % 2
 
-    w, (b, t, nk, d) = p.world, k.shape
-    everything = all_gather(jnp.stack([k, v]), p.axis_name, mesh=p.mesh)  # [W, 2, B, T, Nk, D]
-    h = everything.reshape(w, 2, b, 2, t // 2, nk, d).transpose(0, 3, 1, 2, 4, 5, 6)
-    h = h.reshape(2 * w, 2, b, t // 2, nk, d)  # halves in rank order
-    g = jnp.take(h, jnp.asarray(reader_order(w, p.layout, p.causal))[me], axis=0)
+
+def _lay_out(p, by_shift, me):
+    """(K, V) [B, 2W * T/2, Nkv, D] in rank ``me``'s reader order, from [W (shift), 2 (K/V),
+    B, T, Nkv, D]."""
+    import jax.numpy as jnp
+
+    w, _, b, t, nk, d = by_shift.shape
+    h = by_shift.reshape(w, 2, b, 2, t // 2, nk, d).transpose(0, 3, 1, 2, 4, 5, 6)
+    g = jnp.take(h.reshape(2 * w, 2, b, t // 2, nk, d), _reader_index(p, me), axis=0)
     g = g.transpose(1, 2, 0, 3, 4, 5).reshape(2, b, w * t, nk, d)
     return g[0], g[1]
 
@@ -97,9 +116,15 @@ def forward(p, q, k, v):
     import jax
     import jax.numpy as jnp
 
-    out, lse = block(q, k, v, p.causal, p.scale, p.implementation)
+    from gshmem.jax.split import hold_all, ppermute_done
+
+    kv = jnp.stack([k, v])
+    starts = [_shift_start(p, kv, s, 1) for s in range(1, p.world)]
+    (q_h, k_h, v_h), starts = hold_all((q, k, v), starts)
+    out, lse = block(q_h, k_h, v_h, p.causal, p.scale, p.implementation)  # under the copies
     me = jax.lax.axis_index(p.axis_name)
-    gk, gv = _gathered(p, k, v, me)
+    by_shift = jnp.stack([kv, *(ppermute_done(st, out, lse) for st in starts)])
+    gk, gv = _lay_out(p, by_shift, me)
     q2, k2, v2, kv_len, empty = _prefix_call(p, q, gk, gv, me)
     o2, lse2 = block(q2, k2, v2, False, p.scale, p.implementation, kv_len)
     lse2 = jnp.where(empty[:, None, None], -jnp.inf, lse2)
@@ -114,23 +139,27 @@ def backward(p, q, k, v, out, lse, gathered, do):
     import jax
     import jax.numpy as jnp
 
-    from gshmem.jax.ops import psum_scatter
+    from gshmem.jax.split import hold_all, ppermute_done
 
     w, (b, t, nk, d) = p.world, k.shape
-    dq, dk, dv = block_grads(q, k, v, p.causal, p.scale, p.implementation, do, out, lse)
     me = jax.lax.axis_index(p.axis_name)
     q2, k2, v2, kv_len, empty = _prefix_call(p, q, *gathered, me)
     rows = [_halves_first(x) for x in (do, out, lse)]
     dq2, dk2, dv2 = block_grads(q2, k2, v2, False, p.scale, p.implementation, *rows, kv_len)
-    dq2 = jnp.where(empty[:, None, None, None], 0, dq2.astype(jnp.float32))
-    dq = (dq.astype(jnp.float32) + _halves_back(dq2, b)).astype(q.dtype)
-    # both halves' key gradients (fp32), back in rank order, then summed onto their owners
+    # both halves' key gradients (fp32), in reader order, then by shift: [W, 2 (K/V), B, T, ...]
     dg = jnp.stack([x[:b].astype(jnp.float32) + x[b:].astype(jnp.float32) for x in (dk2, dv2)])
     dg = dg.reshape(2, b, 2 * w, t // 2, nk, d).transpose(2, 0, 1, 3, 4, 5)
-    inverse = jnp.asarray(np.argsort(reader_order(w, p.layout, p.causal), axis=1))[me]
-    dg = jnp.take(dg, inverse, axis=0).reshape(w, 2, 2, b, t // 2, nk, d)  # [W, half, k/v, ...]
-    dg = dg.transpose(0, 2, 3, 1, 4, 5, 6).reshape(w, 2, b, t, nk, d)
-    mine = psum_scatter(dg, p.axis_name, mesh=p.mesh)  # [2, B, T, Nk, D]: this shard's sums
+    dg = jnp.take(dg, jnp.argsort(_reader_index(p, me)), axis=0)
+    dg = dg.reshape(w, 2, 2, b, t // 2, nk, d).transpose(0, 2, 3, 1, 4, 5, 6)
+    dg = dg.reshape(w, 2, b, t, nk, d)
+    starts = [_shift_start(p, dg[s], s, -1) for s in range(1, w)]  # back to rank me - s
+    held, starts = hold_all((q, k, v, do, out, lse), starts)
+    dq, dk, dv = block_grads(*held[:3], p.causal, p.scale, p.implementation, *held[3:])
+    mine = dg[0]  # this rank's own halves: never read unmasked (zero), kept for the shapes
+    for st in starts:  # each from rank me + s: its share of this rank's shard
+        mine = mine + ppermute_done(st, dq, dk, dv)
+    dq2 = jnp.where(empty[:, None, None, None], 0, dq2.astype(jnp.float32))
+    dq = (dq.astype(jnp.float32) + _halves_back(dq2, b)).astype(q.dtype)
     return (dq, (dk.astype(jnp.float32) + mine[0]).astype(k.dtype),
             (dv.astype(jnp.float32) + mine[1]).astype(v.dtype))  # fmt: skip
 

@@ -67,21 +67,9 @@ KV_CHANNEL, DKV_CHANNEL = 1, 3  # split.py channels: (K, V) and (dK, dV)
 
 def _start(p: Problem, tree, step: int, channel: int):
     """Starts sending ``tree`` to the neighbour ``step`` places on (+1: right, -1: left)."""
-    from gshmem.jax.split import ppermute_start
+    from gshmem.jax.split import shift_start
 
-    ring = [(i, (i + step) % p.world) for i in range(p.world)]
-    return ppermute_start(tree, p.axis_name, ring, channel=channel, mesh=p.mesh)
-
-
-def _held(tree, pendings):
-    """(``tree`` tied to every started rotation in ``pendings``, those rotations carrying the
-    ties): the blocks computed from it run after those starts, so the transfers overlap them."""
-    tied = []
-    for pending in pendings:
-        if pending is not None:
-            tree, pending = pending.hold(tree)
-        tied.append(pending)
-    return tree, tied
+    return shift_start(tree, p.axis_name, step, channel=channel, mesh=p.mesh)
 
 
 def forward(p: Problem, q, k, v):
@@ -90,7 +78,7 @@ def forward(p: Problem, q, k, v):
     import jax
     import jax.numpy as jnp
 
-    from gshmem.jax.split import ppermute_done
+    from gshmem.jax.split import hold_all, ppermute_done
 
     me = jax.lax.axis_index(p.axis_name)
     out = jnp.zeros(q.shape, jnp.float32)
@@ -98,7 +86,7 @@ def forward(p: Problem, q, k, v):
     kv = (k, v)
     for s in range(p.world):
         nxt = _start(p, kv, 1, KV_CHANNEL) if s + 1 < p.world else None
-        held, (nxt,) = _held(kv, [nxt])
+        held, (nxt,) = hold_all(kv, [nxt])
         front = source_before(s, me)
         for b in step_blocks(s, p.world, p.layout, p.causal):
             kb, vb = (_part(t, b.kv, front) for t in held)
@@ -117,7 +105,7 @@ def backward(p: Problem, q, k, v, out, lse, last, do):
     import jax
     import jax.numpy as jnp
 
-    from gshmem.jax.split import ppermute_done
+    from gshmem.jax.split import hold_all, ppermute_done
 
     me = jax.lax.axis_index(p.axis_name)
     dq = jnp.zeros(q.shape, jnp.float32)
@@ -127,7 +115,7 @@ def backward(p: Problem, q, k, v, out, lse, last, do):
         s = p.world - 1 - t  # the forward's step with the same shard
         # the next step's K/V: the left neighbour's shard, or this device's own for step 0
         nxt = _start(p, kv, -1, KV_CHANNEL) if s > 1 else None
-        held, (nxt, dkv_sent) = _held(kv, [nxt, dkv_sent])
+        held, (nxt, dkv_sent) = hold_all(kv, [nxt, dkv_sent])
         front = source_before(s, me)
         grads = []
         for b in step_blocks(s, p.world, p.layout, p.causal):
