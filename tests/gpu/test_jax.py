@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from gpu_launch import launch_pes
+
+from gshmem.bench.__main__ import free_port
 
 if importlib.util.find_spec("jax") is None:
     pytest.skip("jax is not installed", allow_module_level=True)
@@ -31,12 +32,6 @@ def test_one_process_every_gpu(scenario):
     assert out.count(f"PASS {scenario}") == 1, out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize(
     "n", [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
 )
@@ -44,4 +39,4 @@ def _free_port() -> int:
 def test_one_process_per_gpu(n, scenario):
     # attention compares with whole-sequence attention on one process's arrays: one-process
     # layout only
-    launch_pes(n, SCRIPT, scenario, timeout=300, JAX_COORDINATOR_PORT=str(_free_port()), **ENV)
+    launch_pes(n, SCRIPT, scenario, timeout=300, JAX_COORDINATOR_PORT=str(free_port()), **ENV)
