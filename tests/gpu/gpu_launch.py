@@ -26,7 +26,7 @@ def launch_pes(n: int, script: str, scenario: str, timeout: int = 240, **env: st
             "GSHMEM_CHECK_ALLOC": "1",
             "GSHMEM_BENCH_PORT": str(free_port()),
             **env,
-        },  # fmt: skip
+        },
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
