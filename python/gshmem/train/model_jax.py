@@ -20,9 +20,9 @@ from gshmem.train.loss import IGNORE
 Params = dict[str, Any]
 # attend(q, k, v): [B, S, heads, D], [B, S, kv_heads, D] x2 -> [B, S, heads, D], causal
 Attend = Callable[[Any, Any, Any], Any]
-# gather(named): a dict of named parameters (a block's, or {"embed": ...}) made whole where they
-# are stored split over devices (step_jax.py), called where they are used: inside a checkpointed
-# block, so that only one block's whole weights live at a time
+# gather(named): a dict of named parameters (a block's, or {"embed": ...}) in the compute dtype,
+# made whole where they are stored split over devices (step_jax.py), called where they are used:
+# inside a checkpointed block, so that only one block's whole weights live at a time
 Gather = Callable[[Params], Params]
 BLOCKS = "blocks"  # the parameters stacked by layer: dimension 0 is the layer
 

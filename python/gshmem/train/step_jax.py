@@ -91,15 +91,20 @@ def shardings(params: Any, mesh: Any, axis: str) -> Any:
     return jax.tree.map(lambda s: NamedSharding(mesh, s), _specs(params, mesh.shape[axis], axis))
 
 
-def _gather(params: Any, n: int, axis: str):
+def _gather(params: Any, n: int, axis: str, dtype: Any = None):
     """model_jax's gather inside shard_map: a named parameter (a layer's, inside the scan over
-    blocks) split over ``axis`` all-gathered whole."""
+    blocks) cast to ``dtype`` (None: kept) while still split, then all-gathered whole where it
+    is split over ``axis``. Casting here, one layer at a time, keeps no whole-model copy in the
+    compute dtype, and the cast's gradient hands each layer's back in the parameters' dtype."""
     import jax
 
     split = {name: s for name, _, s in _layout(params, n)}
 
+    def cast(p):
+        return p if dtype is None else p.astype(dtype)
+
     def gather(named):
-        return {name: jax.lax.all_gather(p, axis, tiled=True) if split[name] else p
+        return {name: jax.lax.all_gather(cast(p), axis, tiled=True) if split[name] else cast(p)
                 for name, p in named.items()}  # fmt: skip
 
     return gather
@@ -113,9 +118,10 @@ def make_step(
     """step(params, opt_state, tokens, labels, positions) -> (params, opt_state, loss), jitted;
     tokens/labels [B, S] and positions [S] laid out by gshmem.jax.attention.shard (each device's
     block of the sequence axis is its ring shard). ``compute_dtype`` (e.g. bfloat16): the
-    forward and backward run on the parameters cast to it (cast while still sharded, so XLA
-    gathers the cast weights), the parameters, gradients and optimizer stay in their own dtype
-    (fp32 master weights); None computes in the parameters' dtype."""
+    forward and backward run on the parameters cast to it (each layer's cast where it is
+    gathered, while still sharded, so the gathers move the cast weights), the parameters,
+    gradients and optimizer stay in their own dtype (fp32 master weights); None computes in the
+    parameters' dtype."""
     import jax
     from jax.sharding import PartitionSpec as P
 
@@ -127,10 +133,8 @@ def make_step(
 
     n = mesh.shape[axis]
 
-    def cast_then_shard(params, tokens, labels, positions):
-        if compute_dtype is not None:  # cast while split: the gathers move the cast weights
-            params = jax.tree.map(lambda p: p.astype(compute_dtype), params)
-        gather = _gather(params, n, axis)
+    def sharded_loss(params, tokens, labels, positions):
+        gather = _gather(params, n, axis, compute_dtype)
 
         def local(params, tokens, labels, positions):
             hidden = model_jax.forward(params, cfg, tokens, positions, attend, checkpoint, gather)
@@ -143,7 +147,7 @@ def make_step(
         return sharded(params, tokens, labels, positions)
 
     def step(params, state, tokens, labels, positions):
-        loss, grads = jax.value_and_grad(cast_then_shard)(params, tokens, labels, positions)
+        loss, grads = jax.value_and_grad(sharded_loss)(params, tokens, labels, positions)
         params, state = opt[1](params, grads, state)
         return params, state, loss
 
