@@ -6,6 +6,9 @@ Starts N copies of a Python program, one per rank, each with the environment tha
     GSHMEM_UNIQUE_ID         the job's unique id (hex); rank 0's comm binds its port
     GSHMEM_RANK, GSHMEM_WORLD_SIZE, GSHMEM_LOCAL_RANK, GSHMEM_LOCAL_WORLD_SIZE
     GSHMEM_DEVICE            this rank's device, only with --devices
+    GSHMEM_BENCH_PORT        on one host, unless set: a port that was free when the job started,
+                             the same for every rank, for torch.distributed's store (the NCCL
+                             baselines' process group, gshmem.bench.nccl_group)
 
 and, unless already set, ``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and
 ``NVSHMEM_DISABLE_NVLS=1`` (NVLink multicast stays off), ``PYTHONUNBUFFERED=1``.
@@ -36,6 +39,7 @@ import os
 import random
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -252,17 +256,27 @@ class _Rank:
         return self.proc.poll() is not None
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _spawn(opts: Options, uid: bytes) -> list[_Rank]:
     """Starts every rank, then the threads that forward their output."""
     pipe = subprocess.PIPE if opts.tag_output else None
     preexec = _pdeathsig_setter()
     ranks: list[_Rank] = []
     slots = run_hosts.place(opts.hosts) if opts.hosts else None
+    base = dict(os.environ)
+    if slots is None:  # one port for the job (the rendezvous port + 1 is not reserved)
+        base.setdefault("GSHMEM_BENCH_PORT", str(free_port()))
     try:
         for r in range(opts.nprocs):
             device = opts.devices[r] if opts.devices else None
             argv = [*(opts.wrap or []), sys.executable, *opts.program]
-            env = child_env(dict(os.environ), uid, r, opts.nprocs, device)
+            env = child_env(base, uid, r, opts.nprocs, device)
             if slots is not None:  # the remote shell runs it, with the rank's variables
                 forwarded = run_hosts.forwarded(os.environ)
                 mine = child_env(forwarded, uid, r, opts.nprocs, device, slots[r])

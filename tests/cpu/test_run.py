@@ -26,6 +26,7 @@ LAUNCH_VARS = (
     "GSHMEM_DEVICE",
     "GSHMEM_BOOTSTRAP_ADDR",
     "GSHMEM_RUN_TIMEOUT",
+    "GSHMEM_BENCH_PORT",
     *run.MULTICAST_OFF,
 )
 
@@ -133,6 +134,10 @@ def test_children_get_env_and_a_working_uid(tmp_path: Path, n: int) -> None:
         assert rec["gathered"] == list(range(n))  # every rank connected with the uid
         assert rec["argv"] == ["a", "--flag"]
         assert rec["rendezvous"].startswith("127.0.0.1:")
+    # one port for torch.distributed's store, the same on every rank, not the rendezvous's
+    ports = {rec["env"]["GSHMEM_BENCH_PORT"] for rec in recs.values()}
+    assert len(ports) == 1 and 0 < int(next(iter(ports))) < 65536
+    assert all(not rec["rendezvous"].endswith(":" + p) for p in ports for rec in recs.values())
     # stderr is forwarded separately, prefixed too
     for r in range(n):
         assert f"[rank {r}] to-stderr" in proc.stderr.splitlines()

@@ -6,8 +6,6 @@ import os
 import subprocess
 import sys
 
-from gshmem.bench.__main__ import free_port
-
 
 def launch_pes(n: int, script: str, scenario: str, timeout: int = 240, **env: str) -> str:
     """Runs ``script scenario`` as N ranks of ``python -m gshmem.run``; asserts that it exited 0
@@ -18,15 +16,7 @@ def launch_pes(n: int, script: str, scenario: str, timeout: int = 240, **env: st
         capture_output=True,
         text=True,
         timeout=timeout,
-        # a port of its own for torch.distributed's store (the NCCL columns): the default, the
-        # rendezvous port + 1, is not reserved, and concurrent jobs collided on it
-        env={
-            **os.environ,
-            "GSHMEM_TIMEOUT": "120",
-            "GSHMEM_CHECK_ALLOC": "1",
-            "GSHMEM_BENCH_PORT": str(free_port()),
-            **env,
-        },
+        env={**os.environ, "GSHMEM_TIMEOUT": "120", "GSHMEM_CHECK_ALLOC": "1", **env},
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from gpu_launch import launch_pes
 
-from gshmem.bench.__main__ import free_port
+from gshmem.run import free_port
 
 if importlib.util.find_spec("jax") is None:
     pytest.skip("jax is not installed", allow_module_level=True)

@@ -10,10 +10,11 @@ torch or CuPy here; 124 timed out.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Sequence
+
+from gshmem.run import free_port
 
 # (Kept here, not only in gshmem.bench, so the command works even where an editable install
 # predates the package and loads it as a namespace package.)
@@ -36,13 +37,6 @@ def inside_job(env: dict[str, str] | None = None) -> bool:
     if any(v in e for v in _JOB_VARS):
         return True
     return "RANK" in e and "WORLD_SIZE" in e
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for torch.distributed's store in --compare nccl)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def relaunch_command(suite: str, args: Sequence[str], nprocs: int, timeout: float) -> list[str]:

@@ -11,7 +11,8 @@ def join_nccl(rank: int, nranks: int, device: int) -> str:
     """Collective: joins torch.distributed with backend NCCL; returns '' or why not.
 
     Under torchrun (MASTER_ADDR set) through its rendezvous; otherwise a store on 127.0.0.1 whose
-    port is GSHMEM_BENCH_PORT, else the port after gshmem.run's rendezvous."""
+    port is GSHMEM_BENCH_PORT (which gshmem.run sets on one host), else the port after
+    gshmem.run's rendezvous."""
     import torch
     import torch.distributed as dist
 
