@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _ring_threads import run_ring  # noqa: E402
-from test_attention_math import reference  # noqa: E402
+from test_attention_math import assert_matches, reference  # noqa: E402
 
 from gshmem import UsageError  # noqa: E402
 from gshmem.attention import gather, layout, ring  # noqa: E402
@@ -153,15 +153,7 @@ def test_gather_forward_backward_matches_exact_attention(world, kind, causal, hq
         return out, grads
 
     sent: dict = {}
-    results = run_ring(world, rank, sent)
-    out = layout.unshard([r[0] for r in results], kind)
-    assert torch.allclose(out.double(), want, atol=2e-5), (out.double() - want).abs().max()
-    for i, leaf in enumerate(leaves):
-        got = layout.unshard([r[1][i] for r in results], kind)
-        assert torch.allclose(got.double(), leaf.grad, atol=5e-5), (
-            i,
-            (got - leaf.grad).abs().max(),
-        )
+    assert_matches(run_ring(world, rank, sent), kind, want, leaves)
     # the backward returns gradients along the forward's pairs, reversed: one run per (tensor,
     # batch) per region gathered, and per block that read it
     fwd, bwd = sent.get("kv_gather", []), sent.get("dkv_scatter", [])

@@ -213,34 +213,32 @@ class Ring:
     def channel(self, name: str, nbytes: int, reverse: bool = False) -> GshmemChannel | NcclChannel:
         """The channel ``name`` (towards the right neighbour, or the left one when ``reverse``)
         with slots of at least ``nbytes``; a name keeps the direction it was first made with."""
-        ch = self.channels.get(name)
-        if ch is not None and ch.nbytes >= nbytes:
-            return ch
-        if ch is not None:
-            self.replays.clear()  # captured calls name the old channel's memory
-            ch.close()
         to, fro = (self.left, self.right) if reverse else (self.right, self.left)
         if self.backend == "gshmem":
-            ch = GshmemChannel(self.comm, to, fro, nbytes)
-        else:
-            ch = NcclChannel(self.comm.device, to, fro, nbytes)
-        self.channels[name] = ch
-        return ch
+            return self._grown(self.channels, name, nbytes,
+                               lambda: GshmemChannel(self.comm, to, fro, nbytes))  # fmt: skip
+        return self._grown(self.channels, name, nbytes,
+                           lambda: NcclChannel(self.comm.device, to, fro, nbytes))  # fmt: skip
 
     def exchange(self, name: str, nbytes: int) -> GshmemExchange | NcclExchange:
         """The mailbox ``name`` (exchange.py) of at least ``nbytes``; growing is collective."""
-        ex = self.exchanges.get(name)
-        if ex is not None and ex.nbytes >= nbytes:
-            return ex
-        if ex is not None:
-            self.replays.clear()  # captured calls name the old mailbox's memory
-            ex.close()
         if self.backend == "gshmem":
-            ex = GshmemExchange(self.comm, self.members, self.index, nbytes)
-        else:
-            ex = NcclExchange(self.comm.device, self.members, self.index, nbytes)
-        self.exchanges[name] = ex
-        return ex
+            return self._grown(self.exchanges, name, nbytes, lambda: GshmemExchange(
+                self.comm, self.members, self.index, nbytes))  # fmt: skip
+        return self._grown(self.exchanges, name, nbytes, lambda: NcclExchange(
+            self.comm.device, self.members, self.index, nbytes))  # fmt: skip
+
+    def _grown(self, owned: dict, name: str, nbytes: int, make):
+        """``owned[name]`` when it holds ``nbytes``, else a new one from ``make()`` (the old one
+        closed, and the captured calls that name its memory dropped)."""
+        old = owned.get(name)
+        if old is not None and old.nbytes >= nbytes:
+            return old
+        if old is not None:
+            self.replays.clear()
+            old.close()
+        owned[name] = make()
+        return owned[name]
 
 
 def resolve_backend(comm: Comm, members: list[int], backend: str) -> str:
