@@ -161,3 +161,33 @@ def test_gather_forward_backward_matches_exact_attention(world, kind, causal, hq
     assert len(fwd) == 2 * batch * len(gs.regions(world, kind, causal))
     n_back = sum(len(gs.contributions(o, world, kind, causal)) for o in range(world))
     assert len(bwd) == 2 * batch * n_back
+
+
+def test_one_message_takes_the_credit_puts_and_raises_the_flag_last() -> None:
+    """wire.put_runs / take_flag, which the ring's channels and the mailboxes share: the order
+    of the stream operations a message is made of (a recording stand-in for the comm)."""
+    from gshmem.attention.wire import put_runs, take_flag
+
+    class Recorder:
+        rank = 3
+
+        def __init__(self):
+            self.calls = []
+
+        def __getattr__(self, name):
+            return lambda *a, **k: self.calls.append((name, *a, k.get("stream")))
+
+    c = Recorder()
+    put_runs(c, "credit", [("d0", "b0"), ("d1", "b1")], "arrived", 5, stream=7)
+    assert c.calls == [
+        ("signal_wait_until", "credit", "eq", 1, 7),  # the receiver's slot is free
+        ("signal_op", "credit", 0, 3, 7),  # taken (reset on this PE)
+        ("put", "d0", "b0", 5, 7),
+        ("put_signal", "d1", "b1", "arrived", 1, 5, 7),  # the flag travels with the last run
+    ]
+    c.calls.clear()
+    take_flag(c, "arrived", 9)
+    assert c.calls == [
+        ("signal_wait_until", "arrived", "eq", 1, 9),
+        ("signal_op", "arrived", 0, 3, 9),
+    ]

@@ -27,14 +27,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gshmem._errors import UsageError
-from gshmem.attention.wire import as_bytes, held_by
+from gshmem.attention.wire import as_bytes, held_by, put_runs, take_flag
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import torch
 
-    from gshmem import Comm
+    from gshmem import Buffer, Comm
 
 Send = tuple[int, int, "torch.Tensor"]  # (reader index, byte offset, contiguous local tensor)
 Receive = tuple[int, int, int]  # (writer index, byte offset, bytes)
@@ -75,34 +75,26 @@ class GshmemExchange:
     def post(self, sends: Sequence[Send], receives: Sequence[Receive]) -> None:
         """Starts this round's puts (after the compute stream's work up to ``fork``) and notes
         the writers to wait for."""
-        c = self.comm
-        by_reader: dict[int, list[tuple[int, torch.Tensor]]] = {}
-        for reader, offset, src in sends:
-            by_reader.setdefault(reader, []).append((offset, as_bytes(src)))
+        by_reader: dict[int, list[tuple[Buffer, torch.Tensor]]] = {}
+        for reader, offset, src in sends:  # every run checked before anything is enqueued
+            data = as_bytes(src)
+            if offset + data.numel() > self.nbytes:
+                raise UsageError(f"exchange: a run ends at {offset + data.numel()} B, past "
+                                 f"the {self.nbytes} B mailbox")  # fmt: skip
+            by_reader.setdefault(reader, []).append((self.memory.view(offset, data.numel()), data))
         for reader, runs in by_reader.items():
-            st, pe = self.streams[reader], self.members[reader]
+            st = self.streams[reader]
             st.wait_event(self.forked)
             self.used.append(st)
-            side = st.cuda_stream
-            c.signal_wait_until(self.credit[reader], "eq", 1, stream=side)
-            c.signal_op(self.credit[reader], 0, c.rank, stream=side)
-            for j, (offset, data) in enumerate(runs):
-                if offset + data.numel() > self.nbytes:
-                    raise UsageError(f"exchange: a run ends at {offset + data.numel()} B, past "
-                                     f"the {self.nbytes} B mailbox")  # fmt: skip
-                dst = self.memory.view(offset, data.numel())
-                if j < len(runs) - 1:
-                    c.put(dst, data, pe, stream=side)
-                else:
-                    c.put_signal(dst, data, self.arrived[self.me], 1, pe, stream=side)
-                self.pending.append(data)
+            put_runs(self.comm, self.credit[reader], runs, self.arrived[self.me],
+                     self.members[reader], st.cuda_stream)  # fmt: skip
+            self.pending.extend(data for _, data in runs)
         self.writers = sorted({w for w, _, _ in receives})
 
     def wait(self) -> None:
-        c, cur = self.comm, self._current().cuda_stream
+        cur = self._current().cuda_stream
         for w in self.writers:
-            c.signal_wait_until(self.arrived[w], "eq", 1, stream=cur)
-            c.signal_op(self.arrived[w], 0, c.rank, stream=cur)
+            take_flag(self.comm, self.arrived[w], cur)
 
     def copy_out(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         """``dst.copy_(src)`` on a side stream after the compute stream's work so far."""

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from gshmem._errors import UsageError
 from gshmem.attention.exchange import GshmemExchange, NcclExchange
-from gshmem.attention.wire import as_bytes, held_by
+from gshmem.attention.wire import as_bytes, held_by, put_runs, take_flag
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -103,9 +103,7 @@ class GshmemChannel(SlotPair):
         return torch.cuda.current_stream(self.comm.device).cuda_stream
 
     def wait(self, i: int) -> None:
-        c, cur = self.comm, self._current()
-        c.signal_wait_until(self.arrived[i], "eq", 1, stream=cur)
-        c.signal_op(self.arrived[i], 0, c.rank, stream=cur)
+        take_flag(self.comm, self.arrived[i], self._current())
 
     def send(self, parts: Sequence[torch.Tensor], i: int) -> None:
         """Puts ``parts`` one after another into the right neighbour's slot ``i``: one
@@ -116,16 +114,11 @@ class GshmemChannel(SlotPair):
         c, data = self.comm, [as_bytes(p) for p in parts]
         self._check(sum(d.numel() for d in data))
         self.stream.wait_stream(torch.cuda.current_stream(c.device))
-        c.signal_wait_until(self.credit[i], "eq", 1, stream=self.side)
-        c.signal_op(self.credit[i], 0, c.rank, stream=self.side)
-        offset = 0
-        for j, d in enumerate(data):
-            dst = self.dst[i].view(offset, d.numel())
-            if j < len(data) - 1:
-                c.put(dst, d, self.right, stream=self.side)
-            else:
-                c.put_signal(dst, d, self.arrived[i], 1, self.right, stream=self.side)
+        runs, offset = [], 0
+        for d in data:
+            runs.append((self.dst[i].view(offset, d.numel()), d))
             offset += d.numel()
+        put_runs(c, self.credit[i], runs, self.arrived[i], self.right, self.side)
         self.pending.extend(data)
 
     def release(self, i: int) -> None:

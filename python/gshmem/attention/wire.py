@@ -1,5 +1,8 @@
-"""Byte views and comm-weak buffers: what the ring's channels (transport.py) and the
-all-gather's mailboxes (exchange.py) both put on the wire."""
+"""What the ring's channels (transport.py) and the all-gather's mailboxes (exchange.py) share:
+byte views, comm-weak buffers, and the flag protocol of one message. A message to a PE waits
+for the receiver's credit (1: its slot is free), resets it, puts its runs and raises the
+receiver's arrival flag with the last one; the receiver takes the flag (waits for 1, resets
+it) before reading. Every flag ends a round as it began, so CUDA-graph replays reuse them."""
 
 from __future__ import annotations
 
@@ -27,4 +30,21 @@ def held_by(comm: Comm, buf: Buffer) -> Buffer:
     return Buffer(comm, buf.ptr, buf.nbytes, buf.pe)
 
 
-__all__ = ["as_bytes", "held_by"]
+def take_flag(comm: Comm, flag: Buffer, stream: int) -> None:
+    """``stream`` waits until this PE's ``flag`` is 1, then resets it to 0 (zero SMs)."""
+    comm.signal_wait_until(flag, "eq", 1, stream=stream)
+    comm.signal_op(flag, 0, comm.rank, stream=stream)
+
+
+def put_runs(comm: Comm, credit: Buffer, runs, arrived: Buffer, pe: int, stream: int) -> None:
+    """On ``stream``: take ``credit`` (this PE's), put every (destination, bytes) of ``runs`` to
+    PE ``pe`` by the copy engines, and set ``pe``'s ``arrived`` to 1 with the last."""
+    take_flag(comm, credit, stream)
+    for j, (dst, data) in enumerate(runs):
+        if j < len(runs) - 1:
+            comm.put(dst, data, pe, stream=stream)
+        else:
+            comm.put_signal(dst, data, arrived, 1, pe, stream=stream)
+
+
+__all__ = ["as_bytes", "held_by", "put_runs", "take_flag"]
