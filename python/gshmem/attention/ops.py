@@ -181,6 +181,11 @@ def _problem(q, k, v, handle, members, causal, scale, layout, backend, algorithm
     return ring, p, key
 
 
+def _loops(p: Problem):
+    """The module whose forward and backward run ``p``: the all-gather's or the ring's."""
+    return gather_loops if p.gather else ring_loops
+
+
 def _nbytes(k: Tensor, v: Tensor) -> int:
     return (k.numel() + v.numel()) * k.element_size()
 
@@ -219,8 +224,7 @@ def _forward(q, k, v, comm, team, causal, scale, layout, backend, algorithm, cu_
     vl = cu_seqlens is not None
 
     def call(q, k, v):
-        loops = gather_loops if p.gather else ring_loops
-        out, lse, last = loops.forward(ring, p, *(_to_kernel(t, vl) for t in (q, k, v)))
+        out, lse, last = _loops(p).forward(ring, p, *(_to_kernel(t, vl) for t in (q, k, v)))
         return _from_kernel(out, vl).contiguous(), lse, last
 
     return _run(ring, ("forward", key), q, call, (q, k, v))
@@ -281,8 +285,7 @@ def _backward_impl(
 
     def call(dout, q, k, v, out, lse, last):
         args = [_to_kernel(t, vl) for t in (dout.contiguous(), q, k, v, out)]
-        loops = gather_loops if p.gather else ring_loops
-        grads = loops.backward(ring, p, *args, lse, last)
+        grads = _loops(p).backward(ring, p, *args, lse, last)
         return tuple(_from_kernel(g, vl).contiguous() for g in grads)
 
     return _run(ring, ("backward", key), q, call, (dout, q, k, v, out, lse, last))
