@@ -169,6 +169,23 @@ def test_adamw_first_step_is_lr_times_sign() -> None:
     assert int(state["t"]) == 1
 
 
+def test_bench_setup_keeps_the_adamw_moments_sharded() -> None:
+    """The bench's parameters and AdamW moments are stored split over the mesh like the
+    parameters (a jitted zeros_like once put the 8B's 60 GiB of moments on the first GPU)."""
+    from gshmem.bench import train_jax
+    from gshmem.train import step_jax
+
+    params, state = train_jax.setup(CFG, MESH, step_jax.adamw())
+    want = jax.tree.leaves(step_jax.shardings(params, MESH, "cp"))
+    for moment in ("m", "v"):
+        got = [x.sharding for x in jax.tree.leaves(state[moment])]
+        assert [g.spec for g in got] == [w.spec for w in want]
+        assert all(g.mesh == MESH for g in got)
+    embed = state["m"]["embed"]
+    assert embed.addressable_shards[0].data.shape[0] == embed.shape[0] // 4
+    assert float(jnp.abs(embed).max()) == 0.0
+
+
 def test_bench_training_loop_cp_equals_one_device(monkeypatch) -> None:
     """The bench's JAX loop (parameters made sharded, AdamW, the synthetic stream laid out for
     the ring) gives on the 4-device mesh the losses it gives on one device, step by step; bf16

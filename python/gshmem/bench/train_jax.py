@@ -22,6 +22,20 @@ def peak_gib(devices: Any) -> float:
     return max(peaks, default=0) / 2**30
 
 
+def setup(cfg: Any, mesh: Any, opt: Any, seed: int = 0) -> tuple[Any, Any]:
+    """(parameters, optimizer state) of ``cfg`` stored sharded over ``mesh``'s ``cp`` axis, made
+    where they live: neither the fp32 model nor its AdamW moments ever sit whole on one device
+    (a jitted ``zeros_like`` would put the moments on the first device: 60 GiB for the 8B)."""
+    import jax
+
+    from gshmem.train import model_jax, step_jax
+
+    init = partial(model_jax.init, cfg)
+    where = step_jax.shardings(jax.eval_shape(init, jax.random.key(seed)), mesh, "cp")
+    params = jax.jit(init, out_shardings=where)(jax.random.key(seed))
+    return params, opt[0](params)  # eager: each moment is placed as its parameter
+
+
 def train(cfg: Any, mesh: Any, data: Iterator[tuple[Any, Any]], steps: int, *,
           checkpoint: bool = True, implementation: str | None = "cudnn",
           compute_dtype: Any = "bfloat16", seed: int = 0,
@@ -34,15 +48,11 @@ def train(cfg: Any, mesh: Any, data: Iterator[tuple[Any, Any]], steps: int, *,
     import jax.numpy as jnp
 
     from gshmem.jax.attention.layout import order
-    from gshmem.train import model_jax, step_jax
+    from gshmem.train import step_jax
 
     n = mesh.shape["cp"]
     opt = step_jax.adamw()
-    init = partial(model_jax.init, cfg)
-    where = step_jax.shardings(jax.eval_shape(init, jax.random.key(seed)), mesh, "cp")
-    # made sharded: the whole fp32 model never sits on one device
-    params = jax.jit(init, out_shardings=where)(jax.random.key(seed))
-    state = jax.jit(opt[0])(params)
+    params, state = setup(cfg, mesh, opt, seed)
     step = step_jax.make_step(cfg, mesh, opt, implementation=implementation,
                               checkpoint=checkpoint, compute_dtype=compute_dtype)  # fmt: skip
     index, positions = None, None
@@ -95,4 +105,4 @@ def run(o: Any, cfg: Any, data: Iterator[tuple[Any, Any]],
         gj.finalize()
 
 
-__all__ = ["PERMUTE_BACKEND", "peak_gib", "run", "train"]
+__all__ = ["PERMUTE_BACKEND", "peak_gib", "run", "setup", "train"]

@@ -21,15 +21,18 @@ Optimizer = tuple[Callable[[Any], Any], Callable[[Any, Any, Any], tuple[Any, Any
 def adamw(lr: float = 3e-4, b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8,
           weight_decay: float = 0.1) -> Optimizer:  # fmt: skip
     """(init, update) of AdamW as Llama 3 was trained; update(params, grads, state) returns
-    (new params, new state)."""
+    (new params, new state). ``init(params)`` runs eagerly on placed parameters: each moment
+    is made with its parameter's sharding (under ``jit`` the zeros would land on one device)."""
     import jax
     import jax.numpy as jnp
 
     def init(params):
-        zeros = jax.tree.map(jnp.zeros_like, params)
+        def zeros(p):
+            return jnp.zeros_like(p, device=p.sharding)
+
         return {
-            "m": zeros,
-            "v": jax.tree.map(jnp.zeros_like, params),
+            "m": jax.tree.map(zeros, params),
+            "v": jax.tree.map(zeros, params),
             "t": jnp.zeros((), jnp.int32),
         }
 
