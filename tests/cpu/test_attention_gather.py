@@ -191,3 +191,22 @@ def test_one_message_takes_the_credit_puts_and_raises_the_flag_last() -> None:
         ("signal_wait_until", "arrived", "eq", 1, 9),
         ("signal_op", "arrived", 0, 3, 9),
     ]
+
+
+@pytest.mark.parametrize("front,back", [(0, 0), (1, 0), (3, 1), (2, 2)])
+def test_own_plus_slots_adds_each_halfs_slot_run(front, back):
+    """The owner's key/value gradient: its own block's plus, over each half of the shard, that
+    half's run of returned slots (sequence-major), against an fp64 sum."""
+    from gshmem.attention.slot_sum import own_plus_slots
+
+    g = torch.Generator().manual_seed(front * 7 + back)
+    b, h, s, d, n = 2, 3, 10, 16, 4
+    own = torch.randn(b, s, h, d, generator=g).transpose(1, 2)  # a strided, head-major view
+    slots = torch.randn(n, b, s, h, d, generator=g)
+    out = torch.full((b, h, s, d), float("nan"))
+    own_plus_slots(own, slots, front, back, out)
+    want = own.double().clone()
+    for i in range(s):
+        for j in range(front if i < s // 2 else back):
+            want[:, :, i] += slots[j, :, i].double()
+    torch.testing.assert_close(out.double(), want, rtol=1e-6, atol=1e-6)

@@ -11,10 +11,10 @@ backward, which therefore starts without a transfer.
 
 Backward: the unmasked blocks first, longest first; each block's key/value gradients go
 straight from the kernel's output back to their owners, one receive slot per (block, part
-read), while the local block's backward runs. Each owner then adds up, in fp32, the slots
-that cover each half of its shard (one reduction per half) and its own block's gradients,
-rounding to the inputs' dtype once: each block's gradient is rounded by the kernel and the
-sum once, as in the ring. dq: the local block's, with each unmasked block's added in place.
+read), while the local block's backward runs. Each owner then adds its own block's gradients
+and, in fp32, the slots that cover each half of its shard (slot_sum.py), rounding to the
+inputs' dtype once: each block's gradient is rounded by the kernel and the sum once, as in
+the ring. dq: the local block's, with each unmasked block's added in place.
 
 Both passes queue the local block on the compute stream *before* the host issues the
 transfers, which then wait only for what came before the block (``fork``): issuing a dozen
@@ -36,7 +36,8 @@ from gshmem.attention.gather_schedule import (
 )
 from gshmem.attention.merge import merge
 from gshmem.attention.ring import Problem, part
-from gshmem.attention.schedule import part_range
+from gshmem.attention.schedule import BACK, FRONT, part_range
+from gshmem.attention.slot_sum import own_plus_slots
 
 if TYPE_CHECKING:
     import torch
@@ -167,17 +168,11 @@ def backward(team: TeamLike, p: Problem, dout, q, k, v, out, lse, kept) -> tuple
     box.wait()
     got = box.buffer[: slots * 2 * b * length * hk * d * k.element_size()].view(k.dtype)
     got = got.view(slots, 2, b, length, hk, d)
-    acc = torch.empty((2, b, length, hk, d), dtype=torch.float32, device=k.device)
-    for h, (lo, hi) in sum_slots(me, world, p.layout, p.causal).items():
-        a, z = part_range(h, length)
-        if hi > lo:
-            torch.sum(got[lo:hi, :, :, a:z], dim=0, dtype=torch.float32, out=acc[:, :, a:z])
-        else:
-            acc[:, :, a:z].zero_()
-    box.release()
+    runs = sum_slots(me, world, p.layout, p.causal)  # each half's slots: a run from slot 0
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     for t, (own, res) in enumerate(((dk_own, dk), (dv_own, dv))):
-        torch.add(own, acc[t].transpose(1, 2), out=res)
+        own_plus_slots(own, got[:, t], runs[FRONT][1], runs[BACK][1], res)
+    box.release()
     box.join()
     return dq, dk, dv
 
