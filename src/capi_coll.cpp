@@ -68,4 +68,11 @@ gshmem_result_t gshmem_all_to_allv_on_stream(gshmem_comm_t comm, const gshmem_te
   });
 }
 
+gshmem_result_t gshmem_permute_on_stream(gshmem_comm_t comm, const void* in, void* out,
+                                         size_t bytes, int dst_pe, int src_pe, void* stream) {
+  return guarded([&] {
+    gshmem::coll::permute(live(comm), in, out, bytes, dst_pe, src_pe, as_stream(stream));
+  });
+}
+
 }  // extern "C"

@@ -344,6 +344,17 @@ gshmem_result_t gshmem_all_to_allv_on_stream(gshmem_comm_t comm, const gshmem_te
                                              const size_t* recv_displs, gshmem_dtype_t dtype,
                                              void* stream);
 
+/* Point to point (jax.lax.ppermute's step): this PE sends `bytes` of `in` to world PE `dst_pe`
+ * and receives `bytes` from world PE `src_pe` into `out`; -1 for none (nothing received leaves
+ * zeros in `out`); dst_pe == src_pe == this PE copies. The n-th call in which p sends to q pairs
+ * with the n-th in which q receives from p: every PE makes its permutes in one order, as an SPMD
+ * program does, and a PE's permutes are ordered among themselves (one stream, or stream
+ * dependencies). At most 64 KiB; peers within load/store reach. One kernel moving LL packets (a
+ * message costs one NVLink crossing, no signal), bounded waits, enqueued on `stream`;
+ * capturable in CUDA graphs. */
+gshmem_result_t gshmem_permute_on_stream(gshmem_comm_t comm, const void* in, void* out,
+                                         size_t bytes, int dst_pe, int src_pe, void* stream);
+
 /* Collective over the comm: loads NCCL at run time (dlopen; never required) and creates its
  * communicator through this comm's bootstrap, so later collectives may choose it. Fails with
  * GSHMEM_ERROR_USAGE saying why when NCCL cannot be loaded; gshmem's own algorithms keep working. */

@@ -75,14 +75,23 @@ CollState::CollState(Comm& comm) {
   const uint64_t slots = 2 * n * mine.slot_bytes;
   const uint64_t packets = 2 * n * kPacketSlotBytes;
   const uint64_t descs = 2 * n * sizeof(uint64_t);
-  char* base =
-      static_cast<char*>(comm.heap().malloc(3 * counters + slots + packets + descs, 4096, true));
+  const uint64_t permute_packets = 2 * n * kPermuteSlotBytes;
+  const uint64_t permute_counters = (2 + 2 * static_cast<uint64_t>(kPermuteCtas)) * n * sizeof(uint64_t);
+  char* base = static_cast<char*>(comm.heap().malloc(
+      3 * counters + slots + packets + descs + permute_packets + permute_counters, 4096, true));
   sync_.arrivals = reinterpret_cast<uint64_t*>(base);
   sync_.tallies = reinterpret_cast<uint64_t*>(base + counters);
   sync_.seq = reinterpret_cast<uint64_t*>(base + 2 * counters);
   sync_.slots = base + 3 * counters;
   sync_.packets = sync_.slots + slots;
   sync_.descs = reinterpret_cast<uint64_t*>(sync_.packets + packets);
+  permute_.packets = reinterpret_cast<char*>(sync_.descs + 2 * n);
+  permute_.credits = reinterpret_cast<uint64_t*>(permute_.packets + permute_packets);
+  permute_.done = permute_.credits + n;
+  permute_.sent = permute_.done + n;
+  permute_.got = permute_.sent + static_cast<uint64_t>(kPermuteCtas) * n;
+  permute_.packet_bytes = kPermuteSlotBytes;
+  permute_.n_pes = static_cast<int32_t>(n);
   sync_.slot_bytes = mine.slot_bytes;
   sync_.packet_bytes = kPacketSlotBytes;
   sync_.ctas = static_cast<int32_t>(mine.ctas);

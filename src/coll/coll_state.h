@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "coll/permute_sync.h"
 #include "coll/sync.h"
 
 namespace gshmem {
@@ -36,10 +37,12 @@ class CollState {
 
   // Sync::desc is 0 here; ops.cpp sets it per call when check() is on.
   const Sync& sync() const { return sync_; }
+  const PermuteSync& permute() const { return permute_; }
   bool check() const { return check_; }
 
  private:
   Sync sync_{};
+  PermuteSync permute_{};
   bool check_ = false;
 };
 

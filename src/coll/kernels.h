@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "coll/permute_sync.h"
 #include "coll/sync.h"
 #include "gshmem/device_state.h"
 #include "gshmem/gshmem.h"
@@ -69,9 +70,20 @@ struct VLayout {
 };
 void all_to_allv(const Launch& l, const void* in, void* out, const VLayout& layout);
 
+// ---- the packet permute (kernels_permute.cu) ----
+struct PermuteLaunch {
+  gshmem_device_t dev;
+  PermuteSync sync;
+  cudaStream_t stream;
+};
+// out = world PE src's in (bytes <= kPermuteMaxBytes); this PE's in goes to world PE dst. -1: no
+// peer (nothing received leaves zeros); dst == src == this PE copies in to out.
+void permute(const PermuteLaunch& l, const void* in, void* out, size_t bytes, int dst, int src);
+
 // Loads every collective kernel on the current device now (at comm creation), so that a first
 // call made while a stream is being captured does not load a module.
 void preload();
-void preload_reduce();  // kernels_reduce.cu's share of preload()
+void preload_reduce();   // kernels_reduce.cu's share of preload()
+void preload_permute();  // kernels_permute.cu's share of preload()
 
 }  // namespace gshmem::coll::kernels

@@ -200,6 +200,7 @@ void preload() {
   cuda::preload(all_to_allv_kernel, "loading the collective kernels");
   cuda::preload(exchange_packet_kernel, "loading the collective kernels");
   preload_reduce();
+  preload_permute();
 }
 
 }  // namespace gshmem::coll::kernels

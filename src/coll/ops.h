@@ -36,5 +36,9 @@ void all_to_allv(Comm& comm, const gshmem_team_t* team, const void* in, const si
                  const size_t* send_displs, void* out, const size_t* recv_counts,
                  const size_t* recv_displs, gshmem_dtype_t dtype, cudaStream_t stream);
 
+// permute.cpp: gshmem_permute_on_stream (a packet exchange with one PE each way).
+void permute(Comm& comm, const void* in, void* out, size_t bytes, int dst_pe, int src_pe,
+             cudaStream_t stream);
+
 }  // namespace coll
 }  // namespace gshmem

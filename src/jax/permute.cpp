@@ -9,9 +9,9 @@
 //   receiver: wait for "arrived", reset it, copy the slot out.
 // Every flag goes 0 -> 1 -> 0 within a call, so a CUDA graph of the call (XLA command buffers)
 // replays it without host help. Everything runs on XLA's stream; the host only enqueues.
-// Small operands (``kernel`` = 1, chosen by gshmem/jax/rules.py) take one kernel instead: the
-// C API's all_to_allv over the group's team with one nonzero count each way, which replaces the
-// seven stream operations of a chunk by one launch.
+// Small operands (``kernel`` = 1, chosen by gshmem/jax/rules.py) take one kernel instead: the C
+// API's packet permute (gshmem_permute_on_stream), one NVLink crossing per message and no stream
+// operations.
 //
 // gshmem_ppermute_start / gshmem_ppermute_done: the same exchange split in two so that it
 // overlaps XLA's computation (the ring attention's rotations). start runs the chunks on its
@@ -34,21 +34,6 @@ namespace {
 
 ffi::Error copy_error(cudaError_t err) {
   return ffi::Error::Internal(std::string("gshmem.jax ppermute: ") + cudaGetErrorString(err));
-}
-
-// The exchange as one all_to_allv kernel over the group's team (4-byte elements).
-ffi::Error permute_kernel(const DeviceState& s, void* stream, const void* in, void* out, size_t bytes,
-                          int dst, int src, ffi::Span<const int32_t> groups) {
-  gshmem_team_t team{};
-  if (auto err = team_of(s, groups, "ppermute", &team)) return *err;
-  std::vector<size_t> send(team.size, 0), recv(team.size, 0), zeros(team.size, 0);
-  if (dst >= 0) send[(dst - team.start) / team.stride] = bytes / 4;
-  if (src >= 0) recv[(src - team.start) / team.stride] = bytes / 4;
-  if (gshmem_all_to_allv_on_stream(s.comm, &team, in, send.data(), zeros.data(), out, recv.data(),
-                                   zeros.data(), GSHMEM_INT32, stream)) {
-    return gshmem_error("ppermute");
-  }
-  return ffi::Error::Success();
 }
 
 // The chunked exchange of `bytes` through channel `ch`, enqueued on `stream`.
@@ -105,7 +90,7 @@ std::optional<ffi::Error> async_channel(const DeviceState& s, int32_t channel, c
 }
 
 ffi::Error permute(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
-                   ffi::Span<const int32_t> peers, ffi::Span<const int32_t> groups, int32_t kernel) {
+                   ffi::Span<const int32_t> peers, int32_t kernel) {
   const char* op = "ppermute";
   const DeviceState* s = nullptr;
   int dst = -1, src = -1;
@@ -115,11 +100,8 @@ ffi::Error permute(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<
   auto* in = static_cast<const char*>(x.untyped_data());
   auto* res = static_cast<char*>(out->untyped_data());
   if (kernel) {
-    if (bytes % 4) return ffi::Error::InvalidArgument("gshmem.jax ppermute: the kernel path moves 4-byte words");
-    if (src < 0) {
-      if (cudaError_t e = cudaMemsetAsync(res, 0, bytes, static_cast<cudaStream_t>(stream))) return copy_error(e);
-    }
-    return permute_kernel(*s, stream, in, res, bytes, dst, src, groups);
+    if (gshmem_permute_on_stream(s->comm, in, res, bytes, dst, src, stream)) return gshmem_error(op);
+    return ffi::Error::Success();
   }
   return exchange(*s, s->channels[0], static_cast<cudaStream_t>(stream), in, res, bytes, dst, src, op);
 }
@@ -175,7 +157,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(gshmem_jax_ppermute, gshmem::jax::permute,
                                   .Arg<xla::ffi::AnyBuffer>()
                                   .Ret<xla::ffi::AnyBuffer>()
                                   .Attr<xla::ffi::Span<const int32_t>>("peers")
-                                  .Attr<xla::ffi::Span<const int32_t>>("groups")
                                   .Attr<int32_t>("kernel"),
                               {xla::ffi::Traits::kCmdBufferCompatible});
 

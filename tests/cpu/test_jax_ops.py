@@ -148,6 +148,8 @@ def test_lowering_shows_custom_calls_by_the_rule(monkeypatch) -> None:
         == "psum: xla (8192 B > GSHMEM_JAX_MAX_BYTES (4096 B): XLA's collective)"
     )
     assert ops.explain("psum", jnp.zeros(4, jnp.uint8)).startswith("psum: xla (uint8")
+    assert ops.explain("ppermute", 6).startswith("ppermute: gshmem, packets (")
+    assert ops.explain("ppermute", 1 << 20).startswith("ppermute: gshmem, copy engine (")
 
 
 def test_handlers_library_builds_and_registers() -> None:

@@ -88,10 +88,12 @@ def test_perm_checks_and_inverse() -> None:
 def test_permute_path() -> None:
     from gshmem.jax.rules import permute_path
 
-    assert permute_path(8, True, {}) == "kernel"
-    assert permute_path(64 << 10, True, {}) == "kernel"
-    assert permute_path((64 << 10) + 4, True, {}) == "copy engine"
-    assert permute_path(6, True, {}) == "copy engine"  # not 4-byte words
-    assert permute_path(8, False, {}) == "copy engine"  # the group is not a strided team
-    assert permute_path(0, True, {}) == "copy engine"
-    assert permute_path(4096, True, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1K"}) == "copy engine"
+    assert permute_path(8, {}) == "packets"
+    assert permute_path(6, {}) == "packets"  # any byte count: the packets carry 8-byte words
+    assert permute_path(64 << 10, {}) == "packets"
+    assert permute_path((64 << 10) + 4, {}) == "copy engine"
+    assert permute_path(0, {}) == "copy engine"
+    assert permute_path(4096, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1K"}) == "copy engine"
+    assert permute_path(512, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1K"}) == "packets"
+    with pytest.raises(UsageError, match="more than a packet permute carries"):
+        permute_path(8, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "128K"})

@@ -80,11 +80,8 @@ class FfiWire:
     """The contiguous transfers as gshmem custom calls (on x's leading dimension)."""
 
     def permute(self, x, ax: Axis, pairs):
-        team = ax.team()
-        kernel = permute_path(_nbytes(x), team is not None) == "kernel"
-        groups = np.full(3 * runtime.state().npes, -1, np.int32) if team is None else team
-        return _ffi("gshmem_ppermute", x.shape, x, peers=ax.peers(pairs), groups=groups,
-                    kernel=np.int32(kernel))  # fmt: skip
+        kernel = permute_path(_nbytes(x)) == "packets"
+        return _ffi("gshmem_ppermute", x.shape, x, peers=ax.peers(pairs), kernel=np.int32(kernel))
 
     def permute_start(self, x, ax: Axis, pairs, channel: int):
         """(received, token): token is a dataless int32[1] to order later work after the start."""
@@ -261,8 +258,7 @@ def explain(op: str, x: Any, axis_name: Any = None, *, mesh: Any = None) -> str:
     nbytes = x if isinstance(x, int) else _nbytes(x)
     backend, why = choose(op, nbytes)
     if backend == "gshmem" and op == "ppermute":
-        strided = axis_name is None or _axis(axis_name, mesh).team() is not None
-        return f"{op}: gshmem, {permute_path(nbytes, strided)} ({why})"
+        return f"{op}: gshmem, {permute_path(nbytes)} ({why})"
     if backend == "gshmem" and not isinstance(x, int) and op != "ppermute":
         if str(x.dtype) not in GSHMEM_DTYPES:
             return f"{op}: xla ({x.dtype} is not one of {GSHMEM_DTYPES})"

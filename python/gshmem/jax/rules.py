@@ -40,19 +40,20 @@ def choose(op: str, nbytes: int, env: dict[str, str] | None = None) -> tuple[str
     return "xla", f"{nbytes} B > GSHMEM_JAX_MAX_BYTES ({limit} B): XLA's collective"
 
 
-DEFAULT_PERMUTE_KERNEL_MAX = 64 << 10
+PERMUTE_PACKETS_MAX = 64 << 10  # what one packet permute carries (gshmem_permute_on_stream)
 
 
-def permute_path(nbytes: int, strided: bool, env: dict[str, str] | None = None) -> str:
-    """How a gshmem ppermute of ``nbytes`` per device moves: "kernel" (one all_to_allv launch;
-    small operands of 4-byte words whose group is a strided team, up to
-    GSHMEM_JAX_PPERMUTE_KERNEL_MAX, default 64K) or "copy engine" (puts through the staging
-    slot, zero SMs)."""
+def permute_path(nbytes: int, env: dict[str, str] | None = None) -> str:
+    """How a gshmem ppermute of ``nbytes`` per device moves: "packets" (one kernel storing LL
+    packets into the receiver, one NVLink crossing; up to GSHMEM_JAX_PPERMUTE_KERNEL_MAX,
+    default and most 64K) or "copy engine" (puts through the staging slot, zero SMs)."""
     env = os.environ if env is None else env
-    limit = int(
-        _C.parse_size(env.get("GSHMEM_JAX_PPERMUTE_KERNEL_MAX", str(DEFAULT_PERMUTE_KERNEL_MAX)))
-    )
-    return "kernel" if strided and nbytes % 4 == 0 and 0 < nbytes <= limit else "copy engine"
+    text = env.get("GSHMEM_JAX_PPERMUTE_KERNEL_MAX", str(PERMUTE_PACKETS_MAX))
+    limit = int(_C.parse_size(text))
+    if limit > PERMUTE_PACKETS_MAX:
+        raise UsageError(f"GSHMEM_JAX_PPERMUTE_KERNEL_MAX={text} is more than a packet permute "
+                         f"carries ({PERMUTE_PACKETS_MAX} B)")  # fmt: skip
+    return "packets" if 0 < nbytes <= limit else "copy engine"
 
 
 def check_perm(perm: Sequence[tuple[int, int]], size: int) -> tuple[tuple[int, int], ...]:

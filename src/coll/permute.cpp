@@ -1,0 +1,54 @@
+#include <string>
+
+#include "coll/coll_state.h"
+#include "coll/kernels.h"
+#include "coll/ops.h"
+#include "coll/validate.h"
+#include "common/error.h"
+#include "core/comm.h"
+#include "stream/current_device.h"
+
+namespace gshmem::coll {
+namespace {
+
+// -1, or a PE of the comm that loads and stores reach (the packets are stored straight into it).
+void require_peer(Comm& comm, int pe, const char* role, const char* op) {
+  if (pe < 0) {
+    GSHMEM_REQUIRE(pe == -1, std::string(op) + ": " + role + "_pe " + std::to_string(pe) +
+                                 " is not a PE; use -1 for none");
+    return;
+  }
+  GSHMEM_REQUIRE(pe < comm.nranks(), std::string(op) + ": " + role + "_pe " + std::to_string(pe) +
+                                         " is not a PE of this comm's " +
+                                         std::to_string(comm.nranks()));
+  GSHMEM_REQUIRE(comm.heap().local_index()[pe] >= 0,
+                 std::string(op) + ": PE " + std::to_string(pe) +
+                     " is beyond load/store reach of this GPU; move the data with "
+                     "gshmem_put_signal_on_stream, which also takes the proxy path");
+}
+
+}  // namespace
+
+void permute(Comm& comm, const void* in, void* out, size_t bytes, int dst_pe, int src_pe,
+             cudaStream_t stream) {
+  const char* what = "permute_on_stream";
+  require_peer(comm, dst_pe, "dst", what);
+  require_peer(comm, src_pe, "src", what);
+  GSHMEM_REQUIRE((dst_pe == comm.rank()) == (src_pe == comm.rank()),
+                 std::string(what) + ": this PE sends to itself or receives from itself but not "
+                                     "both (dst_pe " + std::to_string(dst_pe) + ", src_pe " +
+                     std::to_string(src_pe) + "); a permutation pairs the two");
+  GSHMEM_REQUIRE(bytes <= kPermuteMaxBytes,
+                 std::string(what) + ": " + std::to_string(bytes) + " bytes is more than a "
+                     "packet permute carries (" + std::to_string(kPermuteMaxBytes) +
+                     "); move larger data with gshmem_put_signal_on_stream");
+  if (bytes == 0) return;
+  require_buffer(comm, what, "in", in, bytes, 1);
+  require_buffer(comm, what, "out", out, bytes, 1);
+  require_no_overlap(what, in, bytes, out, bytes, in == out);
+  stream::CurrentDevice current(comm.device());
+  kernels::permute({comm.device_state().device(), comm.coll_state().permute(), stream}, in, out,
+                   bytes, dst_pe, src_pe);
+}
+
+}  // namespace gshmem::coll
