@@ -1,5 +1,6 @@
 """Collectives: the collective part of Comm (docs/collectives.md): all_reduce, all_gather,
-reduce_scatter, broadcast, all_to_all(v) enqueued on a stream, and the backend choice."""
+reduce_scatter, broadcast, all_to_all(v) enqueued on a stream, the backend choice, and the packet
+permute (point to point, as small ppermutes need)."""
 
 from __future__ import annotations
 
@@ -234,6 +235,23 @@ class Collectives:
             code,
             self._stream(stream),
         )
+        return out
+
+    def permute(self, t: Any, dst: int, src: int, out: Any = None, stream: Any = None) -> Any:
+        """Point to point (the step of ``jax.lax.ppermute``): sends ``t`` to PE ``dst`` and
+        receives PE ``src``'s ``t`` into ``out`` (new if None); -1 for none (nothing received
+        leaves zeros); ``dst == src == rank`` copies. Not collective over a team: the n-th call
+        in which PE p sends to q pairs with the n-th in which q receives from p, so every PE
+        makes its permutes in one order, and a PE's permutes are ordered among themselves (one
+        stream, or stream dependencies). Up to 64 KiB, peers within load/store reach: one kernel
+        of LL packets (docs/collectives.md). Enqueued on ``stream``; capturable. Returns
+        ``out``."""
+        code, total, in_ptr = coll_tensor(t, "permute: t", self.device)
+        out = t.new_empty(t.shape) if out is None else out
+        coll_out(out, t, total, "permute")
+        dst, src = as_count(dst, "permute: dst"), as_count(src, "permute: src")
+        _C.permute_on_stream(self._handle, in_ptr, out.data_ptr(), total * t.element_size(),
+                             dst, src, self._stream(stream))  # fmt: skip
         return out
 
     def _team_size(self, team: Team | None) -> int:

@@ -134,4 +134,12 @@ void bind_coll(nb::module_& m) {
         });
       }, "comm"_a, "team"_a.none(), "in_"_a, "send_counts"_a, "send_displs"_a, "out"_a,
       "recv_counts"_a, "recv_displs"_a, "dtype"_a, "stream"_a);
+  m.def("permute_on_stream", [](nb::handle comm, uintptr_t in, uintptr_t out, size_t bytes,
+                                int dst_pe, int src_pe, uintptr_t stream) {
+        gshmem_comm_t c = comm_of(comm);
+        call([&] {
+          return gshmem_permute_on_stream(c, ptr(in), ptr(out), bytes, dst_pe, src_pe,
+                                          ptr(stream));
+        });
+      }, "comm"_a, "in_"_a, "out"_a, "bytes"_a, "dst_pe"_a, "src_pe"_a, "stream"_a);
 }

@@ -18,7 +18,7 @@ GSHMEM_ONLY = {"GSHMEM_COLL_BACKEND": "gshmem"}
 
 
 @pytest.mark.parametrize("n", PES)
-@pytest.mark.parametrize("scenario", ["matrix", "big", "teams", "streams", "badargs"])
+@pytest.mark.parametrize("scenario", ["matrix", "big", "teams", "streams", "badargs", "permute"])
 def test_coll(n, scenario):
     launch_pes(n, SCRIPT, scenario, **GSHMEM_ONLY)
 

@@ -523,6 +523,85 @@ def scenario_graph(comm: gshmem.Comm) -> str:
     return f"{GRAPH_REPLAYS} replays, count {cnt}"
 
 
+PERMUTE_ROUNDS = 300
+PERMUTE_COUNTS = [1, 3, 4, 50, 2049, 32768]  # bfloat16 elements: 2 B .. 64 KiB
+
+
+def _permutes(n: int, me: int) -> list[tuple[str, int, int]]:
+    """(name, dst, src) of this PE in every permutation the permute scenario mixes."""
+    out = [(f"shift {s}", (me + s) % n, (me - s) % n) for s in range(1, n)]
+    out.append(("identity", me, me))
+    out.append(("partial", me + 1 if me + 1 < n else -1, me - 1))  # PE 0 receives nothing
+    if n % 2 == 0:
+        out.append(("swap", me ^ 1, me ^ 1))
+    return out
+
+
+def _permute_data(round_: int, pe: int, count: int, dev: str) -> torch.Tensor:
+    g = torch.Generator(device=dev).manual_seed(seed(41, round_, pe))
+    bits = torch.randint(-(1 << 15), 1 << 15, (count,), generator=g, device=dev)
+    return bits.to(torch.int16).view(torch.bfloat16)
+
+
+def scenario_permute(comm: gshmem.Comm) -> str:
+    """gshmem_permute_on_stream: a random sequence (the same on every PE) of permutations and
+    sizes, enqueued without waiting so that senders run ahead of receivers (the credits), each
+    output checked bit for bit with its poisoned slack; then a captured graph of permutes
+    replayed on new data; then bad arguments."""
+    n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
+    perms = _permutes(n, me)
+    rng = random.Random(seed(43, n))
+    plan = [(rng.randrange(len(perms)), rng.choice(PERMUTE_COUNTS)) for _ in range(PERMUTE_ROUNDS)]
+    ins, outs = [], []
+    for r, (_, count) in enumerate(plan):
+        ins.append(_permute_data(r, me, count, dev))
+        full = torch.full((count + SLACK,), -7, dtype=torch.int16, device=dev)
+        outs.append(full)
+    torch.cuda.synchronize()
+    for r, (k, count) in enumerate(plan):
+        _, dst, src = perms[k]
+        comm.permute(ins[r], dst, src, out=outs[r][:count].view(torch.bfloat16))
+    torch.cuda.synchronize()
+    for r, (k, count) in enumerate(plan):
+        name, _, src = perms[k]
+        want = (torch.zeros(count, dtype=torch.int16, device=dev) if src < 0
+                else _permute_data(r, src, count, dev).view(torch.int16))  # fmt: skip
+        got = outs[r]
+        assert torch.equal(got[:count], want), (r, name, count, me)
+        assert bool((got[count:] == -7).all()), f"round {r} ({name}) wrote past its {count}"
+
+    # a graph of three permutes in both directions, replayed on new inputs
+    x = torch.empty(32768, dtype=torch.bfloat16, device=dev)
+    small = torch.empty(3, dtype=torch.bfloat16, device=dev)
+    right, left = (me + 1) % n, (me - 1) % n
+    stream = torch.cuda.Stream(comm.device)
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            a = comm.permute(x, right, left)
+            b = comm.permute(a, left, right)  # back where it came from
+            c = comm.permute(small, right, left)
+    for rep in range(20):
+        x.copy_(_permute_data(1000 + rep, me, x.numel(), dev))
+        small.copy_(_permute_data(2000 + rep, me, 3, dev))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(a, _permute_data(1000 + rep, left, x.numel(), dev)), rep
+        assert torch.equal(b, x), rep
+        assert torch.equal(c, _permute_data(2000 + rep, left, 3, dev)), rep
+
+    y = torch.zeros(32769, dtype=torch.bfloat16, device=dev)
+    other = (me + 1) % n
+    expect_usage(lambda: comm.permute(y, other, (me - 1) % n), "more than a packet permute")
+    expect_usage(lambda: comm.permute(small, me, other), "not both")
+    expect_usage(lambda: comm.permute(small, n, -1), "is not a PE")
+    expect_usage(lambda: comm.permute(small, -2, -1), "use -1 for none")
+    expect_usage(lambda: comm.permute(small.double(), other, -1), "collectives take")
+    torch.cuda.synchronize()
+    comm.barrier()  # no PE leaves while another still polls its packets
+    return f"{PERMUTE_ROUNDS} mixed permutes of {len(perms)} kinds, 20 graph replays, bad args"
+
+
 def scenario_badargs(comm: gshmem.Comm) -> str:
     n, dev = comm.nranks, f"cuda:{comm.device}"
     x = torch.ones(1024, dtype=torch.float32, device=dev)
