@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -252,18 +253,24 @@ def test_signal_is_forwarded(tmp_path: Path, sig: signal.Signals) -> None:
         text=True,
     )
     try:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
+        # A thread reads the lines: select() on the pipe misses a second line that readline()
+        # already pulled into the file's buffer with the first (both ranks print at once).
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
         pids: list[int] = []
         deadline = time.monotonic() + 30
-        while len(pids) < 2 and time.monotonic() < deadline:
-            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-            if ready:
-                line = proc.stdout.readline()
-                if "ready" in line:
-                    pids.append(int(line.split()[-1]))
+        while len(pids) < 2 and (left := deadline - time.monotonic()) > 0:
+            try:
+                line = lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if "ready" in line:
+                pids.append(int(line.split()[-1]))
         assert len(pids) == 2, "the ranks did not start"
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        err = proc.stderr.read()
         assert proc.returncode == 128 + sig, err
         assert f"received {sig.name}" in err
         assert all(_gone(p) for p in pids)
