@@ -24,8 +24,6 @@ class Comm;
 
 namespace coll {
 
-constexpr uint64_t kPacketSlotBytes = 128 << 10;  // 8192 packets: 64 KiB of data per member
-
 class CollState {
  public:
   // Collective over the comm (one bootstrap allgather, one heap calloc). Throws gshmem::Error.

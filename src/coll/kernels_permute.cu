@@ -13,15 +13,9 @@ namespace {
 
 using namespace gshmem::coll::device;
 
-// The epoch of message j: 1 .. 2^32 - 1 (0 is the value of slots nobody has written).
-__device__ inline unsigned permute_epoch(unsigned long long j) {
-  return static_cast<unsigned>(j % 0xffffffffull) + 1u;
-}
-
 // This PE's packet slot that world PE `src` fills with its messages of parity `par`.
 __device__ inline uint4* permute_slot(const PermuteSync& s, unsigned long long par, int src) {
-  return reinterpret_cast<uint4*>(s.packets +
-                                  (static_cast<size_t>(par) * s.n_pes + src) * s.packet_bytes);
+  return packet_slot_in(s.packets, s.packet_bytes, s.n_pes, static_cast<unsigned>(par), src);
 }
 
 // Thread 0: waits until PE `dst` has read this PE's message j - 2 (bounded; see deadline.cuh).
@@ -65,14 +59,14 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // thread 0's acquire orders every thread's stores after the credit
     uint4* slot = gshmem::detail::peer(dev, permute_slot(s, j & 1, dev.my_pe), dst);
     for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-      store_packet(slot + i, load8(in, i, bytes), permute_epoch(j));
+      store_packet(slot + i, load8(in, i, bytes), epoch_of(j));
     }
   }
   if (receives) {
     const unsigned long long k = s.got[mine + src];
     const uint4* slot = permute_slot(s, k & 1, src);
     for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-      store8(out, i, bytes, load_packet(dev, slot + i, permute_epoch(k), src));
+      store8(out, i, bytes, load_packet(dev, slot + i, epoch_of(k), src));
     }
     __syncthreads();
     give_credit(dev, s, src, k);

@@ -4,7 +4,7 @@
 // reuse rule does not hold for it).
 //
 // Layout, all in the symmetric heap:
-//   packets  [2][n_pes][kPermuteSlotBytes] packets from PE q, by the parity of its message count
+//   packets  [2][n_pes][kPacketSlotBytes]  packets from PE q, by the parity of its message count
 //   credits  uint64[n_pes]                 messages of this PE that PE q has read (written by q)
 //   done     uint64[n_pes]                 CTAs that finished reading a message from q (local)
 //   sent     uint64[kPermuteCtas][n_pes]   messages this PE's CTA b has sent to q (local)
@@ -17,11 +17,12 @@
 
 #include <cstdint>
 
+#include "coll/sync.h"
+
 namespace gshmem::coll {
 
 constexpr int kPermuteCtas = 8;
-constexpr uint64_t kPermuteSlotBytes = 128 << 10;            // 8192 packets
-constexpr uint64_t kPermuteMaxBytes = kPermuteSlotBytes / 2;  // a message's data: 64 KiB
+constexpr uint64_t kPermuteMaxBytes = kPacketSlotBytes / 2;  // a message's data: 64 KiB
 
 struct PermuteSync {
   char* packets;

@@ -194,14 +194,21 @@ __device__ inline void end_call(const Sync& s, const Device& dev, const Team& te
 }
 
 // ---- packets ----------------------------------------------------------------------------------
-// 1 .. 2^32 - 1: never 0, the value of packet slots nobody has written yet.
-__device__ inline unsigned epoch(const Sync& s, int q) {
-  return static_cast<unsigned>(s.seq[counter(s, q)] % 0xffffffffull) + 1u;
+// The epoch of the packets sent after `count` earlier ones to the same slot pair: 1 .. 2^32 - 1,
+// never 0, the value of packet slots nobody has written yet.
+__device__ inline unsigned epoch_of(unsigned long long count) {
+  return static_cast<unsigned>(count % 0xffffffffull) + 1u;
 }
+__device__ inline unsigned epoch(const Sync& s, int q) { return epoch_of(s.seq[counter(s, q)]); }
 
+// Slot (parity `par`, source PE `src`) of a [2][n_pes][packet_bytes] packet region.
+__device__ inline uint4* packet_slot_in(char* packets, uint64_t packet_bytes, int n_pes,
+                                        unsigned par, int src) {
+  return reinterpret_cast<uint4*>(packets +
+                                  (static_cast<size_t>(par) * n_pes + src) * packet_bytes);
+}
 __device__ inline uint4* packet_slot(const Sync& s, unsigned par, int src) {
-  return reinterpret_cast<uint4*>(s.packets +
-                                  (static_cast<size_t>(par) * s.n_pes + src) * s.packet_bytes);
+  return packet_slot_in(s.packets, s.packet_bytes, s.n_pes, par, src);
 }
 
 // Where this PE stores its packets for world PE q in this call, and where q's arrive here.
