@@ -76,7 +76,7 @@ CollState::CollState(Comm& comm) {
   const uint64_t packets = 2 * n * kPacketSlotBytes;
   const uint64_t descs = 2 * n * sizeof(uint64_t);
   const uint64_t permute_packets = 2 * n * kPacketSlotBytes;
-  const uint64_t permute_counters = (2 + 2 * static_cast<uint64_t>(kPermuteCtas)) * n * sizeof(uint64_t);
+  const uint64_t permute_counters = 3 * static_cast<uint64_t>(kPermuteCtas) * n * sizeof(uint64_t);
   char* base = static_cast<char*>(comm.heap().malloc(
       3 * counters + slots + packets + descs + permute_packets + permute_counters, 4096, true));
   sync_.arrivals = reinterpret_cast<uint64_t*>(base);
@@ -87,8 +87,7 @@ CollState::CollState(Comm& comm) {
   sync_.descs = reinterpret_cast<uint64_t*>(sync_.packets + packets);
   permute_.packets = reinterpret_cast<char*>(sync_.descs + 2 * n);
   permute_.credits = reinterpret_cast<uint64_t*>(permute_.packets + permute_packets);
-  permute_.done = permute_.credits + n;
-  permute_.sent = permute_.done + n;
+  permute_.sent = permute_.credits + static_cast<uint64_t>(kPermuteCtas) * n;
   permute_.got = permute_.sent + static_cast<uint64_t>(kPermuteCtas) * n;
   permute_.packet_bytes = kPacketSlotBytes;
   permute_.n_pes = static_cast<int32_t>(n);

@@ -103,6 +103,9 @@ def test_use_gather_policy(monkeypatch):
     assert not gs.use_gather("auto", 1, 8192, False, small)
     assert not gs.use_gather("auto", 4, 8192, True, small)  # documents: the ring
     assert not gs.use_gather("auto", 4, 8191, False, small)  # odd shard: the ring
+    assert not gs.use_gather("auto", 2, 8192, False, small, gather_from=3)  # JAX at two: the ring
+    assert gs.use_gather("auto", 3, 8192, False, small, gather_from=3)
+    assert gs.use_gather("allgather", 2, 8192, False, small, gather_from=3)  # asked for: honoured
     assert gs.use_gather("allgather", 4, 8192, False, big)
     assert not gs.use_gather("ring", 4, 8192, False, small)
     monkeypatch.setenv("GSHMEM_ATTENTION_ALGORITHM", "ring")

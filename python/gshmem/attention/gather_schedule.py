@@ -127,11 +127,13 @@ def max_slots(world: int, layout: str, causal: bool) -> int:
     return max(len(contributions(r, world, layout, causal)) for r in range(world))
 
 
-def use_gather(requested: str, world: int, seq: int, varlen: bool, kv_bytes: int) -> bool:
+def use_gather(requested: str, world: int, seq: int, varlen: bool, kv_bytes: int,
+               gather_from: int = 2) -> bool:  # fmt: skip
     """Whether a call runs the all-gather schedule. ``requested``: "ring", "allgather" or
     "auto" (then ``GSHMEM_ATTENTION_ALGORITHM`` may name one); ``seq``: local tokens;
     ``kv_bytes``: this rank's K and V bytes. Packed documents and odd shards always take the
-    ring; auto gathers while a reader's K/V (W-1 shards) stays within GATHER_MAX_BYTES."""
+    ring; auto gathers from ``gather_from`` ranks on, while a reader's K/V (W-1 shards) stays
+    within GATHER_MAX_BYTES."""
     if requested not in ALGORITHMS:
         raise UsageError(
             f"ring_attention: algorithm must be one of {ALGORITHMS}, got {requested!r}"
@@ -150,7 +152,7 @@ def use_gather(requested: str, world: int, seq: int, varlen: bool, kv_bytes: int
             raise UsageError(f"ring_attention: algorithm='allgather' needs an even local length, "
                              f"got {seq}")  # fmt: skip
     if requested == "auto":
-        return able and (world - 1) * kv_bytes <= GATHER_MAX_BYTES
+        return able and world >= gather_from and (world - 1) * kv_bytes <= GATHER_MAX_BYTES
     return requested == "allgather" and able
 
 

@@ -543,6 +543,10 @@ def _permute_data(round_: int, pe: int, count: int, dev: str) -> torch.Tensor:
     return bits.to(torch.int16).view(torch.bfloat16)
 
 
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
 def scenario_permute(comm: gshmem.Comm) -> str:
     """gshmem_permute_on_stream: a random sequence (the same on every PE) of permutations and
     sizes, enqueued without waiting so that senders run ahead of receivers (the credits), each
@@ -586,9 +590,10 @@ def scenario_permute(comm: gshmem.Comm) -> str:
         small.copy_(_permute_data(2000 + rep, me, 3, dev))
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(a, _permute_data(1000 + rep, left, x.numel(), dev)), rep
-        assert torch.equal(b, x), rep
-        assert torch.equal(c, _permute_data(2000 + rep, left, 3, dev)), rep
+        # bit for bit: random bf16 bits include NaNs, which torch.equal never calls equal
+        assert _bits_equal(a, _permute_data(1000 + rep, left, x.numel(), dev)), rep
+        assert _bits_equal(b, x), rep
+        assert _bits_equal(c, _permute_data(2000 + rep, left, 3, dev)), rep
 
     y = torch.zeros(32769, dtype=torch.bfloat16, device=dev)
     other = (me + 1) % n

@@ -25,6 +25,11 @@ from gshmem.jax.attention.merge import merge
 from gshmem.jax.attention.schedule import SELECT, part_range, source_before, step_blocks
 
 SEQ = 1  # q, k, v: [batch, seq, heads, dim], JAX's attention layout
+# "auto" gathers from this many devices on. At two, the one-program all-gather (two batch-2
+# calls against a reordered copy of the whole K/V, gather.py) lost to the ring at every size
+# measured (2 x H100, causal 2K/4K/8K per GPU: 55.9/72.9/79.1 % against 58.4/76.3/83.2 %);
+# at four it won (57.9/71.5/90.6 % against 48.5/68.3/87.0 %).
+GATHER_FROM = 3
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,7 @@ def ring_attention(q, k, v, axis_name, *, causal: bool = True, layout: str = "zi
     ``shard`` makes it. ``implementation`` goes to ``jax.nn.dot_product_attention``.
     ``algorithm``: "ring", "allgather" (gather.py: the whole sequence's K/V gathered once, two
     kernel calls per pass) or "auto" (as gshmem.attention.ring_attention decides it, with
-    ``GSHMEM_ATTENTION_ALGORITHM``). Collective over the axis: every device calls it with the
+    ``GSHMEM_ATTENTION_ALGORITHM``, except that two devices take the ring: GATHER_FROM). Collective over the axis: every device calls it with the
     same shapes."""
     import jax
 
@@ -182,7 +187,7 @@ def ring_attention(q, k, v, axis_name, *, causal: bool = True, layout: str = "zi
 
     kv_bytes = 2 * k.size * k.dtype.itemsize
     run_forward, run_backward = forward, backward  # the ring's
-    if use_gather(algorithm, world, q.shape[SEQ], False, kv_bytes):
+    if use_gather(algorithm, world, q.shape[SEQ], False, kv_bytes, gather_from=GATHER_FROM):
         run_forward, run_backward = gather.forward, gather.backward
 
     @jax.custom_vjp
