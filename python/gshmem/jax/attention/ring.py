@@ -171,8 +171,8 @@ def ring_attention(q, k, v, axis_name, *, causal: bool = True, layout: str = "zi
     ``shard`` makes it. ``implementation`` goes to ``jax.nn.dot_product_attention``.
     ``algorithm``: "ring", "allgather" (gather.py: the whole sequence's K/V gathered once, two
     kernel calls per pass) or "auto" (as gshmem.attention.ring_attention decides it, with
-    ``GSHMEM_ATTENTION_ALGORITHM``, except that two devices take the ring: GATHER_FROM). Collective over the axis: every device calls it with the
-    same shapes."""
+    ``GSHMEM_ATTENTION_ALGORITHM``, except that two devices take the ring: GATHER_FROM).
+    Collective over the axis: every device calls it with the same shapes."""
     import jax
 
     from gshmem.attention.gather_schedule import use_gather
