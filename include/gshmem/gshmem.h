@@ -349,8 +349,9 @@ gshmem_result_t gshmem_all_to_allv_on_stream(gshmem_comm_t comm, const gshmem_te
  * zeros in `out`); dst_pe == src_pe == this PE copies. The n-th call in which p sends to q pairs
  * with the n-th in which q receives from p: every PE makes its permutes in one order, as an SPMD
  * program does, and a PE's permutes are ordered among themselves (one stream, or stream
- * dependencies). At most 64 KiB; peers within load/store reach. One kernel moving LL packets (a
- * message costs one NVLink crossing, no signal), bounded waits, enqueued on `stream`;
+ * dependencies). Peers within load/store reach. One kernel moving LL packets (a small message
+ * costs one NVLink crossing, no signal; larger ones go in 256 KiB chunks; docs/collectives.md
+ * gives the rates against gshmem_put_signal_on_stream), bounded waits, enqueued on `stream`;
  * capturable in CUDA graphs. */
 gshmem_result_t gshmem_permute_on_stream(gshmem_comm_t comm, const void* in, void* out,
                                          size_t bytes, int dst_pe, int src_pe, void* stream);

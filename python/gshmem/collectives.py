@@ -243,9 +243,9 @@ class Collectives:
         leaves zeros); ``dst == src == rank`` copies. Not collective over a team: the n-th call
         in which PE p sends to q pairs with the n-th in which q receives from p, so every PE
         makes its permutes in one order, and a PE's permutes are ordered among themselves (one
-        stream, or stream dependencies). Up to 64 KiB, peers within load/store reach: one kernel
-        of LL packets (docs/collectives.md). Enqueued on ``stream``; capturable. Returns
-        ``out``."""
+        stream, or stream dependencies). Peers within load/store reach: one kernel of LL packets
+        (docs/collectives.md gives its rates against put_signal_on_stream).
+        Enqueued on ``stream``; capturable. Returns ``out``."""
         code, total, in_ptr = coll_tensor(t, "permute: t", self.device)
         out = t.new_empty(t.shape) if out is None else out
         coll_out(out, t, total, "permute")

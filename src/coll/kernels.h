@@ -76,7 +76,7 @@ struct PermuteLaunch {
   PermuteSync sync;
   cudaStream_t stream;
 };
-// out = world PE src's in (bytes <= kPermuteMaxBytes); this PE's in goes to world PE dst. -1: no
+// out = world PE src's in (any bytes); this PE's in goes to world PE dst. -1: no
 // peer (nothing received leaves zeros); dst == src == this PE copies in to out.
 void permute(const PermuteLaunch& l, const void* in, void* out, size_t bytes, int dst, int src);
 

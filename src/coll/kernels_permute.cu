@@ -1,10 +1,10 @@
-// The packet permute (kernels.h: permute): one point-to-point exchange of at most
-// kPermuteMaxBytes as LL packets (protocol.cuh's 16-byte packets, 8 data bytes and two epoch
-// words), one kernel of one CTA per 8 KiB, no signal phase: the receiver polls the packets
-// themselves, so a message costs one NVLink crossing. Reuse of a CTA's region of a parity slot
-// waits for the receiving CTA's credit for the message two before (permute_sync.h), which a
-// pipelined sequence of calls has long received. Credits are plain stores, per CTA, so no fence
-// or atomic sits on a call's path.
+// The packet permute (kernels.h: permute): one point-to-point exchange as LL packets
+// (protocol.cuh's 16-byte packets, 8 data bytes and two epoch words) stored straight into the
+// receiver, which polls them: one kernel of one CTA per 8 KiB (at most kPermuteCtas), no signal
+// phase, so a small message costs one NVLink crossing. Larger messages go in 256 KiB chunks
+// through the same slots. Reuse of a CTA's region of a parity slot waits for the receiving CTA's
+// credit for the chunk two before (permute_sync.h), which a pipelined sequence of small calls
+// has long received. Credits are plain stores, per CTA, so no fence or atomic sits on the path.
 #include <algorithm>
 
 #include "coll/kernels.h"
@@ -21,10 +21,11 @@ __device__ inline uint4* permute_slot(const PermuteSync& s, unsigned long long p
   return packet_slot_in(s.packets, s.packet_bytes, s.n_pes, static_cast<unsigned>(par), src);
 }
 
-// The CTAs that carry a message of `bytes`: one per kPermuteCtaWords words (permute_sync.h).
+// The CTAs that carry a message of `bytes`: one per kPermuteCtaWords words, at most kPermuteCtas.
 inline int permute_ctas(size_t bytes) {
-  const size_t per_cta = 8 * kPermuteCtaWords;
-  return static_cast<int>(std::max<size_t>(1, (bytes + per_cta - 1) / per_cta));
+  const size_t words = (bytes + 7) / 8;
+  return static_cast<int>(std::clamp<size_t>((words + kPermuteCtaWords - 1) / kPermuteCtaWords, 1,
+                                             kPermuteCtas));
 }
 
 // Thread 0: waits until PE `dst`'s CTA has read this CTA's message j - 2 (bounded; see
@@ -42,47 +43,58 @@ __device__ inline void wait_credit(const Device& dev, const unsigned long long* 
   }
 }
 
-// Word i of the message is sent and received by the same thread, so in == out is safe. CTA b
-// handles its region of the slot on both sides and keeps its own counts and credits
-// (permute_sync.h).
+// The message goes in chunks of kPermuteChunkWords words, each a message of the protocol
+// (permute_sync.h); CTA b moves its region of every chunk. A thread sends word i of a chunk
+// before it receives word i, so in == out is safe.
 __global__ void __launch_bounds__(kThreads)
     permute_kernel(Device dev, PermuteSync s, const char* in, char* out, size_t bytes, int dst,
                    int src) {
-  const size_t words = (bytes + 7) / 8, lo = blockIdx.x * kPermuteCtaWords;
-  const Range r{lo, lo + kPermuteCtaWords < words ? lo + kPermuteCtaWords : words};
+  const size_t words = (bytes + 7) / 8;
   const size_t mine = static_cast<size_t>(blockIdx.x) * s.n_pes;
   const bool sends = dst >= 0 && dst != dev.my_pe, receives = src >= 0 && src != dev.my_pe;
-  if (sends) {
-    const unsigned long long j = s.sent[mine + dst];
-    wait_credit(dev, reinterpret_cast<const unsigned long long*>(s.credits + mine + dst), dst, j);
-    __syncthreads();  // every thread's stores come after the credit (and after every read of j)
-    uint4* slot = gshmem::detail::peer(dev, permute_slot(s, j & 1, dev.my_pe), dst);
-    for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-      store_packet(slot + i, load8(in, i, bytes), epoch_of(j));
+  const bool self = src == dev.my_pe;  // else nobody sends here: zeros, as jax.lax.ppermute
+  const unsigned long long sent = sends ? s.sent[mine + dst] : 0;
+  const unsigned long long got = receives ? s.got[mine + src] : 0;
+  unsigned long long n = 0;  // this CTA's chunks so far
+  for (size_t base = 0; base < words; base += kPermuteChunkWords, ++n) {
+    const size_t lo = base + blockIdx.x * kPermuteCtaWords;
+    if (lo >= words) break;
+    const size_t hi = lo + kPermuteCtaWords < words ? lo + kPermuteCtaWords : words;
+    if (sends) {
+      const unsigned long long j = sent + n;
+      wait_credit(dev, reinterpret_cast<const unsigned long long*>(s.credits + mine + dst), dst,
+                  j);
+      __syncthreads();  // every thread's stores come after the credit
+      uint4* slot = gshmem::detail::peer(dev, permute_slot(s, j & 1, dev.my_pe), dst);
+      for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        store_packet(slot + (i - base), load8(in, i, bytes), epoch_of(j));
+      }
     }
-    if (threadIdx.x == 0) s.sent[mine + dst] = j + 1;
+    if (receives) {
+      const unsigned long long k = got + n;
+      const uint4* slot = permute_slot(s, k & 1, src);
+      for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        store8(out, i, bytes, load_packet(dev, slot + (i - base), epoch_of(k), src));
+      }
+      // Every packet this CTA read has returned its value (each was stored to out), so the
+      // credit needs no fence: the sender's later overwrite cannot change what was read.
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        gshmem::detail::st_relaxed(
+            gshmem::detail::peer(dev, reinterpret_cast<unsigned long long*>(s.credits) + mine +
+                                          dev.my_pe, src),
+            k + 1);
+      }
+    } else {
+      for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        store8(out, i, bytes, self ? load8(in, i, bytes) : 0ull);
+      }
+    }
   }
-  if (receives) {
-    const unsigned long long k = s.got[mine + src];
-    const uint4* slot = permute_slot(s, k & 1, src);
-    for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-      store8(out, i, bytes, load_packet(dev, slot + i, epoch_of(k), src));
-    }
-    // Every packet this CTA read has returned its value (each was stored to out), so the credit
-    // needs no fence: the sender's later overwrite cannot change what was read.
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      s.got[mine + src] = k + 1;
-      gshmem::detail::st_relaxed(
-          gshmem::detail::peer(dev, reinterpret_cast<unsigned long long*>(s.credits) + mine +
-                                        dev.my_pe, src),
-          k + 1);
-    }
-  } else {
-    const bool self = src == dev.my_pe;  // nobody sends here: zeros, as jax.lax.ppermute
-    for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-      store8(out, i, bytes, self ? load8(in, i, bytes) : 0ull);
-    }
+  // Every thread read the counts before the first chunk's barrier.
+  if (threadIdx.x == 0) {
+    if (sends) s.sent[mine + dst] = sent + n;
+    if (receives) s.got[mine + src] = got + n;
   }
 }
 

@@ -38,10 +38,6 @@ void permute(Comm& comm, const void* in, void* out, size_t bytes, int dst_pe, in
                  std::string(what) + ": this PE sends to itself or receives from itself but not "
                                      "both (dst_pe " + std::to_string(dst_pe) + ", src_pe " +
                      std::to_string(src_pe) + "); a permutation pairs the two");
-  GSHMEM_REQUIRE(bytes <= kPermuteMaxBytes,
-                 std::string(what) + ": " + std::to_string(bytes) + " bytes is more than a "
-                     "packet permute carries (" + std::to_string(kPermuteMaxBytes) +
-                     "); move larger data with gshmem_put_signal_on_stream");
   if (bytes == 0) return;
   require_buffer(comm, what, "in", in, bytes, 1);
   require_buffer(comm, what, "out", out, bytes, 1);
