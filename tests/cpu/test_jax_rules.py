@@ -90,8 +90,8 @@ def test_permute_path() -> None:
 
     assert permute_path(8, {}) == "packets"
     assert permute_path(6, {}) == "packets"  # any byte count: the packets carry 8-byte words
-    assert permute_path(512 << 10, {}) == "packets"
-    assert permute_path((512 << 10) + 4, {}) == "copy engine"
+    assert permute_path(2 << 20, {}) == "packets"
+    assert permute_path((2 << 20) + 4, {}) == "copy engine"
     assert permute_path(0, {}) == "copy engine"
     assert permute_path(4096, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1K"}) == "copy engine"
     assert permute_path(512, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1K"}) == "packets"

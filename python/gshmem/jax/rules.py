@@ -40,10 +40,10 @@ def choose(op: str, nbytes: int, env: dict[str, str] | None = None) -> tuple[str
     return "xla", f"{nbytes} B > GSHMEM_JAX_MAX_BYTES ({limit} B): XLA's collective"
 
 
-# GSHMEM_JAX_PPERMUTE_KERNEL_MAX's default: on 2 x H100 the packet kernel took 7.5 / 10.5 / 15.0 /
-# 27.0 / 48.8 us at 64K / 128K / 256K / 512K / 1M per device, the staged copy-engine path 8.1 /
-# 35.7 / 35.8 / 35.7 / 37.2 us (docs/jax.md).
-PERMUTE_PACKETS_MAX = 512 << 10
+# GSHMEM_JAX_PPERMUTE_KERNEL_MAX's default. 2 x H100, one process, 100 chained calls: the packet
+# kernel took 12.7 / 11.5 / 29.4 us at 128K / 512K / 2M per device, the staged copy-engine path
+# 32.5 / 35.7 / 46.7 us at 256K / 1M / 4M (and 41.2 at 2M in an earlier run); docs/jax.md.
+PERMUTE_PACKETS_MAX = 2 << 20
 
 
 def permute_path(nbytes: int, env: dict[str, str] | None = None) -> str:
