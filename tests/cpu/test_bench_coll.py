@@ -20,6 +20,10 @@ def test_bus_factors_are_nccl_tests():
         assert r.extra["busbw"] == pytest.approx(r.extra["algbw"] * f)
     assert coll.make_row("gshmem", "all_gather", 8, 4, "bfloat16", "sum", 1e-6, 2).extra[
         "redop"] == "none"  # fmt: skip
+    shift = coll.make_row("gshmem", "permute", 1 << 20, 1 << 19, "bfloat16", "sum", 1e-5, 4)
+    assert shift.extra["busbw"] == pytest.approx(shift.extra["algbw"])  # sendrecv's factor 1
+    assert shift.extra["redop"] == "none"
+    assert coll.count_for("permute", 1000, "bfloat16", 3) == 500  # no per-rank blocks
 
 
 def test_counts_follow_nccl_tests():
@@ -35,6 +39,7 @@ def test_options():
     q = coll.parse_args(["--quick", "--compare", "all", "--only", "all_reduce"])
     assert q.sizes() == [8, 128, 2048, 32768, 1 << 19, 8 << 20, 128 << 20]
     assert q.compare == ["nccl", "torch_symm"] and q.ops == ["all_reduce"]
+    assert "permute" in o.ops and coll.parse_args(["--only", "permute"]).ops == ["permute"]
     assert o.buffers == "symmetric" and coll.parse_args(["--buffers", "device"]).buffers == "device"
     bad_args = (["--compare", "mpi"], ["-d", "double"], ["-o", "avg"], ["--np", "1"],
                 ["--buffers", "host"])  # fmt: skip

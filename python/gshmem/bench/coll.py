@@ -7,8 +7,10 @@ buffer; all_gather: the gathered output; reduce_scatter and all_to_all: the inpu
 elements; algbw = size / time; busbw = algbw x nccl-tests' factor (report.bus_bandwidth). Times
 are the median of ``--repeats``, each the slowest rank's mean over ``-n`` iterations; sizes up
 to ``--graph-max`` run inside a CUDA graph (host launch cost excluded, as PERFORMANCE.md's
-anchors). Baselines: ``nccl`` is torch.distributed's NCCL (all_reduce, all_gather_into_tensor,
-reduce_scatter_tensor, all_to_all_single); ``torch_symm`` is torch SymmetricMemory's
+anchors). ``permute`` is a ring shift (every PE sends to the next and receives from the
+previous; nccl-tests' sendrecv, bus factor 1). Baselines: ``nccl`` is torch.distributed's NCCL
+(all_reduce, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, and
+batch_isend_irecv for the permute); ``torch_symm`` is torch SymmetricMemory's
 one_shot/two_shot all-reduce (best of the two; all_reduce only), with multicast off.
 
 Options, the table and the JSON are pure Python (tests/cpu/test_bench_coll.py); ``run(opts)`` is
@@ -31,7 +33,7 @@ from gshmem.bench.nccl_group import join_nccl
 from gshmem.bench.options import choices, parse_size, size_range
 from gshmem.bench.report import Row, bus_bandwidth, fmt_value, median
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permute")
 BASELINES = ("nccl", "torch_symm")
 DTYPES = {"float": 4, "half": 2, "bfloat16": 2, "int32": 4, "int64": 8}
 REDUCING = ("all_reduce", "reduce_scatter")
@@ -98,7 +100,8 @@ def make_row(
     if seconds is not None:
         value = seconds * 1e6
         extra["algbw"] = algbw(size, seconds)
-        extra["busbw"] = bus_bandwidth(extra["algbw"], op, nranks)
+        bus_op = "sendrecv" if op == "permute" else op  # nccl-tests' name for a shift
+        extra["busbw"] = bus_bandwidth(extra["algbw"], bus_op, nranks)
     return Row(impl, op, "on_stream", "us", value, size=size, note=note, extra=extra)
 
 
@@ -304,13 +307,19 @@ class CollBench:
             return self.src[:count], self.dst[: count // n]
         return self.src[:count], self.dst[:count]
 
+    def ring(self) -> tuple[int, int]:
+        """(the next PE, the previous PE): the permute's shift."""
+        return (self.rank + 1) % self.n, (self.rank - 1) % self.n
+
     def gshmem_call(self, op: str, inp: Any, out: Any) -> Callable[[], None]:
         c, redop = self.comm, self.o.redop
+        right, left = self.ring()
         return {
             "all_reduce": lambda: c.all_reduce(inp, op=redop, out=out),
             "all_gather": lambda: c.all_gather(inp, out=out),
             "reduce_scatter": lambda: c.reduce_scatter(inp, out=out, op=redop),
             "all_to_all": lambda: c.all_to_all(inp, out=out),
+            "permute": lambda: c.permute(inp, right, left, out=out),
         }[op]
 
     def measure(
@@ -342,12 +351,20 @@ class CollBench:
 
         rop = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
                "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[self.o.redop]  # fmt: skip
+        right, left = self.ring()
+
+        def shift(i: Any, o: Any) -> None:
+            ops = [dist.P2POp(dist.isend, i, right), dist.P2POp(dist.irecv, o, left)]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+
         return {
             # in place on the output buffer (NCCL's all-reduce time does not depend on values)
             "all_reduce": lambda i, o: lambda: dist.all_reduce(o, op=rop),
             "all_gather": lambda i, o: lambda: dist.all_gather_into_tensor(o, i),
             "reduce_scatter": lambda i, o: lambda: dist.reduce_scatter_tensor(o, i, op=rop),
             "all_to_all": lambda i, o: lambda: dist.all_to_all_single(o, i),
+            "permute": lambda i, o: lambda: shift(i, o),
         }[op]
 
     def symm_call(self) -> Callable[[Any, Any], Any] | None:
@@ -373,6 +390,15 @@ class CollBench:
 
         return make
 
+    def algorithm(self, op: str, size: int) -> str:
+        """What comm.explain says a team collective of ``size`` runs, or '' (informational)."""
+        try:
+            per_pe = size // (self.n if op == "all_gather" else 1)
+            algo = self.comm.explain(op, per_pe, symmetric=self.o.buffers == "symmetric")
+            return algo.split(": ", 1)[1].split(" (")[0]
+        except Exception:  # noqa: BLE001 - informational only
+            return ""
+
     def run_all(self) -> None:
         o = self.o
         if self.rank == 0:
@@ -380,12 +406,7 @@ class CollBench:
                   f"{o.sizes()[0]}..{o.sizes()[-1]} B", flush=True)  # fmt: skip
         for op in o.ops:
             for size in o.sizes():
-                try:
-                    per_pe = size // (self.n if op == "all_gather" else 1)
-                    algo = self.comm.explain(op, per_pe, symmetric=self.o.buffers == "symmetric")
-                    algo = algo.split(": ", 1)[1].split(" (")[0]
-                except Exception:  # noqa: BLE001 - informational only
-                    algo = ""
+                algo = "packets" if op == "permute" else self.algorithm(op, size)
                 self.measure("gshmem", op, size, lambda i, out, op=op: self.gshmem_call(op, i, out),
                              algo=algo)  # fmt: skip
         if "nccl" in o.compare or "torch_symm" in o.compare:
