@@ -43,15 +43,15 @@ def choose(op: str, nbytes: int, env: dict[str, str] | None = None) -> tuple[str
 # GSHMEM_JAX_PPERMUTE_KERNEL_MAX's default. 2 x H100, one process, 100 chained calls: the packet
 # kernel took 12.7 / 11.5 / 29.4 us at 128K / 512K / 2M per device, the staged copy-engine path
 # 32.5 / 35.7 / 46.7 us at 256K / 1M / 4M (and 41.2 at 2M in an earlier run); docs/jax.md.
-PERMUTE_PACKETS_MAX = 2 << 20
+DEFAULT_PACKETS_MAX = 2 << 20
 
 
 def permute_path(nbytes: int, env: dict[str, str] | None = None) -> str:
     """How a gshmem ppermute of ``nbytes`` per device moves: "packets" (one kernel storing LL
     packets into the receiver, one NVLink crossing; up to GSHMEM_JAX_PPERMUTE_KERNEL_MAX,
-    default PERMUTE_PACKETS_MAX) or "copy engine" (puts through the staging slot, zero SMs)."""
+    default DEFAULT_PACKETS_MAX) or "copy engine" (puts through the staging slot, zero SMs)."""
     env = os.environ if env is None else env
-    limit = int(_C.parse_size(env.get("GSHMEM_JAX_PPERMUTE_KERNEL_MAX", str(PERMUTE_PACKETS_MAX))))
+    limit = int(_C.parse_size(env.get("GSHMEM_JAX_PPERMUTE_KERNEL_MAX", str(DEFAULT_PACKETS_MAX))))
     return "packets" if 0 < nbytes <= limit else "copy engine"
 
 
