@@ -8,9 +8,9 @@
 #include "coll/nccl.h"
 #include "coll/select.h"
 #include "coll/validate.h"
+#include "common/cuda_api.h"
 #include "common/error.h"
 #include "core/comm.h"
-#include "stream/current_device.h"
 
 namespace gshmem::coll {
 namespace {
@@ -110,7 +110,7 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   require_no_overlap(what, in, bytes, out, bytes, in == out);
   const uint64_t out_offset = heap_offset(comm, out);
   const Choice c = decide(comm, team, GSHMEM_COLL_ALL_REDUCE, bytes, out_offset != kNotDirect);
-  stream::CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   if (c.backend == Backend::Nccl) {
     comm.nccl()->all_reduce(in, out, count, dtype, op, stream);
     return;
@@ -159,7 +159,7 @@ void all_gather(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   require_no_overlap(what, in, bytes, out, out_bytes, in == at(out, team.my_pe * bytes));
   const uint64_t out_offset = heap_offset(comm, out);
   const Choice c = decide(comm, team, GSHMEM_COLL_ALL_GATHER, bytes, out_offset != kNotDirect);
-  stream::CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   if (c.backend == Backend::Nccl) {
     comm.nccl()->all_gather(in, out, count, dtype, stream);
     return;
@@ -195,7 +195,7 @@ void reduce_scatter(Comm& comm, const gshmem_team_t* team_arg, const void* in, v
   require_buffer(comm, what, "out", out, bytes, e);
   require_no_overlap(what, in, in_bytes, out, bytes, out == at(in, team.my_pe * bytes));
   const Choice c = decide(comm, team, GSHMEM_COLL_REDUCE_SCATTER, in_bytes, false);
-  stream::CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   if (c.backend == Backend::Nccl) {
     comm.nccl()->reduce_scatter(in, out, count, dtype, op, stream);
     return;
@@ -230,7 +230,7 @@ void broadcast(Comm& comm, const gshmem_team_t* team_arg, const void* in, void* 
   require_buffer(comm, what, "out", out, bytes, e);
   const uint64_t out_offset = heap_offset(comm, out);
   const Choice c = decide(comm, team, GSHMEM_COLL_BROADCAST, bytes, out_offset != kNotDirect);
-  stream::CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   if (c.backend == Backend::Nccl) {  // world team: member `root` is world rank `root`
     comm.nccl()->broadcast(in, out, count, dtype, root, stream);
     return;
@@ -262,7 +262,7 @@ void all_to_all(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   // Direct needs in != out (kernels_move.cu).
   const uint64_t out_offset = in == out ? kNotDirect : heap_offset(comm, out);
   const Choice c = decide(comm, team, GSHMEM_COLL_ALL_TO_ALL, bytes, out_offset != kNotDirect);
-  stream::CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   if (c.backend == Backend::Nccl) {
     comm.nccl()->all_to_all(in, out, count, dtype, stream);
     return;
@@ -325,7 +325,7 @@ void all_to_allv(Comm& comm, const gshmem_team_t* team_arg, const void* in,
   // NCCL has no all_to_allv here (nccl.h): gshmem's schedule always runs it; the choice is
   // still made, for the debug log and so that a malformed override fails clearly.
   decide(comm, team, GSHMEM_COLL_ALL_TO_ALLV, total, false, false);
-  stream::CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   kernels::all_to_allv(
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_TO_ALLV, dtype, 0, 0, 0)), in, out, v);
 }

@@ -4,9 +4,9 @@
 #include "coll/kernels.h"
 #include "coll/ops.h"
 #include "coll/validate.h"
+#include "common/cuda_api.h"
 #include "common/error.h"
 #include "core/comm.h"
-#include "stream/current_device.h"
 
 namespace gshmem::coll {
 namespace {
@@ -42,7 +42,7 @@ void permute(Comm& comm, const void* in, void* out, size_t bytes, int dst_pe, in
   require_buffer(comm, what, "in", in, bytes, 1);
   require_buffer(comm, what, "out", out, bytes, 1);
   require_no_overlap(what, in, bytes, out, bytes, in == out);
-  stream::CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   kernels::permute({comm.device_state().device(), comm.coll_state().permute(), stream}, in, out,
                    bytes, dst_pe, src_pe);
 }

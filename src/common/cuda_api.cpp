@@ -46,6 +46,8 @@ Driver load_driver() {
   load(d.ctx_destroy, "cuCtxDestroy");
   load(d.ctx_push, "cuCtxPushCurrent");
   load(d.ctx_pop, "cuCtxPopCurrent");
+  load(d.ctx_get_current, "cuCtxGetCurrent");
+  load(d.ctx_set_current, "cuCtxSetCurrent");
   load(d.stream_create, "cuStreamCreate");
   load(d.stream_query, "cuStreamQuery");
   return d;
@@ -84,13 +86,18 @@ void check(CUresult err, const char* what) {
 }
 
 DeviceGuard::DeviceGuard(int device) {
-  check(cudaGetDevice(&previous_), "cudaGetDevice");
+  CUcontext current = nullptr;
+  check(driver().ctx_get_current(&current), "cuCtxGetCurrent");
+  int now = -1;
+  if (current != nullptr) check(cudaGetDevice(&now), "cudaGetDevice");
+  if (now == device) return;
   check(cudaSetDevice(device), "cudaSetDevice");
-  check(cudaFree(nullptr), "creating the CUDA context");
+  previous_ = current;
+  switched_ = true;
 }
 
 DeviceGuard::~DeviceGuard() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
+  if (switched_) driver().ctx_set_current(previous_);
 }
 
 int device_count() {

@@ -36,6 +36,8 @@ struct Driver {
   decltype(&::cuCtxDestroy) ctx_destroy;
   decltype(&::cuCtxPushCurrent) ctx_push;
   decltype(&::cuCtxPopCurrent) ctx_pop;
+  decltype(&::cuCtxGetCurrent) ctx_get_current;
+  decltype(&::cuCtxSetCurrent) ctx_set_current;
   decltype(&::cuStreamCreate) stream_create;
   decltype(&::cuStreamQuery) stream_query;
 };
@@ -47,8 +49,14 @@ const Driver& driver();
 void check(cudaError_t err, const char* what);
 void check(CUresult err, const char* what);
 
-// Makes `device` current for the lifetime of the guard (creating its primary context), and
-// restores the previous device afterwards: comms on different devices share one process.
+// Makes `device` current for the guard's lifetime (its primary context, created by cudaSetDevice
+// if need be, unless a context of `device` is current already), then puts the thread's previous
+// context back: none, or another device's. Restoring the context rather than the device number
+// matters: cudaSetDevice creates the primary context of the device it names (CUDA >= 12), so
+// "restoring device 0" on a thread that never used GPU 0 would leave a context of ~0.5 GiB there,
+// in every process of a one-process-per-GPU job whose thread starts on device 0. Free when
+// `device` is current (the per-operation case). Touches no stream, so it is safe while a stream
+// is being captured.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);
@@ -57,7 +65,8 @@ class DeviceGuard {
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
-  int previous_ = -1;
+  bool switched_ = false;
+  CUcontext previous_ = nullptr;
 };
 
 // Number of visible CUDA devices; 0 when there is no driver or no device.

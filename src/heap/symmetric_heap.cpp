@@ -50,14 +50,16 @@ CUdeviceptr SymmetricHeap::own_base() const { return va_ + my_slot_ * config_.sl
 void SymmetricHeap::release_all() noexcept {
   if (!va_) return;
   const auto& d = cuda::driver();
-  int previous = -1;
-  cudaGetDevice(&previous);
+  // Not a DeviceGuard: nothing here may throw. Restores the thread's context, not a device
+  // number (DeviceGuard says why).
+  CUcontext previous = nullptr;
+  d.ctx_get_current(&previous);
   cudaSetDevice(config_.device);
   for (auto it = mappings_.rbegin(); it != mappings_.rend(); ++it) d.mem_unmap(it->first, it->second);
   mappings_.clear();
   d.mem_address_free(va_, config_.slot_size * slots_);
   va_ = 0;
-  if (previous >= 0) cudaSetDevice(previous);
+  d.ctx_set_current(previous);
 }
 
 void SymmetricHeap::check_sequence(uint64_t op, uint64_t a, uint64_t b) {

@@ -3,8 +3,8 @@
 // heap maps every reachable PE's memory, src/heap/), so no SM runs and the copy is captured into
 // a CUDA graph as an ordinary memcpy node. Messages of at most GSHMEM_STREAM_KERNEL_MAX_BYTES go
 // through a one-block kernel instead, where launching it is cheaper than a copy-engine copy.
+#include "common/cuda_api.h"
 #include "core/comm.h"
-#include "stream/current_device.h"
 #include "stream/kernels.h"
 #include "stream/ops.h"
 #include "stream/validate.h"
@@ -26,7 +26,7 @@ void put(Comm& comm, void* dst_sym, const void* src, size_t bytes, int pe, cudaS
   if (bytes == 0) return;
   require_symmetric(comm, op, "dst_sym", dst_sym, bytes);
   require_local(op, "src", src);
-  CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   if (by_kernel(comm, bytes, pe)) {
     kernels::put(comm.device_state().device(), dst_sym, src, bytes, pe, stream);
     return;
@@ -42,7 +42,7 @@ void get(Comm& comm, void* dst, const void* src_sym, size_t bytes, int pe, cudaS
   if (bytes == 0) return;
   require_symmetric(comm, op, "src_sym", src_sym, bytes);
   require_local(op, "dst", dst);
-  CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   if (by_kernel(comm, bytes, pe)) {
     kernels::get(comm.device_state().device(), dst, src_sym, bytes, pe, stream);
     return;
@@ -65,7 +65,7 @@ void put_signal(Comm& comm, void* dst_sym, const void* src, size_t bytes, uint64
     require_symmetric(comm, name, "dst_sym", dst_sym, bytes);
     require_local(name, "src", src);
   }
-  CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   if (bytes > 0 && by_kernel(comm, bytes, pe)) {
     kernels::put_signal(comm.device_state().device(), dst_sym, src, bytes, sig_sym, value, op, pe,
                         stream);

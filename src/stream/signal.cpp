@@ -25,7 +25,6 @@
 #include "common/cuda_api.h"
 #include "core/comm.h"
 #include "gshmem/gshmem.h"
-#include "stream/current_device.h"
 #include "stream/kernels.h"
 #include "stream/ops.h"
 #include "stream/validate.h"
@@ -57,7 +56,7 @@ void signal_op(Comm& comm, uint64_t* sig_sym, uint64_t value, int op, int pe,
   require_reachable(comm, name, pe);
   require_signal(comm, name, sig_sym);
   require_signal_op(name, op);
-  CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   enqueue_signal(comm, sig_sym, value, op, pe, stream);
 }
 
@@ -68,7 +67,7 @@ void signal_wait_until(Comm& comm, uint64_t* sig_sym, int cmp, uint64_t value,
   require_cmp(name, cmp, value);
   // GE 0 and LE UINT64_MAX hold for every signal value: nothing to wait for.
   if ((cmp == GSHMEM_CMP_GE && value == 0) || (cmp == GSHMEM_CMP_LE && value == UINT64_MAX)) return;
-  CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   StreamState& state = comm.stream_state();
   if (state.memops() && !state.wait_kernel()) {
     const CUstream s = reinterpret_cast<CUstream>(stream);

@@ -19,8 +19,8 @@
 // counters and tallies live in device memory and only grow, so a CUDA graph that captured the
 // barrier is correct on every replay, as long as every PE replays its graph the same number of
 // times; nothing host-side is baked into the graph.
+#include "common/cuda_api.h"
 #include "core/comm.h"
-#include "stream/current_device.h"
 #include "stream/kernels.h"
 #include "stream/ops.h"
 #include "stream/validate.h"
@@ -33,7 +33,7 @@ void quiet(Comm& comm, cudaStream_t /*stream: stream order already completes its
 
 void barrier(Comm& comm, cudaStream_t stream) {
   require_all_reachable(comm, "barrier_on_stream");
-  CurrentDevice current(comm.device());
+  cuda::DeviceGuard current(comm.device());
   kernels::barrier(comm.stream_state().barrier_device(), stream);
 }
 

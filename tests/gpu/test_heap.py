@@ -21,7 +21,9 @@ PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
 
 
 @pytest.mark.parametrize("n", PES)
-@pytest.mark.parametrize("scenario", ["data", "growth", "mismatch", "reinit", "badinit"])
+@pytest.mark.parametrize(
+    "scenario", ["data", "growth", "mismatch", "reinit", "badinit", "contexts"]
+)
 def test_heap(n, scenario):
     launch(n, scenario, GSHMEM_HEAP_INITIAL="64M", GSHMEM_HEAP_GROW="64M")
 

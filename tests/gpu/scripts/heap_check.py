@@ -1,6 +1,7 @@
 """GPU checks of the symmetric heap, run as one rank of `python -m gshmem.run -n N`.
 
-Usage: heap_check.py SCENARIO   (data | growth | mismatch | reinit | timing | local)
+Usage: heap_check.py SCENARIO   (data | growth | mismatch | reinit | timing | local | badinit |
+                                 contexts)
 Prints "PASS <scenario> ..." on success; any failure raises (non-zero exit).
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -182,6 +184,43 @@ def scenario_badinit(_: None) -> str:
     return "bad device on rank 1 reported on every rank; nothing leaked; re-init works"
 
 
+def _context_gpus(pid: int) -> set[tuple[int, int, int]]:
+    """(PCI domain, bus, device) of every GPU on which process ``pid`` holds a context."""
+    out = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid,gpu_bus_id", "--format=csv,noheader"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    found = set()
+    for line in out.splitlines():
+        who, _, bus = (f.strip() for f in line.partition(","))
+        if who == str(pid):
+            domain, b, dev = bus.split(":")[0], bus.split(":")[1], bus.split(":")[2].split(".")[0]
+            found.add((int(domain, 16), int(b, 16), int(dev, 16)))
+    return found
+
+
+def scenario_contexts(_: None) -> str:
+    """A thread that never chose a device (its current device reads as 0) initializes a comm on
+    another GPU and runs on-stream operations: the process must hold a context on that GPU only.
+    (Restoring the caller's device with cudaSetDevice would create one on GPU 0.)"""
+    rank = int(os.environ["GSHMEM_RANK"])
+    local = (rank + 1) % torch.cuda.device_count()  # rank 0 too works off device 0
+    comm = gshmem.init(device=local)
+    exchange_round(comm, (4096,), torch.float32, 7)
+    x = torch.ones(1 << 16, device=f"cuda:{local}")
+    comm.all_reduce(x)
+    comm.permute(x, (comm.rank + 1) % comm.nranks, (comm.rank - 1) % comm.nranks)
+    torch.cuda.synchronize(local)
+    comm.barrier()
+    props = torch.cuda.get_device_properties(local)
+    mine = (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+    held = _context_gpus(os.getpid())
+    comm.barrier()
+    comm.finalize()
+    assert held == {mine}, f"contexts on {sorted(held)}; expected only GPU {local} at {mine}"
+    return f"a context on GPU {local} only"
+
+
 def scenario_local(_: gshmem.Comm | None) -> str:
     comms = gshmem.init_local()
     for salt, dtype in enumerate([torch.float32, torch.bfloat16]):
@@ -194,7 +233,7 @@ def scenario_local(_: gshmem.Comm | None) -> str:
 
 def main() -> None:
     scenario = sys.argv[1]
-    if scenario in ("local", "badinit"):
+    if scenario in ("local", "badinit", "contexts"):
         print(f"PASS {scenario}: {globals()[f'scenario_{scenario}'](None)}", flush=True)
         return
     global FIRST_INIT_S
