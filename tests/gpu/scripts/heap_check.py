@@ -51,11 +51,11 @@ def exchange_round(
     mine.copy_(pattern(salt * 1000 + me, shape, dtype, comm.device))
     poison(inbox)
     poison(got)
-    torch.cuda.synchronize()
+    torch.cuda.synchronize(comm.device)
     comm.barrier()
     comm.peer_tensor(inbox, right).copy_(mine)  # put
     got.copy_(comm.peer_tensor(mine, left))  # get
-    torch.cuda.synchronize()
+    torch.cuda.synchronize(comm.device)
     comm.barrier()
     expect_left = pattern(salt * 1000 + left, shape, dtype, comm.device)
     assert torch.equal(inbox, expect_left), f"put: inbox differs ({dtype}, {shape})"
@@ -75,7 +75,7 @@ def scenario_data(comm: gshmem.Comm) -> str:
     # A view of a symmetric tensor maps to the same view of the peer's copy.
     t = comm.empty((64, 64), torch.float32)
     t.copy_(pattern(comm.rank, (64, 64), torch.float32, comm.device))
-    torch.cuda.synchronize()
+    torch.cuda.synchronize(comm.device)
     comm.barrier()
     peer = comm.peer_tensor(t[3:9, 5:60:3], (comm.rank + 1) % comm.nranks)
     ref = pattern((comm.rank + 1) % comm.nranks, (64, 64), torch.float32, comm.device)[3:9, 5:60:3]
@@ -102,7 +102,7 @@ def scenario_growth(comm: gshmem.Comm) -> str:
     offsets = torch.tensor([b.data_ptr() - base for b in blocks], device=f"cuda:{comm.device}")
     table = comm.zeros((comm.nranks, len(blocks)), torch.int64)
     comm.peer_tensor(table, 0)[comm.rank].copy_(offsets)
-    torch.cuda.synchronize()
+    torch.cuda.synchronize(comm.device)
     comm.barrier()
     if comm.rank == 0:
         assert bool((table == table[0]).all()), f"offsets differ across PEs: {table.tolist()}"
@@ -135,7 +135,7 @@ def scenario_reinit(comm: gshmem.Comm) -> str:
 def scenario_timing(comm: gshmem.Comm) -> str:
     cold_init = FIRST_INIT_S
     comm.finalize()
-    torch.cuda.synchronize()
+    torch.cuda.synchronize(comm.device)
     t0 = time.perf_counter()
     c = gshmem.init()
     t_init = time.perf_counter() - t0
