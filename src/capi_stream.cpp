@@ -26,6 +26,15 @@ gshmem_result_t gshmem_get_on_stream(gshmem_comm_t comm, void* dst, const void* 
   });
 }
 
+gshmem_result_t gshmem_put_2d_on_stream(gshmem_comm_t comm, void* dst_sym, size_t dst_pitch,
+                                        const void* src, size_t src_pitch, size_t width,
+                                        size_t height, int pe, void* stream) {
+  return guarded([&] {
+    gshmem::stream::put_2d(live(comm), dst_sym, dst_pitch, src, src_pitch, width, height, pe,
+                           as_stream(stream));
+  });
+}
+
 gshmem_result_t gshmem_put_signal_on_stream(gshmem_comm_t comm, void* dst_sym, const void* src,
                                             size_t bytes, uint64_t* sig_sym, uint64_t value,
                                             int op, int pe, void* stream) {

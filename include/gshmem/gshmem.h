@@ -242,6 +242,16 @@ gshmem_result_t gshmem_window_deregister(gshmem_comm_t comm, gshmem_window_handl
 gshmem_result_t gshmem_put_on_stream(gshmem_comm_t comm, void* dst_sym, const void* src,
                                      size_t bytes, int pe, void* stream);
 
+/* Copies `height` rows of `width` bytes from local device memory `src` (row i at src + i *
+ * src_pitch) to PE `pe`'s copy of symmetric `dst_sym` (row i at dst_sym + i * dst_pitch): one
+ * 2-D copy-engine copy (zero SMs, any size), for strided views such as a slice of the heads of a
+ * [batch, heads, seq, dim] tensor. Pitches are at least `width`; width or height 0 enqueues
+ * nothing. Completion and visibility as put_on_stream. To a PE on the proxy path each row is one
+ * put_on_stream. */
+gshmem_result_t gshmem_put_2d_on_stream(gshmem_comm_t comm, void* dst_sym, size_t dst_pitch,
+                                        const void* src, size_t src_pitch, size_t width,
+                                        size_t height, int pe, void* stream);
+
 /* Copies `bytes` from PE `pe`'s copy of symmetric `src_sym` to local device memory `dst`. */
 gshmem_result_t gshmem_get_on_stream(gshmem_comm_t comm, void* dst, const void* src_sym,
                                      size_t bytes, int pe, void* stream);

@@ -63,16 +63,73 @@ def span(obj: Any, name: str, device: int) -> tuple[int, int]:
         if obj.device != device:
             raise UsageError(f"{name} is a Buffer on cuda:{obj.device}, not on cuda:{device}")
         return obj.ptr, obj.nbytes
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(obj, torch.Tensor):
-        raise UsageError(
-            f"{name} must be a torch.Tensor or a gshmem.Buffer, got {type(obj).__name__}"
-        )
-    if obj.device.type != "cuda" or obj.device.index != device:
-        raise UsageError(f"{name} is on {obj.device}; it must be on cuda:{device}, this comm's GPU")
+    address(obj, name, device, "a torch.Tensor or a gshmem.Buffer")
     if not obj.is_contiguous():
         raise UsageError(f"{name} is not contiguous; pass a contiguous tensor (.contiguous())")
     return obj.data_ptr(), obj.numel() * obj.element_size()
+
+
+def address(obj: Any, name: str, device: int, kinds: str = "a torch.Tensor") -> int:
+    """The address of a tensor (any strides) on cuda:``device``."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.Tensor):
+        raise UsageError(f"{name} must be {kinds}, got {type(obj).__name__}")
+    if obj.device.type != "cuda" or obj.device.index != device:
+        raise UsageError(f"{name} is on {obj.device}; it must be on cuda:{device}, this comm's GPU")
+    return obj.data_ptr()
+
+
+def copy_rows(dst: Any, src: Any, op: str) -> tuple[int, int, int, int]:
+    """(dst pitch, src pitch, width, height) in bytes of one 2-D copy of ``src`` into ``dst``
+    (tensors of one shape and dtype, element i to element i): both, with their dimensions
+    ordered by ``dst``'s strides, are rows of contiguous elements at one pitch (``row_layout``),
+    such as a slice of heads or of tokens of a contiguous ``[batch, heads, seq, dim]`` tensor or
+    of its sequence-major transpose."""
+    if dst.shape != src.shape or dst.dtype != src.dtype:
+        raise UsageError(f"{op}: dst {tuple(dst.shape)} {dst.dtype} and src "
+                         f"{tuple(src.shape)} {src.dtype} must match")  # fmt: skip
+    order = sorted(range(dst.dim()), key=lambda i: -dst.stride(i))
+    d, s = dst.permute(order), src.permute(order)
+    item = dst.element_size()
+    return common_rows(row_layout(d.shape, d.stride(), item, f"{op}: dst"),
+                       row_layout(s.shape, s.stride(), item, f"{op}: src"), op)  # fmt: skip
+
+
+def row_layout(shape, strides, itemsize: int, name: str) -> tuple[int, int, int]:
+    """(pitch, width, height) in bytes of a strided layout that is rows of contiguous
+    elements at one pitch (``rows``' rule, on sizes and strides alone)."""
+    dims = [(n, st) for n, st in zip(shape, strides, strict=True) if n != 1]
+    width = 1
+    while dims and dims[-1][1] == width:  # the contiguous run at the end: one row
+        width *= dims.pop()[0]
+    if not dims:
+        return width * itemsize, width * itemsize, 1
+    height, pitch = dims[-1]
+    for n, st in reversed(dims[:-1]):  # the outer dimensions must continue one pitch
+        if st != pitch * height:
+            raise UsageError(
+                f"{name}: a view of shape {tuple(shape)} and strides {tuple(strides)} is not rows "
+                "at one pitch; pass a contiguous tensor or a slice of one along one dimension"
+            )
+        height *= n
+    if pitch < width:
+        raise UsageError(f"{name}: rows of {width} elements overlap at pitch {pitch}")
+    return pitch * itemsize, width * itemsize, height
+
+
+def common_rows(dst, src, op: str) -> tuple[int, int, int, int]:
+    """(dst pitch, src pitch, width, height) of one copy between two layouts of equal bytes,
+    each (pitch, width, height) from ``row_layout``: equal rows, or a contiguous side cut into
+    the other side's rows."""
+    (dp, dw, dh), (sp, sw, sh) = dst, src
+    if dw == sw:
+        return dp, sp, dw, dh
+    if dh == 1:
+        return sw, sp, sw, sh
+    if sh == 1:
+        return dp, dw, dw, dh
+    raise UsageError(f"{op}: dst and src are rows of different lengths ({dw} and {sw} bytes); "
+                     "make one of them contiguous")  # fmt: skip
 
 
 def signal_ptr(sig: Any, op: str, device: int) -> int:

@@ -8,7 +8,15 @@ from typing import Any
 
 from gshmem import _C
 from gshmem._scalars import as_count, u64
-from gshmem._stream_args import cmp_code, same_size, signal_op_code, signal_ptr, span
+from gshmem._stream_args import (
+    address,
+    cmp_code,
+    copy_rows,
+    same_size,
+    signal_op_code,
+    signal_ptr,
+    span,
+)
 
 
 class OnStreamOps:
@@ -55,6 +63,19 @@ class OnStreamOps:
         _C.get_on_stream(
             self._handle, dst_ptr, src_ptr, nbytes, as_count(pe, "pe"), self._stream(stream)
         )
+
+    def put_2d(self, dst: Any, src: Any, pe: int, stream: Any = None) -> None:
+        """Copies local ``src`` into PE ``pe``'s copy of ``dst``, both tensors of one shape and
+        dtype whose elements are rows of contiguous bytes at one pitch, such as
+        ``x[:, a:b]`` of a contiguous ``x`` (``dst`` a view of a symmetric tensor).
+
+        One 2-D copy-engine copy whatever the size (zero SMs): a strided piece moves without
+        packing it first. Completion and visibility as ``put``."""
+        d_ptr = address(dst, "put_2d: dst", self.device)
+        s_ptr = address(src, "put_2d: src", self.device)
+        d_pitch, s_pitch, width, height = copy_rows(dst, src, "put_2d")
+        _C.put_2d_on_stream(self._handle, d_ptr, d_pitch, s_ptr, s_pitch, width, height,
+                            as_count(pe, "pe"), self._stream(stream))  # fmt: skip
 
     def put_signal(
         self,

@@ -56,6 +56,16 @@ void bind_stream(nb::module_& m) {
           return gshmem_get_on_stream(c, ptr(dst), ptr(src), bytes, pe, ptr(stream));
         });
       }, "comm"_a, "dst"_a, "src"_a, "bytes"_a, "pe"_a, "stream"_a);
+  m.def("put_2d_on_stream", [](nb::handle comm, uintptr_t dst, size_t dst_pitch, uintptr_t src,
+                                size_t src_pitch, size_t width, size_t height, int pe,
+                                uintptr_t stream) {
+        gshmem_comm_t c = comm_of(comm);
+        call([&] {
+          return gshmem_put_2d_on_stream(c, ptr(dst), dst_pitch, ptr(src), src_pitch, width,
+                                         height, pe, ptr(stream));
+        });
+      }, "comm"_a, "dst"_a, "dst_pitch"_a, "src"_a, "src_pitch"_a, "width"_a, "height"_a, "pe"_a,
+      "stream"_a);
   m.def("put_signal_on_stream", [](nb::handle comm, uintptr_t dst, uintptr_t src, size_t bytes,
                                     uintptr_t sig, uint64_t value, int op, int pe,
                                     uintptr_t stream) {

@@ -3,7 +3,7 @@
 // been resolved. Each checks its arguments (validate.h), makes the comm's GPU current and
 // enqueues; none waits for the GPU or for a peer.
 //
-//   rma.cpp      put, get, put_signal: copy engine (cudaMemcpyAsync between this GPU's address
+//   rma.cpp      put, get, put_2d, put_signal: copy engine (cudaMemcpyAsync between this GPU's address
 //                and the peer's mapping of the symmetric object), or the one-block kernels for
 //                messages of at most GSHMEM_STREAM_KERNEL_MAX_BYTES
 //   signal.cpp   signal_op, signal_wait_until: cuStreamWriteValue64 / cuStreamWaitValue64, or the
@@ -24,6 +24,8 @@ namespace stream {
 
 void put(Comm& comm, void* dst_sym, const void* src, size_t bytes, int pe, cudaStream_t stream);
 void get(Comm& comm, void* dst, const void* src_sym, size_t bytes, int pe, cudaStream_t stream);
+void put_2d(Comm& comm, void* dst_sym, size_t dst_pitch, const void* src, size_t src_pitch,
+            size_t width, size_t height, int pe, cudaStream_t stream);
 void put_signal(Comm& comm, void* dst_sym, const void* src, size_t bytes, uint64_t* sig_sym,
                 uint64_t value, int op, int pe, cudaStream_t stream);
 void signal_op(Comm& comm, uint64_t* sig_sym, uint64_t value, int op, int pe,

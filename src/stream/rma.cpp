@@ -1,9 +1,12 @@
-// put, get, put_signal on a stream. Bulk data goes through the copy engines: cudaMemcpyAsync
-// between this GPU's buffer and the peer's heap as mapped into this GPU's address space (the
+// put, get, put_2d, put_signal on a stream. Bulk data goes through the copy engines:
+// cudaMemcpyAsync (2D for put_2d) between this GPU's buffer and the peer's heap as mapped into this GPU's address space (the
 // heap maps every reachable PE's memory, src/heap/), so no SM runs and the copy is captured into
 // a CUDA graph as an ordinary memcpy node. Messages of at most GSHMEM_STREAM_KERNEL_MAX_BYTES go
 // through a one-block kernel instead, where launching it is cheaper than a copy-engine copy.
+#include <string>
+
 #include "common/cuda_api.h"
+#include "common/error.h"
 #include "core/comm.h"
 #include "stream/kernels.h"
 #include "stream/ops.h"
@@ -50,6 +53,32 @@ void get(Comm& comm, void* dst, const void* src_sym, size_t bytes, int pe, cudaS
   cuda::check(cudaMemcpyAsync(dst, comm.heap().peer_ptr(src_sym, pe), bytes,
                               cudaMemcpyDeviceToDevice, stream),
               "get_on_stream: cudaMemcpyAsync from the peer's heap");
+}
+
+// Rows at a pitch: cudaMemcpy2DAsync handles every size on the copy engines (no kernel path);
+// to a PE on the proxy path each row is a put, which that path carries.
+void put_2d(Comm& comm, void* dst_sym, size_t dst_pitch, const void* src, size_t src_pitch,
+            size_t width, size_t height, int pe, cudaStream_t stream) {
+  constexpr const char* op = "put_2d_on_stream";
+  require_reachable(comm, op, pe);
+  if (width == 0 || height == 0) return;
+  GSHMEM_REQUIRE(dst_pitch >= width && src_pitch >= width,
+                 std::string(op) + ": dst_pitch " + std::to_string(dst_pitch) + " and src_pitch " +
+                     std::to_string(src_pitch) + " must be at least width " +
+                     std::to_string(width) + " (rows must not overlap)");
+  require_symmetric(comm, op, "dst_sym", dst_sym, dst_pitch * (height - 1) + width);
+  require_local(op, "src", src);
+  if (comm.via_proxy(pe)) {
+    for (size_t i = 0; i < height; ++i) {
+      put(comm, static_cast<char*>(dst_sym) + i * dst_pitch,
+          static_cast<const char*>(src) + i * src_pitch, width, pe, stream);
+    }
+    return;
+  }
+  cuda::DeviceGuard current(comm.device());
+  cuda::check(cudaMemcpy2DAsync(comm.heap().peer_ptr(dst_sym, pe), dst_pitch, src, src_pitch,
+                                width, height, cudaMemcpyDeviceToDevice, stream),
+              "put_2d_on_stream: cudaMemcpy2DAsync to the peer's heap");
 }
 
 // Data before signal: the copy is complete when the stream reaches the signal update, which is a

@@ -51,19 +51,32 @@ class QueueExchange:
     def fork(self):
         pass
 
+    def _at(self, view):
+        """(byte offset, shape, strides, dtype) of a view of the buffer: what names the same
+        bytes in another rank's buffer."""
+        return (view.data_ptr() - self.buffer.data_ptr(), tuple(view.shape), view.stride(),
+                view.dtype)  # fmt: skip
+
     def post(self, sends, receives):
-        for reader, offset, src in sends:
+        for reader, dst, src in sends:
+            assert dst.numel() * dst.element_size() == src.numel() * src.element_size()
             self.sent.append((self.me, reader))
-            self.inboxes[reader].put((offset, src.reshape(-1).view(torch.uint8).clone()))
+            self.inboxes[reader].put((self._at(dst), src.contiguous().clone()))
         self.receives = receives
 
     def wait(self):
         got = []
         for _ in self.receives:
-            offset, data = self.inboxes[self.me].get(timeout=30)
-            self.buffer[offset : offset + data.numel()] = data
-            got.append((offset, data.numel()))
-        assert sorted(got) == sorted((o, n) for _, o, n in self.receives), (got, self.receives)
+            (offset, shape, strides, dtype), data = self.inboxes[self.me].get(timeout=30)
+            typed = self.buffer.view(dtype)
+            size = typed.element_size()
+            data = (
+                data.reshape(-1).view(torch.uint8).view(dtype).reshape(shape)
+            )  # the bytes, as dst
+            typed.as_strided(shape, strides, offset // size).copy_(data)
+            got.append((offset, shape))
+        want = [self._at(dst)[:2] for _, dst in self.receives]
+        assert sorted(got) == sorted(want), (got, want)
 
     def copy_out(self, dst, src):
         dst.copy_(src)
@@ -105,7 +118,7 @@ def run_ring(world, fn, sent=None):
                 rg = ThreadRing(world, r, boxes, sent)
                 for name in ("kv", "kv_back", "dkv"):
                     rg.channel(name, 0)
-                for name in ("kv_gather", "dkv_scatter"):
+                for name in ("kv_gather", "dkv_scatter", "heads_in", "heads_out"):
                     rg.exchange(name, 0)
             results[r] = fn(rg)
         except BaseException as e:  # noqa: BLE001 - re-raised below

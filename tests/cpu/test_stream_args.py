@@ -11,7 +11,15 @@ import pytest
 import gshmem
 from gshmem import _C
 from gshmem._scalars import u64
-from gshmem._stream_args import cmp_code, same_size, signal_op_code, span, stream_handle
+from gshmem._stream_args import (
+    cmp_code,
+    common_rows,
+    copy_rows,
+    same_size,
+    signal_op_code,
+    span,
+    stream_handle,
+)
 
 
 @pytest.mark.parametrize(
@@ -157,3 +165,66 @@ def test_bad_kernel_threshold_is_a_usage_error(monkeypatch, bad):
         gshmem.UsageError, match="GSHMEM_STREAM_KERNEL_MAX_BYTES='.*' is not a size"
     ):
         _C.stream_kernel_max_bytes()
+
+
+def test_copy_rows_moves_each_element_to_its_place():
+    """put_2d's geometry: slices of heads or of tokens of [batch, heads, seq, dim] tensors (and
+    of their sequence-major transposes) are one 2-D copy; simulating that copy on the bytes
+    puts every element where ``dst.copy_(src)`` would."""
+    import torch
+
+    def simulate(dst, src):
+        d_pitch, s_pitch, width, height = copy_rows(dst, src, "put_2d")
+        out = dst.untyped_storage().nbytes()
+        d_bytes = torch.frombuffer(bytearray(out), dtype=torch.uint8)
+        d_bytes.copy_(torch.frombuffer(bytearray(dst.untyped_storage()), dtype=torch.uint8))
+        s_bytes = torch.frombuffer(bytearray(src.untyped_storage()), dtype=torch.uint8)
+        d0 = dst.storage_offset() * dst.element_size()
+        s0 = src.storage_offset() * src.element_size()
+        for r in range(height):
+            a, b = d0 + r * d_pitch, s0 + r * s_pitch
+            d_bytes[a : a + width] = s_bytes[b : b + width]
+        typed = d_bytes.view(dst.dtype)
+        return typed.as_strided(dst.shape, dst.stride(), dst.storage_offset())
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 6, 4).to(torch.bfloat16)  # [batch, heads, seq, dim]
+    g = torch.zeros(2, 4, 12, 4, dtype=torch.bfloat16)  # 4 heads, the whole sequence
+    seq = x.transpose(1, 2).contiguous()  # [batch, seq, heads, dim] in memory
+    gs = torch.zeros(2, 12, 4, 4, dtype=torch.bfloat16)
+    cases = [
+        (g[0, :, 3:6], x[0, 4:8, 0:3]),  # 3 tokens of 4 heads, head-major: rows per head
+        (g[1, 1:3, 6:12], x[0, 2:4]),  # 2 heads' whole shard into the second half
+        (gs[0, 3:6], seq[0, 0:3, 4:8]),  # sequence-major: rows per token
+        (gs[1].transpose(0, 1)[:, 6:9], seq[1, 3:6, 4:8].transpose(0, 1)),  # as BHSD views
+        (g[1, 2, 0:6], x[1, 5].clone()),  # contiguous both
+    ]
+    for dst, src in cases:
+        want = dst.clone()
+        want.copy_(src)
+        assert torch.equal(simulate(dst, src), want)
+
+
+def test_copy_rows_refuses_what_one_copy_cannot_do():
+    import torch
+
+    x = torch.zeros(2, 8, 6, 4)
+    g = torch.zeros(2, 8, 6, 4)
+    for bad in (x[:, 2:5, 1:4], x[:, :, 1:4, :2]):  # two strided levels
+        dst = torch.zeros(bad.shape)
+        with pytest.raises(gshmem.UsageError, match="not rows at one pitch|overlap"):
+            copy_rows(dst, bad, "put_2d")
+    with pytest.raises(gshmem.UsageError, match="must match"):
+        copy_rows(g[0], x[1].double(), "put_2d")
+    dst = torch.zeros(3, 16).view(3, 4, 4)[:, :2]  # rows of 8 elements at pitch 16
+    src = torch.zeros(3, 2, 8)[:, :, :4]  # rows of 4 at pitch 8
+    with pytest.raises(gshmem.UsageError, match="rows of different lengths"):
+        copy_rows(dst, src, "put_2d")
+
+
+def test_common_rows():
+    assert common_rows((64, 16, 4), (32, 16, 4), "p") == (64, 32, 16, 4)  # same rows
+    assert common_rows((64, 64, 1), (32, 16, 4), "p") == (16, 32, 16, 4)  # contiguous dst
+    assert common_rows((64, 16, 4), (64, 64, 1), "p") == (64, 16, 16, 4)  # contiguous src
+    with pytest.raises(gshmem.UsageError, match="rows of different lengths"):
+        common_rows((64, 32, 2), (32, 16, 4), "p")

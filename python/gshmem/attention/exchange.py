@@ -4,13 +4,18 @@ over NCCL; the loop calls, per round:
 
     fork()                 # the transfers posted next follow the compute stream's work so far
     ...queue compute...    # (not what is queued after this point)
-    post(sends, receives)  # sends: (reader index, byte offset in its mailbox, local tensor);
-                           # receives: (writer index, byte offset, bytes) this rank expects
+    post(sends, receives)  # sends: (reader index, view of the mailbox, local tensor);
+                           # receives: (writer index, view of the mailbox) this rank expects
     ...compute...
     wait()                 # the compute stream may read what every expected writer sent
     copy_out(dst, src)     # a copy out of the mailbox, off the compute stream where it can be
     release()              # done reading: the writers may write the next round
     join()                 # the compute stream waits for everything the mailbox did
+
+A destination is a view of ``buffer`` (any dtype and shape): the writer's view names the same
+bytes of the reader's mailbox. A source of the same bytes may be contiguous (one run) or, with
+a destination of its shape and dtype, rows at one pitch (``Comm.put_2d``: a slice of heads or
+tokens of a larger tensor moves without packing).
 
 ``GshmemExchange`` (zero SMs): the mailbox is symmetric memory; the runs to one reader are
 copy-engine puts on a stream of their own (one per reader, so the transfers to different peers
@@ -27,17 +32,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gshmem._errors import UsageError
-from gshmem.attention.wire import as_bytes, held_by, put_runs, take_flag
+from gshmem.attention.wire import held_by, put_runs, take_flag
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import torch
 
-    from gshmem import Buffer, Comm
+    from gshmem import Comm
 
-Send = tuple[int, int, "torch.Tensor"]  # (reader index, byte offset, contiguous local tensor)
-Receive = tuple[int, int, int]  # (writer index, byte offset, bytes)
+Send = tuple[int, "torch.Tensor", "torch.Tensor"]  # (reader index, mailbox view, local source)
+Receive = tuple[int, "torch.Tensor"]  # (writer index, mailbox view)
+
+
+def check_inside(box: torch.Tensor, view: torch.Tensor) -> None:
+    """``view`` lies in the mailbox ``box`` (a flat byte tensor), or a UsageError."""
+    start = view.data_ptr() - box.data_ptr()
+    end = start + view.element_size() * (
+        1 + sum((n - 1) * st for n, st in zip(view.shape, view.stride(), strict=True))
+    )
+    if view.numel() and not (0 <= start and end <= box.numel()):
+        raise UsageError(f"exchange: a run at bytes [{start}, {end}) is outside the "
+                         f"{box.numel()} B mailbox")  # fmt: skip
 
 
 class GshmemExchange:
@@ -75,13 +91,10 @@ class GshmemExchange:
     def post(self, sends: Sequence[Send], receives: Sequence[Receive]) -> None:
         """Starts this round's puts (after the compute stream's work up to ``fork``) and notes
         the writers to wait for."""
-        by_reader: dict[int, list[tuple[Buffer, torch.Tensor]]] = {}
-        for reader, offset, src in sends:  # every run checked before anything is enqueued
-            data = as_bytes(src)
-            if offset + data.numel() > self.nbytes:
-                raise UsageError(f"exchange: a run ends at {offset + data.numel()} B, past "
-                                 f"the {self.nbytes} B mailbox")  # fmt: skip
-            by_reader.setdefault(reader, []).append((self.memory.view(offset, data.numel()), data))
+        by_reader: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        for reader, dst, src in sends:  # every run checked before anything is enqueued
+            check_inside(self.buffer, dst)
+            by_reader.setdefault(reader, []).append((dst, src))
         for reader, runs in by_reader.items():
             st = self.streams[reader]
             st.wait_event(self.forked)
@@ -89,7 +102,7 @@ class GshmemExchange:
             put_runs(self.comm, self.credit[reader], runs, self.arrived[self.me],
                      self.members[reader], st.cuda_stream)  # fmt: skip
             self.pending.extend(data for _, data in runs)
-        self.writers = sorted({w for w, _, _ in receives})
+        self.writers = sorted({w for w, _ in receives})
 
     def wait(self) -> None:
         cur = self._current().cuda_stream
@@ -137,6 +150,7 @@ class NcclExchange:
         self.members, self.me, self.nbytes = list(members), me, nbytes
         self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{device}")
         self.works: list = []
+        self.unpack: list = []  # (strided mailbox view, contiguous receive) to copy at wait
         self.side = torch.cuda.Stream(device=device)  # NCCL follows the stream it is issued on
         self.forked = torch.cuda.Event()
 
@@ -150,11 +164,17 @@ class NcclExchange:
         import torch
         import torch.distributed as dist
 
-        ops = [dist.P2POp(dist.isend, as_bytes(src), self.members[r]) for r, _, src in sends]
-        ops += [
-            dist.P2POp(dist.irecv, self.buffer[off : off + n], self.members[w])
-            for w, off, n in receives
-        ]
+        ops = [dist.P2POp(dist.isend, src.contiguous(), self.members[r]) for r, _, src in sends]
+        for w, dst in receives:  # NCCL receives into contiguous memory: strided views later
+            check_inside(self.buffer, dst)
+            into = (
+                dst
+                if dst.is_contiguous()
+                else torch.empty(dst.shape, dtype=dst.dtype, device=dst.device)
+            )
+            if into is not dst:
+                self.unpack.append((dst, into))
+            ops.append(dist.P2POp(dist.irecv, into, self.members[w]))
         self.side.wait_event(self.forked)
         with torch.cuda.stream(self.side):
             self.works = dist.batch_isend_irecv(ops) if ops else []
@@ -163,6 +183,9 @@ class NcclExchange:
         for w in self.works:
             w.wait()
         self.works = []
+        for dst, got in self.unpack:
+            dst.copy_(got)
+        self.unpack.clear()
 
     def copy_out(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         dst.copy_(src)

@@ -78,10 +78,11 @@ def _post(box: Mailbox, me: int, transfers, sources, dtype, token: int) -> None:
     size = token * dtype.itemsize
     sends, receives = [], []
     for writer, reader, (t, bi, a), row, n in transfers:
+        dst = box.buffer[row * size : (row + n) * size]
         if writer == me:
-            sends.append((reader, row * size, sources[t][bi, a : a + n]))
+            sends.append((reader, dst, sources[t][bi, a : a + n]))
         elif reader == me:
-            receives.append((writer, row * size, n * size))
+            receives.append((writer, dst))
     box.post(sends, receives)
 
 

@@ -66,6 +66,8 @@ class Problem:
     kernel: Dense | Varlen
     split: bool = False  # blocks of halves only (packed documents)
     gather: bool = False  # the all-gather schedule (gather.py) instead of the ring
+    heads: bool = False  # the head-parallel schedule (heads.py) instead of the ring
+    seq_major: bool = False  # heads: the tensors are stored [batch, seq, heads, dim]
 
 
 DKV_WIRE_DTYPE = "float32"  # dK/dV partial sums on the wire (docs/attention.md: why)

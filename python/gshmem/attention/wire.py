@@ -37,14 +37,28 @@ def take_flag(comm: Comm, flag: Buffer, stream: int) -> None:
 
 
 def put_runs(comm: Comm, credit: Buffer, runs, arrived: Buffer, pe: int, stream: int) -> None:
-    """On ``stream``: take ``credit`` (this PE's), put every (destination, bytes) of ``runs`` to
-    PE ``pe`` by the copy engines, and set ``pe``'s ``arrived`` to 1 with the last."""
+    """On ``stream``: take ``credit`` (this PE's), put every (destination, source) of ``runs``
+    to PE ``pe`` by the copy engines, and set ``pe``'s ``arrived`` to 1 after the last.
+    Contiguous runs are puts (the flag travels with the last); strided views (rows at a
+    pitch, as ``Comm.put_2d`` takes) are 2-D puts, followed by the flag."""
     take_flag(comm, credit, stream)
     for j, (dst, data) in enumerate(runs):
-        if j < len(runs) - 1:
-            comm.put(dst, data, pe, stream=stream)
+        last = j == len(runs) - 1
+        if _is_run(dst) and _is_run(data):
+            if last:
+                comm.put_signal(dst, data, arrived, 1, pe, stream=stream)
+            else:
+                comm.put(dst, data, pe, stream=stream)
         else:
-            comm.put_signal(dst, data, arrived, 1, pe, stream=stream)
+            comm.put_2d(dst, data, pe, stream=stream)
+            if last:
+                comm.signal_op(arrived, 1, pe, stream=stream)
+
+
+def _is_run(x) -> bool:
+    """A Buffer, or a contiguous tensor: one run of bytes."""
+    is_contiguous = getattr(x, "is_contiguous", None)
+    return is_contiguous is None or is_contiguous()
 
 
 __all__ = ["as_bytes", "held_by", "put_runs", "take_flag"]
