@@ -17,6 +17,7 @@ from test_attention_math import assert_matches, reference  # noqa: E402
 from gshmem import UsageError  # noqa: E402
 from gshmem.attention import gather, layout, ring  # noqa: E402
 from gshmem.attention import gather_schedule as gs  # noqa: E402
+from gshmem.attention.algorithm import GATHER_MAX_BYTES, choose  # noqa: E402
 from gshmem.attention.local import Dense  # noqa: E402
 from gshmem.attention.schedule import halves, part_range  # noqa: E402
 
@@ -94,34 +95,44 @@ def test_each_writer_sends_one_run_per_reader_and_slots_are_runs(world, kind, ca
         ]
 
 
-def test_use_gather_policy(monkeypatch):
+def test_algorithm_policy(monkeypatch):
     monkeypatch.delenv("GSHMEM_ATTENTION_ALGORITHM", raising=False)
-    small, big = 1 << 20, gs.GATHER_MAX_BYTES
-    assert gs.use_gather("auto", 4, 8192, False, small)
-    assert not gs.use_gather("auto", 4, 8192, False, big)  # 3 shards past the limit
-    assert gs.use_gather("auto", 2, 8192, False, big)  # exactly at it
-    assert not gs.use_gather("auto", 1, 8192, False, small)
-    assert not gs.use_gather("auto", 4, 8192, True, small)  # documents: the ring
-    assert not gs.use_gather("auto", 4, 8191, False, small)  # odd shard: the ring
-    assert not gs.use_gather("auto", 2, 8192, False, small, gather_from=3)  # JAX at two: the ring
-    assert gs.use_gather("auto", 3, 8192, False, small, gather_from=3)
-    assert gs.use_gather("allgather", 2, 8192, False, small, gather_from=3)  # asked for: honoured
-    assert gs.use_gather("allgather", 4, 8192, False, big)
-    assert not gs.use_gather("ring", 4, 8192, False, small)
+    small, big = 1 << 20, GATHER_MAX_BYTES
+    hd = (32, 8)
+    assert choose("auto", 4, 8192, False, small, hd) == "allgather"
+    assert choose("auto", 4, 8192, False, big, hd) == "ring"  # 3 shards past the limit
+    assert choose("auto", 2, 8192, False, big, hd) == "allgather"  # exactly at it
+    assert choose("auto", 1, 8192, False, small, hd) == "ring"
+    assert choose("auto", 4, 8192, True, small, hd) == "ring"  # documents: the ring
+    assert choose("auto", 4, 8191, False, small, hd) == "ring"  # odd shard: the ring
+    assert choose("auto", 2, 8192, False, small, gather_from=3) == "ring"  # JAX at two
+    assert choose("auto", 3, 8192, False, small, gather_from=3) == "allgather"
+    assert choose("allgather", 2, 8192, False, small, gather_from=3) == "allgather"  # asked for
+    assert choose("allgather", 4, 8192, False, big, hd) == "allgather"
+    assert choose("ring", 4, 8192, False, small, hd) == "ring"
+    assert choose("heads", 4, 8191, False, big, hd) == "heads"  # any length, any size
+    assert choose("heads", 1, 8192, False, small, hd) == "ring"  # one rank: nothing to move
     monkeypatch.setenv("GSHMEM_ATTENTION_ALGORITHM", "ring")
-    assert not gs.use_gather("auto", 4, 8192, False, small)
-    assert gs.use_gather("allgather", 4, 8192, False, small)  # an explicit choice wins
+    assert choose("auto", 4, 8192, False, small, hd) == "ring"
+    assert choose("allgather", 4, 8192, False, small, hd) == "allgather"  # explicit wins
+    monkeypatch.setenv("GSHMEM_ATTENTION_ALGORITHM", "heads")
+    assert choose("auto", 2, 8192, False, small, hd) == "heads"
     monkeypatch.setenv("GSHMEM_ATTENTION_ALGORITHM", "allgather")
-    assert gs.use_gather("auto", 4, 8192, False, big)
+    assert choose("auto", 4, 8192, False, big, hd) == "allgather"
     monkeypatch.setenv("GSHMEM_ATTENTION_ALGORITHM", "fast")
     with pytest.raises(UsageError, match="GSHMEM_ATTENTION_ALGORITHM"):
-        gs.use_gather("auto", 4, 8192, False, small)
+        choose("auto", 4, 8192, False, small, hd)
     with pytest.raises(UsageError, match="algorithm must be"):
-        gs.use_gather("tree", 4, 8192, False, small)
-    with pytest.raises(UsageError, match="packed documents"):
-        gs.use_gather("allgather", 4, 8192, True, small)
+        choose("tree", 4, 8192, False, small, hd)
+    for algo in ("allgather", "heads"):
+        with pytest.raises(UsageError, match="packed documents"):
+            choose(algo, 4, 8192, True, small, hd)
     with pytest.raises(UsageError, match="even local length"):
-        gs.use_gather("allgather", 4, 8191, False, small)
+        choose("allgather", 4, 8191, False, small, hd)
+    with pytest.raises(UsageError, match="must both divide by 3"):
+        choose("heads", 3, 8192, False, small, hd)
+    with pytest.raises(UsageError, match="not available here"):
+        choose("heads", 4, 8192, False, small)  # JAX: no head-parallel schedule
 
 
 CASES = [

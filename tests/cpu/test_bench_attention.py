@@ -21,7 +21,10 @@ def test_default_options_are_the_issue_s_sweep():
     o = att.parse_args(["--np", "2"])
     assert o.tokens == [1 * K, 2 * K, 4 * K, 8 * K, 16 * K, 32 * K, 64 * K, 128 * K]
     assert o.total == M and o.masks == ["causal", "noncausal"] and o.modes == ["fwd", "fwdbwd"]
-    assert o.compare == ["gshmem", "gshmem_ring", "nccl", "torch_cp", "ideal"] and o.nprocs == 2
+    assert (
+        o.compare == ["gshmem", "gshmem_ring", "gshmem_heads", "nccl", "torch_cp", "ideal"]
+        and o.nprocs == 2
+    )
     assert (o.iters, o.warmup, o.repeats, o.timeout) == (20, 3, 5, 3600.0)
 
 
@@ -66,8 +69,9 @@ def test_bad_options_exit_2(bad):
 
 
 def test_columns_follow_compare():
-    assert att.columns(att.IMPLS) == ["gshmem", "gshmem:ring", "nccl", "torch_cp:allgather",
-                                      "torch_cp:alltoall", "ideal"]  # fmt: skip
+    assert att.columns(att.IMPLS) == ["gshmem", "gshmem:ring", "gshmem:heads", "nccl",
+                                      "torch_cp:allgather", "torch_cp:alltoall",
+                                      "ideal"]  # fmt: skip
     assert att.columns(["gshmem_ring"]) == ["gshmem:ring"]
     assert att.comm_label("gshmem:ring") == (0, "0 (copy engine)")
     assert att.columns(["ideal", "nccl"]) == ["nccl", "ideal"]
@@ -174,9 +178,10 @@ def test_table():
     row1m = next(line for line in lines if "512K" in line)
     assert "1M" in row1m and "2000.0 / " in row1m and "%" not in row1m
     at = lines.index("comm SMs (the SMs the communication occupies):")
-    assert lines[at + 1 : at + 4] == [
+    assert lines[at + 1 : at + 5] == [
         "  gshmem: 0 (copy engine)",
         "  gshmem:ring: 0 (copy engine)",
+        "  gshmem:heads: 0 (copy engine)",
         "  nccl: NCCL kernels (send/recv)",
     ]
     assert "* torch_cp:allgather [8K causal_fwdbwd]: error: RuntimeError: boom" in lines

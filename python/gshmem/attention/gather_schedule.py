@@ -24,22 +24,16 @@ Each writer therefore puts one contiguous run of its shard (its front half or al
 each reader, and in the backward the reader returns that run's key/value gradients to it.
 
 Memory: a reader holds up to 2W-2 halves of K/V (W-1 shards), against two shards for the ring;
-``use_gather`` keeps the ring where that is large.
+``algorithm.choose`` keeps the ring where that is large.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
-from gshmem._errors import UsageError
 from gshmem.attention.layout import check_layout
 from gshmem.attention.schedule import ALL, BACK, FRONT, halves
-
-ALGORITHMS = ("auto", "ring", "allgather")
-# auto gathers while a reader's gathered K/V stays this small (bytes; docs/attention.md: measured)
-GATHER_MAX_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -127,38 +121,7 @@ def max_slots(world: int, layout: str, causal: bool) -> int:
     return max(len(contributions(r, world, layout, causal)) for r in range(world))
 
 
-def use_gather(requested: str, world: int, seq: int, varlen: bool, kv_bytes: int,
-               gather_from: int = 2) -> bool:  # fmt: skip
-    """Whether a call runs the all-gather schedule. ``requested``: "ring", "allgather" or
-    "auto" (then ``GSHMEM_ATTENTION_ALGORITHM`` may name one); ``seq``: local tokens;
-    ``kv_bytes``: this rank's K and V bytes. Packed documents and odd shards always take the
-    ring; auto gathers from ``gather_from`` ranks on, while a reader's K/V (W-1 shards) stays
-    within GATHER_MAX_BYTES."""
-    if requested not in ALGORITHMS:
-        raise UsageError(
-            f"ring_attention: algorithm must be one of {ALGORITHMS}, got {requested!r}"
-        )
-    if requested == "auto":
-        requested = os.environ.get("GSHMEM_ATTENTION_ALGORITHM", "auto").lower()
-        if requested not in ALGORITHMS:
-            raise UsageError(f"GSHMEM_ATTENTION_ALGORITHM must be one of {ALGORITHMS}, "
-                             f"got {requested!r}")  # fmt: skip
-    able = world > 1 and not varlen and seq % 2 == 0
-    if requested == "allgather" and not able:
-        if varlen:
-            raise UsageError("ring_attention: algorithm='allgather' does not take packed "
-                             "documents (cu_seqlens); use the ring")  # fmt: skip
-        if seq % 2:
-            raise UsageError(f"ring_attention: algorithm='allgather' needs an even local length, "
-                             f"got {seq}")  # fmt: skip
-    if requested == "auto":
-        return able and world >= gather_from and (world - 1) * kv_bytes <= GATHER_MAX_BYTES
-    return requested == "allgather" and able
-
-
 __all__ = [
-    "ALGORITHMS",
-    "GATHER_MAX_BYTES",
     "Region",
     "contributions",
     "gathered_halves",
@@ -166,5 +129,4 @@ __all__ = [
     "prefix_blocks",
     "regions",
     "sum_slots",
-    "use_gather",
 ]

@@ -22,22 +22,26 @@ by W (``h = heads / W``, ``hk = kv_heads / W``), so both tensors split by the sa
 
 from __future__ import annotations
 
+import functools
+
 from gshmem._errors import UsageError
-from gshmem.attention.layout import token_index
+from gshmem.attention.layout import check_layout
 
 
-def runs(length: int, world: int, rank: int, layout: str) -> list[tuple[int, int, int]]:
+@functools.lru_cache(maxsize=256)
+def runs(length: int, world: int, rank: int, layout: str) -> tuple[tuple[int, int, int], ...]:
     """(first local token, first global position, tokens) of each run of consecutive global
-    positions in rank ``rank``'s shard of ``length`` local tokens, in local order."""
-    pos = token_index(length * world, world, rank, layout)
-    out: list[tuple[int, int, int]] = []
-    for i, g in enumerate(pos):
-        if out and out[-1][1] + out[-1][2] == g:
-            a, b, n = out[-1]
-            out[-1] = (a, b, n + 1)
-        else:
-            out.append((i, g, 1))
-    return out
+    positions in rank ``rank``'s shard of ``length`` local tokens, in local order: zigzag, its
+    chunks ``rank`` and ``2 world - 1 - rank`` of ``length / 2`` (one run where they meet, on
+    the last rank); contiguous, chunk ``rank``."""
+    check_layout(layout)
+    if layout == "contiguous" or world == 1:
+        return ((0, rank * length, length),)
+    half = length // 2
+    front, back = rank * half, (2 * world - 1 - rank) * half
+    if front + half == back:
+        return ((0, front, length),)
+    return ((0, front, half), (half, back, half))
 
 
 def head_range(rank: int, world: int, heads: int) -> tuple[int, int]:

@@ -18,10 +18,12 @@ from torch import Tensor
 
 from gshmem import Team, UsageError
 from gshmem.attention import gather as gather_loops
+from gshmem.attention import heads as heads_loops
 from gshmem.attention import layout as layouts
 from gshmem.attention import replay
 from gshmem.attention import ring as ring_loops
-from gshmem.attention.gather_schedule import gathered_halves, use_gather
+from gshmem.attention.algorithm import choose
+from gshmem.attention.gather_schedule import gathered_halves
 from gshmem.attention.local import Dense, Varlen
 from gshmem.attention.ring import Problem
 from gshmem.attention.transport import Ring, resolve_backend
@@ -67,7 +69,10 @@ def ring_attention(
     or "auto" (gshmem when the ring neighbours are reachable). ``algorithm``: "ring" (W steps,
     K/V passed around; two shards of K/V in flight), "allgather" (each rank gathers the K/V
     its queries see at once, while it computes its own block; three kernel calls whatever W
-    is, up to W-1 shards of K/V held; dense inputs with an even shard) or "auto" (allgather
+    is, up to W-1 shards of K/V held; dense inputs with an even shard), "heads" (an
+    all-to-all gives each rank the whole sequence of heads/W heads, one kernel call per pass,
+    another all-to-all brings the outputs back; both head counts must divide by W; Q/K/V of
+    those heads and their output held for the backward; dense inputs) or "auto" (allgather
     while that K/V is small, else the ring; ``GSHMEM_ATTENTION_ALGORITHM`` may name one,
     read when a shape is first seen). The same choice on every rank is checked.
     """
@@ -84,8 +89,8 @@ class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, *args):
-        out, lse, last = _forward(q, k, v, *args)
-        ctx.save_for_backward(q, k, v, out, lse, last)
+        out, lse, last, aux = _forward(q, k, v, *args)
+        ctx.save_for_backward(q, k, v, out, lse, last, aux)
         ctx.args = args
         return out
 
@@ -158,8 +163,9 @@ def _problem(q, k, v, handle, members, causal, scale, layout, backend, algorithm
     comm = lookup_comm(handle)
     ring = _ring(comm, members, backend)
     docs = None if cu is None else tuple(int(x) for x in cu.tolist())
+    seq_major = heads_loops.is_seq_major(q, k, v)  # how the head-parallel schedule lays data
     shared = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, causal, scale, layout, docs)
-    key = (*shared, algorithm, q.device, k.device, v.device)
+    key = (*shared, algorithm, seq_major, q.device, k.device, v.device)
     known = ring.problems.get(key)
     if known is not None:
         return ring, known, key
@@ -168,11 +174,13 @@ def _problem(q, k, v, handle, members, causal, scale, layout, backend, algorithm
     seq = q.shape[2]
     if layout == "zigzag" and seq % 2:
         raise UsageError(f"ring_attention: the zigzag layout needs an even local length, got {seq}")
-    gather = use_gather(algorithm, ring.world, seq, cu is not None, _nbytes(k, v))
+    algo = _choose(algorithm, ring.world, q, k, cu is not None)
+    seq_major = seq_major and algo == "heads"
     _agree(ring, (tuple(q.shape), tuple(k.shape), str(q.dtype), causal, scale, layout, docs,
-                  gather))  # fmt: skip
+                  algo, seq_major))  # fmt: skip
     if cu is None:
-        p = Problem(causal, scale, layout, Dense("cuda"), gather=gather)
+        p = Problem(causal, scale, layout, Dense("cuda"), gather=algo == "allgather",
+                    heads=algo == "heads", seq_major=seq_major)  # fmt: skip
     else:
         part = torch.tensor(docs, dtype=torch.int32) // (2 * ring.world)
         longest = int((part[1:] - part[:-1]).max())
@@ -181,13 +189,14 @@ def _problem(q, k, v, handle, members, causal, scale, layout, backend, algorithm
     return ring, p, key
 
 
+def _choose(algorithm: str, world: int, q: Tensor, k: Tensor, varlen: bool) -> str:
+    return choose(algorithm, world, q.shape[2], varlen, 2 * k.numel() * k.element_size(),
+                  heads=(q.shape[1], k.shape[1]))  # fmt: skip
+
+
 def _loops(p: Problem):
-    """The module whose forward and backward run ``p``: the all-gather's or the ring's."""
-    return gather_loops if p.gather else ring_loops
-
-
-def _nbytes(k: Tensor, v: Tensor) -> int:
-    return (k.numel() + v.numel()) * k.element_size()
+    """The module whose forward and backward run ``p``."""
+    return heads_loops if p.heads else gather_loops if p.gather else ring_loops
 
 
 def _to_kernel(t: Tensor, varlen: bool) -> Tensor:
@@ -211,9 +220,10 @@ def ring_attention_op(
     backend: str,
     algorithm: str,
     cu_seqlens: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(output, fp32 lse, the K/V the backward starts from: the ring's last shard, or the
-    all-gather's gathered K/V)."""
+    all-gather's gathered K/V, or the head-parallel schedule's gathered Q/K/V; and the
+    head-parallel schedule's whole-sequence output, empty otherwise)."""
     return _forward(q, k, v, comm, team, causal, scale, layout, backend, algorithm, cu_seqlens)
 
 
@@ -224,8 +234,8 @@ def _forward(q, k, v, comm, team, causal, scale, layout, backend, algorithm, cu_
     vl = cu_seqlens is not None
 
     def call(q, k, v):
-        out, lse, last = _loops(p).forward(ring, p, *(_to_kernel(t, vl) for t in (q, k, v)))
-        return _from_kernel(out, vl).contiguous(), lse, last
+        out, lse, last, *aux = _loops(p).forward(ring, p, *(_to_kernel(t, vl) for t in (q, k, v)))
+        return _from_kernel(out, vl).contiguous(), lse, last, aux[0] if aux else q.new_empty(0)
 
     return _run(ring, ("forward", key), q, call, (q, k, v))
 
@@ -241,14 +251,22 @@ def _run(ring: Ring, key: tuple, q: Tensor, call, inputs: tuple):
 def _(q, k, v, comm, team, causal, scale, layout, backend, algorithm, cu_seqlens):
     lse_shape = (q.shape[2], q.shape[1], 1) if cu_seqlens is not None else (*q.shape[:3], 1)
     last = k.numel() + v.numel() if team[2] > 1 else 0
-    if use_gather(algorithm, team[2], q.shape[2], cu_seqlens is not None, _nbytes(k, v)):
+    aux = q.new_empty(0)
+    algo = _choose(algorithm, team[2], q, k, cu_seqlens is not None)
+    if algo == "allgather":
         start, stride, _ = team
         index = (lookup_comm(comm).rank - start) // stride
         last = gathered_halves(index, team[2], layout, causal) * k.numel()
+    elif algo == "heads":
+        b, h, s, d = q.shape[0], q.shape[1] // team[2], q.shape[2] * team[2], q.shape[3]
+        lse_shape, last = (b, h, s, 1), q.numel() + 2 * k.numel()
+        seq_major = heads_loops.is_seq_major(q, k, v)
+        aux = q.new_empty(b, s, h, d).transpose(1, 2) if seq_major else q.new_empty(b, h, s, d)
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         q.new_empty(lse_shape, dtype=torch.float32),
         k.new_empty(last),
+        aux,
     )
 
 
@@ -261,6 +279,7 @@ def ring_attention_backward_op(
     out: Tensor,
     lse: Tensor,
     last: Tensor,
+    aux: Tensor,
     comm: int,
     team: list[int],
     causal: bool,
@@ -270,12 +289,12 @@ def ring_attention_backward_op(
     algorithm: str,
     cu_seqlens: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    return _backward_impl(dout, q, k, v, out, lse, last, comm, team, causal, scale, layout,
+    return _backward_impl(dout, q, k, v, out, lse, last, aux, comm, team, causal, scale, layout,
                           backend, algorithm, cu_seqlens)  # fmt: skip
 
 
 def _backward_impl(
-    dout, q, k, v, out, lse, last, comm, team, causal, scale, layout, backend, algorithm,
+    dout, q, k, v, out, lse, last, aux, comm, team, causal, scale, layout, backend, algorithm,
     cu_seqlens,
 ):  # fmt: skip
     ring, p, key = _problem(
@@ -283,16 +302,16 @@ def _backward_impl(
     )
     vl = cu_seqlens is not None
 
-    def call(dout, q, k, v, out, lse, last):
+    def call(dout, q, k, v, out, lse, last, aux):
         args = [_to_kernel(t, vl) for t in (dout.contiguous(), q, k, v, out)]
-        grads = _loops(p).backward(ring, p, *args, lse, last)
+        grads = _loops(p).backward(ring, p, *args, lse, last, *((aux,) if p.heads else ()))
         return tuple(_from_kernel(g, vl).contiguous() for g in grads)
 
-    return _run(ring, ("backward", key), q, call, (dout, q, k, v, out, lse, last))
+    return _run(ring, ("backward", key), q, call, (dout, q, k, v, out, lse, last, aux))
 
 
 @ring_attention_backward_op.register_fake
-def _(dout, q, k, v, out, lse, last, comm, team, causal, scale, layout, backend, algorithm,
+def _(dout, q, k, v, out, lse, last, aux, comm, team, causal, scale, layout, backend, algorithm,
       cu_seqlens):  # fmt: skip
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
@@ -303,7 +322,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.args, ctx.cu = args, cu
 
 
-def _backward(ctx, dout, _dlse, _dlast):
+def _backward(ctx, dout, _dlse, _dlast, _daux):
     dq, dk, dv = torch.ops.gshmem.ring_attention_backward(
         dout, *ctx.saved_tensors, *ctx.args, ctx.cu
     )

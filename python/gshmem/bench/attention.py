@@ -13,7 +13,8 @@ the same run, on the same random data:
   (``algorithm="auto"``: all-gather or ring, printed per row and kept in the JSON), K/V (and
   dK/dV) moved by copy-engine puts (0 SMs) or by torch.distributed P2P (NCCL kernels).
 - ``gshmem:ring`` (``--compare gshmem_ring``): gshmem with the ring schedule forced, to show
-  what the schedule chosen by ``auto`` gains.
+  what the schedule chosen by ``auto`` gains; ``gshmem:heads`` (``--compare gshmem_heads``)
+  the head-parallel all-to-all schedule (``algorithm="heads"``).
 - ``torch_cp:allgather`` / ``torch_cp:alltoall``: torch's context parallel
   (``torch.distributed.tensor.experimental.context_parallel`` over a 1-D DeviceMesh, head-tail
   load balancing, which is the zigzag layout, for causal; ``set_rotate_method``), cuDNN SDPA.
@@ -60,8 +61,8 @@ from gshmem.bench.timing import schedule
 from gshmem.bench.torch_cp import ROTATE, context_parallel_shards
 
 BATCH, HQ, HKV, HEAD_DIM = 1, 32, 8, 128  # Llama-3-8B attention, bf16
-IMPLS = ("gshmem", "gshmem_ring", "nccl", "torch_cp", "ideal")
-RING_COLUMNS = ("gshmem", "gshmem:ring", "nccl")  # ring_attention's columns
+IMPLS = ("gshmem", "gshmem_ring", "gshmem_heads", "nccl", "torch_cp", "ideal")
+RING_COLUMNS = ("gshmem", "gshmem:ring", "gshmem:heads", "nccl")  # ring_attention's columns
 MASKS = ("causal", "noncausal")
 MODES = ("fwd", "fwdbwd")
 FULL_TOKENS = tuple(1 << s for s in range(10, 18))  # 1K .. 128K per GPU
@@ -91,7 +92,7 @@ class AttnOptions:
 
 def columns(compare: Sequence[str]) -> list[str]:
     """Table columns in measuring order: torch_cp gives one per rotate method."""
-    out = [c for c in ("gshmem", "gshmem_ring", "nccl") if c in compare]
+    out = [c for c in ("gshmem", "gshmem_ring", "gshmem_heads", "nccl") if c in compare]
     out = [c.replace("_", ":") for c in out]
     if "torch_cp" in compare:
         out += [f"torch_cp:{m}" for m in ROTATE]
@@ -156,7 +157,8 @@ def make_row(column: str, tokens: int, total: int, world: int, causal: bool, mod
             seconds /= world
         value = seconds * 1e3
         extra["tflops"] = tflops_per_gpu(attention_flops(total, causal, mode), world, seconds)
-    path = {"gshmem": "on_stream", "gshmem:ring": "on_stream", "ideal": "-"}.get(column, "host")
+    on_stream = ("gshmem", "gshmem:ring", "gshmem:heads")
+    path = "on_stream" if column in on_stream else "-" if column == "ideal" else "host"
     op = f"{'causal' if causal else 'noncausal'}_{mode}"
     return Row(column, op, path, "ms", value, size=tokens, sms=sms, note=note,
                extra=extra)  # fmt: skip
@@ -439,16 +441,17 @@ class AttnBench:
         """Yields (the call to time, its first outputs or None) for one column; what it made
         is freed afterwards."""
         torch = self.torch
-        if col not in ("ideal", "gshmem", "gshmem:ring") and self.nccl_why:
+        if col not in ("ideal", "gshmem", "gshmem:ring", "gshmem:heads") and self.nccl_why:
             raise Skip(f"torch.distributed with NCCL: {self.nccl_why}")
         if col in RING_COLUMNS:
             from gshmem.attention import ring_attention
-            from gshmem.attention.gather_schedule import use_gather
+            from gshmem.attention.algorithm import choose
 
             backend, _, algo = col.partition(":")
-            gather = use_gather(algo or "auto", self.world, local[0].shape[2], False,
-                                2 * local[1].numel() * local[1].element_size())  # fmt: skip
-            self.algorithm = "allgather" if gather else "ring"
+            q, k = local[0], local[1]
+            self.algorithm = choose(algo or "auto", self.world, q.shape[2], False,
+                                    2 * k.numel() * k.element_size(),
+                                    heads=(q.shape[1], k.shape[1]))  # fmt: skip
             attn = partial(ring_attention, comm=self.comm, causal=causal, backend=backend,
                            algorithm=self.algorithm)  # fmt: skip
             yield self.make_fn(attn, mode, *local), None

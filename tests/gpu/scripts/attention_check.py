@@ -3,13 +3,14 @@
 Usage: attention_check.py SCENARIO
   dense     outputs and dq/dk/dv against fp32 attention on the whole sequence, for causal and
             non-causal, zigzag and contiguous, GQA/MQA/odd head counts, head dims 64 and 128,
-            bf16 and fp16, both backends (gshmem and nccl), both algorithms (ring and
-            allgather). The ring's error must stay within
+            bf16 and fp16, both backends (gshmem and nccl), every algorithm (ring, allgather,
+            and heads where the head counts divide by the ranks; heads also on inputs stored
+            sequence-major). The ring's error must stay within
             a small multiple of the error of the same kernel run on one GPU on the whole
             sequence (so it cannot grow with the ring size).
   varlen    packed documents (cu_seqlens) with document masking, both backends
   graph     forward+backward captured in a CUDA graph, replayed on new data, against eager
-            (both algorithms)
+            (every algorithm)
   compile   torch.compile(fullgraph=True) of a function calling ring_attention, fwd+bwd
   replay    short shards replayed as a CUDA graph of the call, on new data, checked every call
   badargs   clear UsageErrors: dtype, device, odd zigzag length, mismatched shapes or
@@ -32,7 +33,7 @@ import gshmem
 from gshmem.attention import ring_attention, shard
 from gshmem.bench.nccl_group import join_nccl
 
-ALGORITHMS = ("ring", "allgather")
+ALGORITHMS = ("ring", "allgather", "heads")
 # (batch, q heads, kv heads, tokens per rank, head dim, dtype)
 SHAPES = [
     (1, 8, 2, 512, 128, torch.bfloat16),  # GQA, Llama-3 head dim
@@ -65,7 +66,18 @@ def grads_of(q, k, v, dout, causal: bool, mask=None):
     return [out.detach()] + [t.grad for t in leaves]
 
 
-def check_case(comm, shape, causal, kind, backend, seed, cu=None, algorithm="auto") -> str:
+def runs(algorithm: str, shape, n: int) -> bool:
+    """Whether ``algorithm`` takes ``shape`` at ``n`` ranks (heads: both head counts divide)."""
+    return algorithm != "heads" or (shape[1] % n == 0 and shape[2] % n == 0)
+
+
+def seq_major(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with the same values, stored [batch, seq, heads, dim] as projections give it."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def check_case(comm, shape, causal, kind, backend, seed, cu=None, algorithm="auto",
+               store=lambda t: t) -> str:  # fmt: skip
     n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
     q, k, v, dout = full_inputs(shape, n, dev, seed)
     mask = None
@@ -76,7 +88,7 @@ def check_case(comm, shape, causal, kind, backend, seed, cu=None, algorithm="aut
             mask &= torch.ones_like(mask).tril()
     ref = grads_of(*(t.float() for t in (q, k, v, dout)), causal, mask)
     one_gpu = grads_of(q, k, v, dout, causal, mask)  # the same kernel family in 16 bits
-    mine = [shard(t, n, me, kind, cu_seqlens=cu).requires_grad_() for t in (q, k, v)]
+    mine = [store(shard(t, n, me, kind, cu_seqlens=cu)).requires_grad_() for t in (q, k, v)]
     cu_dev = None if cu is None else cu.to(dev)
     out = ring_attention(*mine, comm=comm, causal=causal, layout=kind, backend=backend,
                          algorithm=algorithm, cu_seqlens=cu_dev)  # fmt: skip
@@ -109,6 +121,8 @@ def repeatable(comm) -> None:
     or a buffer reused too early)."""
     n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
     for kind, algo in itertools.product(("zigzag", "contiguous"), ALGORITHMS):
+        if not runs(algo, SHAPES[0], n):
+            continue
         mine = [shard(t, n, me, kind) for t in full_inputs(SHAPES[0], n, dev, 77)[:3]]
         outs = [ring_attention(*mine, comm=comm, layout=kind, backend=b, algorithm=algo)
                 for b in ("gshmem", "nccl", "gshmem")]  # fmt: skip
@@ -124,10 +138,19 @@ def dense(comm) -> None:
             cases = itertools.product(("zigzag", "contiguous"), ("gshmem", "nccl"), ALGORITHMS)
             for kind, backend, algo in cases:
                 k += 1
+                if not runs(algo, shape, comm.nranks):
+                    continue
                 errs = check_case(comm, shape, causal, kind, backend, seed=k, algorithm=algo)
                 if comm.rank == 0:
                     print(f"dense {shape[:5]} {shape[5]} causal={causal} {kind} {backend} "
                           f"{algo}: ring/one-GPU max error {errs}", flush=True)  # fmt: skip
+    heads_shape = (1, 4 * comm.nranks, comm.nranks, 256, 128, torch.bfloat16)
+    for backend, causal in itertools.product(("gshmem", "nccl"), (True, False)):
+        errs = check_case(comm, heads_shape, causal, "zigzag", backend, seed=500,
+                          algorithm="heads", store=seq_major)  # fmt: skip
+        if comm.rank == 0:
+            print(f"dense {heads_shape[:5]} sequence-major causal={causal} {backend} heads: "
+                  f"ring/one-GPU max error {errs}", flush=True)  # fmt: skip
 
 
 def varlen(comm) -> None:
@@ -144,7 +167,8 @@ def varlen(comm) -> None:
 
 def graph(comm) -> None:
     for algo in ALGORITHMS:
-        graph_of(comm, algo)
+        if runs(algo, SHAPES[0], comm.nranks):
+            graph_of(comm, algo)
 
 
 def graph_of(comm, algo: str) -> None:
@@ -191,18 +215,21 @@ def graph_of(comm, algo: str) -> None:
 def compile_(comm) -> None:
     n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
     q, k, v, dout = (shard(t, n, me, "zigzag") for t in full_inputs(SHAPES[0], n, dev, 5))
+    for algo in ("auto", "heads") if runs("heads", SHAPES[0], n) else ("auto",):
 
-    def layer(q, k, v):
-        return ring_attention(q * 1.0, k, v, comm=comm).float().square().sum()
+        def layer(q, k, v, algo=algo):
+            out = ring_attention(q * 1.0, k, v, comm=comm, algorithm=algo)
+            return out.float().square().sum()
 
-    compiled = torch.compile(layer, fullgraph=True)
-    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    compiled(*leaves).backward()
-    eager = [t.clone().requires_grad_() for t in (q, k, v)]
-    layer(*eager).backward()
-    for a, b in zip(leaves, eager, strict=True):
-        assert torch.allclose(a.grad.float(), b.grad.float(), atol=1e-2, rtol=1e-2)
-    print(f"compile: fullgraph fwd+bwd equals eager (rank {me})", flush=True)
+        torch._dynamo.reset()
+        compiled = torch.compile(layer, fullgraph=True)
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        compiled(*leaves).backward()
+        eager = [t.clone().requires_grad_() for t in (q, k, v)]
+        layer(*eager).backward()
+        for a, b in zip(leaves, eager, strict=True):
+            assert torch.allclose(a.grad.float(), b.grad.float(), atol=1e-2, rtol=1e-2), algo
+        print(f"compile {algo}: fullgraph fwd+bwd equals eager (rank {me})", flush=True)
 
 
 def badargs(comm) -> None:
@@ -217,6 +244,8 @@ def badargs(comm) -> None:
     expect_usage(lambda: ring_attention(q, kv, kv, comm=comm, layout="spiral"), "layout")
     expect_usage(lambda: ring_attention(q, kv, kv, comm=comm, backend="mpi"), "backend")
     expect_usage(lambda: ring_attention(q, kv, kv, comm=comm, algorithm="tree"), "algorithm")
+    kv1 = kv[:, :1]  # one kv head cannot be split over the ranks
+    expect_usage(lambda: ring_attention(q, kv1, kv1, comm=comm, algorithm="heads"), "divide by")
     # ranks that resolve "auto" differently (the environment differs): a clear error everywhere
     os.environ["GSHMEM_ATTENTION_ALGORITHM"] = "ring" if me == 0 else "allgather"
     expect_usage(lambda: ring_attention(q[:, :, :32], kv[:, :, :32], kv[:, :, :32], comm=comm),

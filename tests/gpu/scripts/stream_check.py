@@ -3,7 +3,8 @@
 Usage: stream_check.py SCENARIO
   rma       put/get 1 B .. 64 MiB, odd sizes, misaligned offsets, to the right / from the left
             neighbour and to/from itself, against references (fresh random data, poisoned
-            destinations, bytes around the destination untouched)
+            destinations, bytes around the destination untouched); put_2d of head and token
+            slices
   stress    2000 rounds of ring put_signal (SET and ADD) + wait + check, all on the stream with
             no host synchronisation inside the loop: data must be visible before its signal
   cmp       every wait comparison (memory-operation and kernel paths), each satisfied only by a
@@ -128,7 +129,42 @@ def scenario_rma(comm: gshmem.Comm) -> str:
     assert torch.equal(torch.from_dlpack(buf), want[:1000]), "Buffer put differs"
     comm.free(buf)
     comm.free(t)
+    cases += put_2d_cases(comm, right, left)
     return f"{cases} cases, kernel threshold {gshmem._C.stream_kernel_max_bytes()} B"
+
+
+def put_2d_cases(comm: gshmem.Comm, right: int, left: int) -> int:
+    """put_2d: slices of heads and of tokens of [batch, heads, seq, dim] tensors, stored
+    head-major or sequence-major, land on the right neighbour where ``dst.copy_(src)`` would put
+    them; the bytes around them stay poisoned."""
+    b, h, s, d = 2, 8, 96, 64
+    heads_major = comm.empty((b, h // 2, 2 * s, d), torch.bfloat16)  # 4 heads, 2x the tokens
+    seq_major = comm.empty((b, 2 * s, h // 2, d), torch.bfloat16)
+    cases = [  # (destination tensor, its view, source view of x), x stored as sequence-major?
+        (heads_major, lambda w: w[1, :, s + 5 : s + 37], lambda x: x[1, 4:8, 5:37], False),
+        (heads_major, lambda w: w[0, 1:3, :s], lambda x: x[0, 2:4], False),
+        (seq_major, lambda w: w[1, 7:70], lambda x: x.transpose(1, 2)[1, 7:70, 0:4], True),
+        (seq_major, lambda w: w[0, s:], lambda x: x.transpose(1, 2)[0, :, 4:8], True),
+    ]
+
+    def source(rank: int, i: int, seq: bool) -> torch.Tensor:
+        x = pattern(seed(50, i, rank), b * h * s * d * 2, comm.device).view(torch.bfloat16)
+        if seq:  # the same shape stored [batch, seq, heads, dim]
+            return x.view(b, s, h, d).transpose(1, 2)
+        return x.view(b, h, s, d)
+
+    for i, (whole, dst_of, src_of, seq) in enumerate(cases):
+        whole.view(torch.uint8).view(-1).fill_(POISON)
+        sync(comm)
+        comm.put_2d(dst_of(whole), src_of(source(comm.rank, i, seq)), right)
+        sync(comm)
+        want = torch.empty_like(whole)
+        want.view(torch.uint8).view(-1).fill_(POISON)
+        dst_of(want).copy_(src_of(source(left, i, seq)))
+        assert torch.equal(whole.view(torch.int16), want.view(torch.int16)), f"put_2d case {i}"
+    comm.free(seq_major)
+    comm.free(heads_major)
+    return len(cases)
 
 
 # ---- stress --------------------------------------------------------------------------------

@@ -175,7 +175,7 @@ def ring_attention(q, k, v, axis_name, *, causal: bool = True, layout: str = "zi
     Collective over the axis: every device calls it with the same shapes."""
     import jax
 
-    from gshmem.attention.gather_schedule import use_gather
+    from gshmem.attention.algorithm import choose
     from gshmem.jax.attention import gather
     from gshmem.jax.ops import _axis
 
@@ -187,7 +187,10 @@ def ring_attention(q, k, v, axis_name, *, causal: bool = True, layout: str = "zi
 
     kv_bytes = 2 * k.size * k.dtype.itemsize
     run_forward, run_backward = forward, backward  # the ring's
-    if use_gather(algorithm, world, q.shape[SEQ], False, kv_bytes, gather_from=GATHER_FROM):
+    if (
+        choose(algorithm, world, q.shape[SEQ], False, kv_bytes, gather_from=GATHER_FROM)
+        == "allgather"
+    ):
         run_forward, run_backward = gather.forward, gather.backward
 
     @jax.custom_vjp
