@@ -38,8 +38,19 @@ def test_runs_are_the_shards_positions(world, kind):
     assert sorted(covered) == list(range(length * world))
 
 
-def test_head_ranges_split_evenly_and_uneven_heads_are_refused():
+def test_head_ranges_split_evenly_and_uneven_heads_are_refused(monkeypatch):
     assert [hs.head_range(r, 4, 32) for r in range(4)] == [(0, 8), (8, 16), (16, 24), (24, 32)]
+    assert [hs.head_range(1, 4, 32, c, 4) for c in range(4)] == [(8, 10), (10, 12), (12, 14),
+                                                                  (14, 16)]  # fmt: skip
+    monkeypatch.delenv("GSHMEM_ATTENTION_HEAD_CHUNKS", raising=False)
+    assert [hs.chunk_count(w, 8) for w in (1, 2, 4, 8)] == [4, 4, 2, 1]
+    assert hs.chunk_count(2, 6) == 1  # 3 kv heads per rank
+    monkeypatch.setenv("GSHMEM_ATTENTION_HEAD_CHUNKS", "2")
+    assert hs.chunk_count(2, 8) == 2
+    for bad in ("3", "0", "x"):
+        monkeypatch.setenv("GSHMEM_ATTENTION_HEAD_CHUNKS", bad)
+        with pytest.raises(UsageError, match="GSHMEM_ATTENTION_HEAD_CHUNKS"):
+            hs.chunk_count(2, 8)
     assert [hs.head_range(r, 4, 8) for r in range(4)] == [(0, 2), (2, 4), (4, 6), (6, 8)]
     hs.check_heads(8, 32, 8)
     with pytest.raises(UsageError, match="must both divide by 4"):
@@ -49,21 +60,21 @@ def test_head_ranges_split_evenly_and_uneven_heads_are_refused():
 
 
 CASES = [
-    # world, layout, causal, q heads, kv heads, batch, sequence-major
-    (1, "zigzag", True, 4, 2, 1, False),
-    (2, "zigzag", True, 4, 2, 1, False),
-    (2, "zigzag", True, 4, 2, 2, True),
-    (3, "zigzag", True, 6, 3, 1, False),
-    (4, "zigzag", True, 8, 4, 2, True),
-    (4, "zigzag", False, 4, 4, 1, False),
-    (3, "contiguous", True, 6, 3, 2, False),
-    (2, "contiguous", False, 2, 2, 1, True),
+    # world, layout, causal, q heads, kv heads, batch, sequence-major, chunks
+    (1, "zigzag", True, 4, 2, 1, False, 1),
+    (2, "zigzag", True, 4, 2, 1, False, 1),
+    (2, "zigzag", True, 8, 4, 2, True, 2),
+    (3, "zigzag", True, 6, 3, 1, False, 1),
+    (4, "zigzag", True, 16, 8, 2, True, 2),
+    (4, "zigzag", False, 8, 8, 1, False, 2),
+    (3, "contiguous", True, 6, 3, 2, False, 1),
+    (2, "contiguous", False, 8, 8, 1, True, 4),
 ]
 
 
-@pytest.mark.parametrize("world,kind,causal,hq,hk,batch,seq_major", CASES)
+@pytest.mark.parametrize("world,kind,causal,hq,hk,batch,seq_major,chunks", CASES)
 def test_heads_forward_backward_matches_exact_attention(world, kind, causal, hq, hk, batch,
-                                                        seq_major):  # fmt: skip
+                                                        seq_major, chunks):  # fmt: skip
     torch.manual_seed(world * 10 + hq + batch)
     n = 4 * world
 
@@ -74,7 +85,8 @@ def test_heads_forward_backward_matches_exact_attention(world, kind, causal, hq,
     q, k, v, dout = make(hq), make(hk), make(hk), make(hq)
     want, leaves = reference(q, k, v, causal)
     want.backward(dout.double())
-    p = ring.Problem(causal, 16**-0.5, kind, Dense("cpu"), heads=True, seq_major=seq_major)
+    p = ring.Problem(causal, 16**-0.5, kind, Dense("cpu"), heads=True, seq_major=seq_major,
+                     chunks=chunks)  # fmt: skip
 
     def rank(rg):
         mine = [layout.shard(t, world, rg.index, kind) for t in (q, k, v, dout)]
@@ -98,8 +110,8 @@ def test_heads_forward_backward_matches_exact_attention(world, kind, causal, hq,
     # every rank sends each peer one piece per (tensor, batch, run of the tokens' owner): q,
     # k, v and dO to the heads' owners (runs of the writer), o, dq, dk, dv back (the reader's)
     runs = [len(hs.runs(n // world, world, r, kind)) for r in range(world)]
-    for name, owner in (("heads_in", 0), ("heads_out", 1)):
-        pairs = sent.get(name, [])
+    for name, owner in (("heads_in", 0), ("heads_out", 1)):  # per chunk, in its mailboxes
+        pairs = [x for c in range(chunks) for x in sent.get(f"{name}.{c}", [])]
         want = [pair for pair in itertools.permutations(range(world), 2)
-                for _ in range(4 * batch * runs[pair[owner]])]  # fmt: skip
+                for _ in range(4 * batch * chunks * runs[pair[owner]])]  # fmt: skip
         assert sorted(pairs) == sorted(want)

@@ -58,9 +58,12 @@ def check_inside(box: torch.Tensor, view: torch.Tensor) -> None:
 
 class GshmemExchange:
     """A symmetric mailbox of ``nbytes`` per member and two flags per member pair (collective
-    to create). ``members``: the PEs of the team, by team index; ``me``: this rank's index."""
+    to create). ``members``: the PEs of the team, by team index; ``me``: this rank's index;
+    ``streams``: the per-reader streams to use (filled in where missing), shared by mailboxes
+    whose rounds must reach a reader in the order they are posted."""
 
-    def __init__(self, comm: Comm, members: Sequence[int], me: int, nbytes: int) -> None:
+    def __init__(self, comm: Comm, members: Sequence[int], me: int, nbytes: int,
+                 streams: dict | None = None) -> None:  # fmt: skip
         import torch
 
         w = len(members)
@@ -71,7 +74,12 @@ class GshmemExchange:
         self.arrived = [self.flags.view(8 * i, 8) for i in range(w)]
         self.credit = [self.flags.view(8 * (w + i), 8) for i in range(w)]
         torch.from_dlpack(self.flags).view(torch.int64)[w:].fill_(1)  # every mailbox free
-        self.streams = {i: torch.cuda.Stream(device=comm.device) for i in range(w) if i != me}
+        if streams is None:  # one stream per reader; shared ones keep several mailboxes' puts
+            streams = {}  # to a reader in the order they were posted
+        for i in range(w):
+            if i != me and i not in streams:
+                streams[i] = torch.cuda.Stream(device=comm.device)
+        self.streams = streams
         self.copies = torch.cuda.Stream(device=comm.device)
         self.forked = torch.cuda.Event()
         self.writers: list[int] = []
@@ -164,27 +172,29 @@ class NcclExchange:
         import torch
         import torch.distributed as dist
 
-        ops = [dist.P2POp(dist.isend, src.contiguous(), self.members[r]) for r, _, src in sends]
-        for w, dst in receives:  # NCCL receives into contiguous memory: strided views later
+        for _, dst in receives:
             check_inside(self.buffer, dst)
-            into = (
-                dst
-                if dst.is_contiguous()
-                else torch.empty(dst.shape, dtype=dst.dtype, device=dst.device)
-            )
-            if into is not dst:
-                self.unpack.append((dst, into))
-            ops.append(dist.P2POp(dist.irecv, into, self.members[w]))
         self.side.wait_event(self.forked)
-        with torch.cuda.stream(self.side):
+        with torch.cuda.stream(self.side):  # packing and unpacking buffers follow the fork too
+            ops = [dist.P2POp(dist.isend, src.contiguous(), self.members[r])
+                   for r, _, src in sends]  # fmt: skip
+            for w, dst in receives:  # NCCL receives into contiguous memory: strided views later
+                into = dst
+                if not dst.is_contiguous():
+                    into = torch.empty(dst.shape, dtype=dst.dtype, device=dst.device)
+                    self.unpack.append((dst, into))
+                ops.append(dist.P2POp(dist.irecv, into, self.members[w]))
             self.works = dist.batch_isend_irecv(ops) if ops else []
 
     def wait(self) -> None:
+        import torch
+
         for w in self.works:
             w.wait()
         self.works = []
         for dst, got in self.unpack:
             dst.copy_(got)
+            got.record_stream(torch.cuda.current_stream(dst.device))  # freed after the copy
         self.unpack.clear()
 
     def copy_out(self, dst: torch.Tensor, src: torch.Tensor) -> None:

@@ -13,6 +13,12 @@ Backward: the output's gradient goes to the head owners as the inputs did, one b
 computes the three gradients of each rank's heads over the whole sequence (no partial sums),
 and they return to the tokens' owners as the output did.
 
+Pipelined: the heads of each rank are cut into ``Problem.chunks`` chunks
+(heads_schedule.chunk_count), each with its own pair of mailboxes. Every chunk's inputs are
+posted at once, in order, on the per-peer put streams, so chunk c+1 travels while chunk c's
+kernel runs and chunk c's output travels back while chunk c+1's runs; only the first chunk's
+inputs and the last chunk's outputs are exposed.
+
 Both directions use the layout the inputs have in memory — head-major ``[batch, heads, seq,
 dim]`` or sequence-major ``[batch, seq, heads, dim]`` (``Problem.seq_major``; every rank the
 same, checked) — for the gathered tensors too, so every piece is one 2-D copy.
@@ -63,18 +69,20 @@ def _typed(box, dtype) -> torch.Tensor:
     return box.buffer.view(dtype)
 
 
-def _move(team: TeamLike, p: Problem, box, sources, targets, to_heads: bool) -> None:
-    """One all-to-all round through ``box``. ``to_heads``: ``sources`` are this rank's shards
-    ``[B, H, L, D]`` and ``targets`` the whole-sequence tensors ``[B, H/W, S, D]`` of its heads
-    in its mailbox; else the reverse. Posts the peers' pieces (one order on every rank: per
-    tensor, batch and run, which NCCL's matching needs), copies its own, waits for the rest."""
+def _post(team: TeamLike, p: Problem, box, sources, targets, to_heads: bool, heads_of) -> None:
+    """Posts one all-to-all round through ``box`` and copies this rank's own pieces.
+    ``to_heads``: ``sources`` are this rank's shards ``[B, H, L, D]`` and ``targets`` the
+    whole-sequence tensors ``[B, h, S, D]`` of a chunk of its heads in its mailbox; else the
+    reverse, ``targets`` being the shards' chunk ``[B, W h, L, D]`` in its mailbox.
+    ``heads_of(rank, heads)``: the heads of the shard-side tensor that belong to ``rank``.
+    One order on every rank (per tensor, batch and run), which NCCL's matching needs."""
     world, me = team.world, team.index
     sends, receives = [], []
     for src, dst in zip(sources, targets, strict=True):
         local = src if to_heads else dst
         length, heads = local.shape[2], local.shape[1]
         for peer in range(world):
-            a, z = head_range(me if not to_heads else peer, world, heads)
+            a, z = heads_of(peer if to_heads else me, heads)
             owner = me if to_heads else peer  # whose tokens these runs are
             for b in range(local.shape[0]):
                 for l0, g0, n in runs(length, world, owner, p.layout):
@@ -89,87 +97,156 @@ def _move(team: TeamLike, p: Problem, box, sources, targets, to_heads: bool) -> 
                     else:
                         sends.append((peer, *piece))
             if peer != me:
-                receives += _expected(p, dst, length, heads, peer, world, me, to_heads)
+                receives += _expected(p, dst, length, heads, peer, world, me, to_heads, heads_of)
     box.post(sends, receives)
-    box.wait()
 
 
 def _expected(p: Problem, dst, length: int, heads: int, writer: int, world: int, me: int,
-              to_heads: bool) -> list:  # fmt: skip
+              to_heads: bool, heads_of) -> list:  # fmt: skip
     """(writer, view) of every piece ``writer`` sends this rank into ``dst``, in its order."""
     if to_heads:  # the writer's tokens of this rank's heads
         return [(writer, dst.transpose(1, 2)[b, g0 : g0 + n])
                 for b in range(dst.shape[0])
                 for _, g0, n in runs(length, world, writer, p.layout)]  # fmt: skip
-    a, z = head_range(writer, world, heads)  # the writer's heads of this rank's tokens
+    a, z = heads_of(writer, heads)  # the writer's heads of this rank's tokens
     return [(writer, dst.transpose(1, 2)[b, l0 : l0 + n, a:z])
             for b in range(dst.shape[0])
             for l0, _, n in runs(length, world, me, p.layout)]  # fmt: skip
 
 
-def _shapes(world: int, *ts: torch.Tensor) -> list[tuple[int, int, int, int]]:
-    """The whole-sequence shapes of ``ts``' heads split over the team."""
-    return [(t.shape[0], t.shape[1] // world, t.shape[2] * world, t.shape[3]) for t in ts]
+def _whole_shapes(world: int, chunks: int, *ts: torch.Tensor) -> list[tuple[int, ...]]:
+    """The whole-sequence shapes of one chunk of ``ts``' heads."""
+    return [(t.shape[0], t.shape[1] // world // chunks, t.shape[2] * world, t.shape[3])
+            for t in ts]  # fmt: skip
 
 
-def _nbytes(q, k) -> int:
-    """Either mailbox's size: one q and two k of elements (both directions, both passes)."""
-    return (q.numel() + 2 * k.numel()) * q.element_size()
+def _chunk_shapes(world: int, chunks: int, *ts: torch.Tensor) -> list[tuple[int, ...]]:
+    """The shard-side shapes of one chunk of ``ts``' heads of every rank."""
+    return [(t.shape[0], t.shape[1] // chunks, t.shape[2], t.shape[3]) for t in ts]
 
 
-def _to_tokens(team: TeamLike, p: Problem, parts, like, nbytes: int) -> list[torch.Tensor]:
-    """The whole-sequence ``parts`` of this rank's heads back to the tokens' owners: this
-    rank's shards ``[B, H, L, D]`` (shapes of ``like``), every head, freshly allocated."""
-    box = team.exchange(OUT, nbytes)
-    shards = _views(_typed(box, like[0].dtype), [tuple(t.shape) for t in like], p.seq_major)
+def _boxes(team: TeamLike, name: str, chunks: int, q, k) -> list:
+    """One mailbox per chunk, each holding one chunk of a q and two k (either direction)."""
+    nbytes = (q.numel() + 2 * k.numel()) // chunks * q.element_size()
+    return [team.exchange(f"{name}.{c}", nbytes) for c in range(chunks)]
+
+
+def _place(dst: torch.Tensor, got: torch.Tensor, world: int, chunk: int, chunks: int) -> None:
+    """``dst`` ``[B, H, L, D]`` takes chunk ``chunk`` of every rank's heads from ``got``
+    ``[B, W h, L, D]`` (rank-major)."""
+    parts = dst.unflatten(1, (world, chunks, dst.shape[1] // world // chunks))
+    parts[:, :, chunk].copy_(got.unflatten(1, (world, got.shape[1] // world)))
+
+
+def _to_tokens(team: TeamLike, p: Problem, boxes, c: int, parts, like) -> list[torch.Tensor]:
+    """Posts chunk ``c`` of this rank's whole-sequence ``parts`` back to the tokens' owners;
+    returns the views of its mailbox that the owners' pieces of chunk ``c`` arrive in."""
+    world, box = team.world, boxes[c]
+    shapes = _chunk_shapes(world, p.chunks, *like)
+    shards = _views(_typed(box, like[0].dtype), shapes, p.seq_major)
     box.fork()
     parts = [in_layout(t, p.seq_major) for t in parts]
-    _move(team, p, box, parts, shards, to_heads=False)
-    got = [s.clone() for s in shards]
-    box.release()
-    box.join()
-    return got
+    _post(team, p, box, parts, shards, False, lambda r, h: head_range(r, world, h))
+    return shards
+
+
+def _collect(team: TeamLike, p: Problem, boxes, arrived, results) -> None:
+    """Waits for every chunk's pieces and places them into ``results``; frees the mailboxes."""
+    for c, box in enumerate(boxes):
+        box.wait()
+        for dst, got in zip(results, arrived[c], strict=True):
+            _place(dst, got, team.world, c, p.chunks)
+        box.release()
+
+
+def _to_heads(team: TeamLike, p: Problem, sources, q, k) -> tuple[list, list]:
+    """Posts every chunk of ``sources`` (this rank's shards) to the heads' owners; returns the
+    mailboxes (sized by ``q`` and ``k``) and, per chunk, the whole-sequence views its pieces
+    arrive in."""
+    world, chunks = team.world, p.chunks
+    boxes = _boxes(team, IN, chunks, q, k)
+    wholes = []
+    for c, box in enumerate(boxes):
+        shapes = _whole_shapes(world, chunks, *sources)
+        wholes.append(_views(_typed(box, sources[0].dtype), shapes, p.seq_major))
+        box.fork()
+        _post(team, p, box, sources, wholes[-1], True,
+              lambda r, h, c=c: head_range(r, world, h, c, chunks))  # fmt: skip
+    return boxes, wholes
+
+
+def _empty(like: torch.Tensor, shape, seq_major: bool, dtype=None) -> torch.Tensor:
+    b, h, s, d = shape
+    dtype = dtype or like.dtype
+    if seq_major:
+        return like.new_empty((b, s, h, d), dtype=dtype).transpose(1, 2)
+    return like.new_empty((b, h, s, d), dtype=dtype)
 
 
 def forward(team: TeamLike, p: Problem, q, k, v) -> tuple[torch.Tensor, ...]:
     """(output in q's dtype, fp32 lse of this rank's heads over the whole sequence, the
     gathered Q/K/V flat, the whole-sequence output of this rank's heads)."""
-    world = team.world
+    world, chunks = team.world, p.chunks
     if world == 1:
         return (*p.kernel.forward(q, k, v, p.causal, p.scale), q.new_empty(0), q.new_empty(0))
+    import torch
+
     q, k, v = (in_layout(t, p.seq_major) for t in (q, k, v))
-    shapes = _shapes(world, q, k, v)
-    box = team.exchange(IN, _nbytes(q, k))
-    whole = _views(_typed(box, q.dtype), shapes, p.seq_major)
-    box.fork()
-    _move(team, p, box, (q, k, v), whole, to_heads=True)
-    kept = q.new_empty(q.numel() + 2 * k.numel())
-    for dst, src in zip(_views(kept, shapes, p.seq_major), whole, strict=True):
-        box.copy_out(dst, src)  # off the compute stream, while the kernel reads the same
-    o, lse = p.kernel.forward(*whole, p.causal, p.scale)
-    box.release()
-    box.join()
-    (out,) = _to_tokens(team, p, [o], [q], _nbytes(q, k))
-    return out, lse, kept, o
+    ins, wholes = _to_heads(team, p, (q, k, v), q, k)
+    outs = _boxes(team, OUT, chunks, q, k)
+    b, hq, length, d = q.shape
+    h = hq // world
+    per_chunk = (q.numel() + 2 * k.numel()) // chunks
+    kept = q.new_empty(per_chunk * chunks)
+    o_all = _empty(q, (b, h, length * world, d), p.seq_major)
+    lse_all = q.new_empty((b, h, length * world, 1), dtype=torch.float32)
+    arrived, outputs = [], []  # outputs: alive until the side copies out of them are joined
+    for c, box in enumerate(ins):
+        box.wait()
+        shapes = _whole_shapes(world, chunks, q, k, v)
+        kept_c = _views(kept[c * per_chunk : (c + 1) * per_chunk], shapes, p.seq_major)
+        for dst, src in zip(kept_c, wholes[c], strict=True):
+            box.copy_out(dst, src)  # off the compute stream, while the kernel reads the same
+        o, lse = p.kernel.forward(*wholes[c], p.causal, p.scale)
+        box.release()
+        arrived.append(_to_tokens(team, p, outs, c, [o], [q]))
+        heads = slice(c * h // chunks, (c + 1) * h // chunks)
+        outs[c].copy_out(o_all[:, heads], o)
+        outputs.append(o)
+        lse_all[:, heads].copy_(lse)
+    out = _empty(q, tuple(q.shape), p.seq_major)
+    _collect(team, p, outs, arrived, [out])
+    for box in ins + outs:
+        box.join()
+    return out, lse_all, kept, o_all
 
 
 def backward(team: TeamLike, p: Problem, dout, q, k, v, out, lse, kept, o) -> tuple:
-    """(dq, dk, dv) of this rank's shards, given the forward's gathered Q/K/V, its
-    whole-sequence output and lse for this rank's heads."""
-    world = team.world
+    """(dq, dk, dv) of this rank's shards, given the forward's gathered Q/K/V, whole-sequence
+    output and lse of this rank's heads."""
+    world, chunks = team.world, p.chunks
     if world == 1:
         return p.kernel.backward(dout, q, k, v, out, lse, p.causal, p.scale)
     dout = in_layout(dout, p.seq_major)
-    shapes = _shapes(world, q, k, v)
-    box = team.exchange(IN, _nbytes(q, k))
-    (d_whole,) = _views(_typed(box, q.dtype), shapes[:1], p.seq_major)
-    box.fork()
-    _move(team, p, box, (dout,), (d_whole,), to_heads=True)
-    wq, wk, wv = _views(kept, shapes, p.seq_major)
-    grads = p.kernel.backward(d_whole, wq, wk, wv, o, lse, p.causal, p.scale)
-    box.release()
-    box.join()
-    return tuple(_to_tokens(team, p, grads, [q, k, v], _nbytes(q, k)))
+    ins, d_wholes = _to_heads(team, p, (dout,), q, k)
+    outs = _boxes(team, OUT, chunks, q, k)
+    h = q.shape[1] // world
+    per_chunk = (q.numel() + 2 * k.numel()) // chunks
+    shapes = _whole_shapes(world, chunks, q, k, v)
+    arrived = []
+    for c, box in enumerate(ins):
+        box.wait()
+        wq, wk, wv = _views(kept[c * per_chunk : (c + 1) * per_chunk], shapes, p.seq_major)
+        heads = slice(c * h // chunks, (c + 1) * h // chunks)
+        grads = p.kernel.backward(d_wholes[c][0], wq, wk, wv, o[:, heads], lse[:, heads],
+                                  p.causal, p.scale)  # fmt: skip
+        box.release()
+        arrived.append(_to_tokens(team, p, outs, c, grads, [q, k, v]))
+    grads = [_empty(t, tuple(t.shape), p.seq_major) for t in (q, k, v)]
+    _collect(team, p, outs, arrived, grads)
+    for box in ins + outs:
+        box.join()
+    return tuple(grads)
 
 
 __all__ = ["backward", "forward", "in_layout", "is_seq_major"]

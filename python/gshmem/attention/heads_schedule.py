@@ -23,6 +23,7 @@ by W (``h = heads / W``, ``hk = kv_heads / W``), so both tensors split by the sa
 from __future__ import annotations
 
 import functools
+import os
 
 from gshmem._errors import UsageError
 from gshmem.attention.layout import check_layout
@@ -44,10 +45,27 @@ def runs(length: int, world: int, rank: int, layout: str) -> tuple[tuple[int, in
     return ((0, front, half), (half, back, half))
 
 
-def head_range(rank: int, world: int, heads: int) -> tuple[int, int]:
-    """The heads ``[a, b)`` that rank ``rank`` computes (``heads`` divides by ``world``)."""
-    n = heads // world
-    return rank * n, (rank + 1) * n
+def head_range(rank: int, world: int, heads: int, chunk: int = 0,
+               chunks: int = 1) -> tuple[int, int]:  # fmt: skip
+    """The heads ``[a, b)`` of chunk ``chunk`` of the ``chunks`` that rank ``rank`` computes
+    (``heads`` divides by ``world`` x ``chunks``)."""
+    n = heads // world // chunks
+    start = rank * (heads // world) + chunk * n
+    return start, start + n
+
+
+def chunk_count(world: int, kv_heads: int) -> int:
+    """How many chunks of heads a pass moves and computes in turn (each chunk's all-to-all
+    overlapping the previous chunk's kernel): ``GSHMEM_ATTENTION_HEAD_CHUNKS`` (it must divide
+    the key/value heads per rank), else the largest of 4, 2, 1 that does."""
+    per_rank = kv_heads // world
+    want = os.environ.get("GSHMEM_ATTENTION_HEAD_CHUNKS")
+    if want is not None:
+        if not want.isdigit() or int(want) < 1 or per_rank % int(want):
+            raise UsageError(f"GSHMEM_ATTENTION_HEAD_CHUNKS must be a positive divisor of the "
+                             f"{per_rank} key/value heads per rank, got {want!r}")  # fmt: skip
+        return int(want)
+    return next(c for c in (4, 2, 1) if per_rank % c == 0)
 
 
 def check_heads(world: int, heads: int, kv_heads: int) -> None:
@@ -60,4 +78,4 @@ def check_heads(world: int, heads: int, kv_heads: int) -> None:
         )
 
 
-__all__ = ["check_heads", "head_range", "runs"]
+__all__ = ["check_heads", "chunk_count", "head_range", "runs"]

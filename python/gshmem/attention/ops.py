@@ -24,6 +24,7 @@ from gshmem.attention import replay
 from gshmem.attention import ring as ring_loops
 from gshmem.attention.algorithm import choose
 from gshmem.attention.gather_schedule import gathered_halves
+from gshmem.attention.heads_schedule import chunk_count
 from gshmem.attention.local import Dense, Varlen
 from gshmem.attention.ring import Problem
 from gshmem.attention.transport import Ring, resolve_backend
@@ -176,11 +177,12 @@ def _problem(q, k, v, handle, members, causal, scale, layout, backend, algorithm
         raise UsageError(f"ring_attention: the zigzag layout needs an even local length, got {seq}")
     algo = _choose(algorithm, ring.world, q, k, cu is not None)
     seq_major = seq_major and algo == "heads"
+    chunks = chunk_count(ring.world, k.shape[1]) if algo == "heads" else 1
     _agree(ring, (tuple(q.shape), tuple(k.shape), str(q.dtype), causal, scale, layout, docs,
-                  algo, seq_major))  # fmt: skip
+                  algo, seq_major, chunks))  # fmt: skip
     if cu is None:
         p = Problem(causal, scale, layout, Dense("cuda"), gather=algo == "allgather",
-                    heads=algo == "heads", seq_major=seq_major)  # fmt: skip
+                    heads=algo == "heads", seq_major=seq_major, chunks=chunks)  # fmt: skip
     else:
         part = torch.tensor(docs, dtype=torch.int32) // (2 * ring.world)
         longest = int((part[1:] - part[:-1]).max())

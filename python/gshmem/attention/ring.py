@@ -68,6 +68,7 @@ class Problem:
     gather: bool = False  # the all-gather schedule (gather.py) instead of the ring
     heads: bool = False  # the head-parallel schedule (heads.py) instead of the ring
     seq_major: bool = False  # heads: the tensors are stored [batch, seq, heads, dim]
+    chunks: int = 1  # heads: the chunks of heads each pass moves and computes in turn
 
 
 DKV_WIRE_DTYPE = "float32"  # dK/dV partial sums on the wire (docs/attention.md: why)

@@ -200,6 +200,7 @@ class Ring:
         self.members = members
         self.channels: dict[str, GshmemChannel | NcclChannel] = {}
         self.exchanges: dict[str, GshmemExchange | NcclExchange] = {}
+        self.peer_streams: dict = {}  # the mailboxes' put streams, one per reader, shared
         self.problems: dict[tuple, Any] = {}  # local call signature -> its checked Problem
         self.replays: dict[tuple, Any] = {}  # (direction, signature) -> replay.run's state
 
@@ -214,10 +215,11 @@ class Ring:
                            lambda: NcclChannel(self.comm.device, to, fro, nbytes))  # fmt: skip
 
     def exchange(self, name: str, nbytes: int) -> GshmemExchange | NcclExchange:
-        """The mailbox ``name`` (exchange.py) of at least ``nbytes``; growing is collective."""
+        """The mailbox ``name`` (exchange.py) of at least ``nbytes``; growing is collective.
+        All of a ring's mailboxes put to a reader on one stream, in the order they post."""
         if self.backend == "gshmem":
             return self._grown(self.exchanges, name, nbytes, lambda: GshmemExchange(
-                self.comm, self.members, self.index, nbytes))  # fmt: skip
+                self.comm, self.members, self.index, nbytes, self.peer_streams))  # fmt: skip
         return self._grown(self.exchanges, name, nbytes, lambda: NcclExchange(
             self.comm.device, self.members, self.index, nbytes))  # fmt: skip
 
