@@ -56,16 +56,16 @@ def head_range(rank: int, world: int, heads: int, chunk: int = 0,
 
 def chunk_count(world: int, kv_heads: int) -> int:
     """How many chunks of heads a pass moves and computes in turn (each chunk's all-to-all
-    overlapping the previous chunk's kernel): ``GSHMEM_ATTENTION_HEAD_CHUNKS`` (it must divide
-    the key/value heads per rank), else the largest of 4, 2, 1 that does."""
+    overlapping the previous chunk's kernel): ``GSHMEM_ATTENTION_HEAD_CHUNKS`` (a divisor of
+    the key/value heads per rank), else 1. Measured on 2 x H200 (docs/attention.md), more
+    chunks were slower at every size: a chunk's backward kernel has 1/chunks of the key/value
+    heads to spread over the SMs, and each chunk costs the host a round of puts."""
     per_rank = kv_heads // world
-    want = os.environ.get("GSHMEM_ATTENTION_HEAD_CHUNKS")
-    if want is not None:
-        if not want.isdigit() or int(want) < 1 or per_rank % int(want):
-            raise UsageError(f"GSHMEM_ATTENTION_HEAD_CHUNKS must be a positive divisor of the "
-                             f"{per_rank} key/value heads per rank, got {want!r}")  # fmt: skip
-        return int(want)
-    return next(c for c in (4, 2, 1) if per_rank % c == 0)
+    want = os.environ.get("GSHMEM_ATTENTION_HEAD_CHUNKS", "1")
+    if not want.isdigit() or int(want) < 1 or per_rank % int(want):
+        raise UsageError(f"GSHMEM_ATTENTION_HEAD_CHUNKS must be a positive divisor of the "
+                         f"{per_rank} key/value heads per rank, got {want!r}")  # fmt: skip
+    return int(want)
 
 
 def check_heads(world: int, heads: int, kv_heads: int) -> None:

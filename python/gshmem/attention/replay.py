@@ -1,11 +1,11 @@
 """Replaying a ring call as a CUDA graph, for short shards.
 
 A short shard's call costs the host more than the GPU: Python walks the ring and issues ~50
-kernels and stream operations per forward+backward, ~2 ms of host time against ~0.8 ms of GPU
-time at 2K tokens per GPU (docs/attention.md). So the second call of a problem captures the
-call once; later calls copy their inputs into the graph's static tensors, replay it and copy the
-outputs out, a handful of launches. The copies move each tensor once more, which at these sizes
-costs microseconds.
+kernels and stream operations per forward+backward, ~2-3 ms of host time against ~0.8 ms of
+GPU time at 2K tokens per GPU and ~2 ms at 4K (docs/attention.md). So the second call of a
+problem captures the call once; later calls copy their inputs into the graph's static tensors,
+replay it and copy the outputs out, a handful of launches. The copies move each tensor once
+more, which at these sizes costs tens of microseconds.
 
 Used on the gshmem transport (whose flags return to their state within a call, so replays need
 no reset) when the shard is short, never while the caller is capturing a graph itself (the call
@@ -25,10 +25,13 @@ from gshmem._errors import UsageError
 if TYPE_CHECKING:
     import torch
 
-# q elements per rank up to which "auto" replays: 2K tokens x 32 heads x 128. Measured causal
+# q elements per rank up to which "auto" replays: 4K tokens x 32 heads x 128. Measured causal
 # fwd+bwd on 2 x H200 (docs/attention.md): replayed 0.59 / 0.96 ms at 1K / 2K tokens per GPU
-# against 2.19 / 2.03 eager; at 4K 2.54 against 2.36, the copies costing more than the host saves.
-AUTO_MAX_ELEMENTS = 2048 * 32 * 128
+# against 2.19 / 2.03 eager (2026-11-24); at 4K (2026-11-26, all-gather schedule, another host of
+# the same kind) 2.24 ms replayed against 3.08-3.32 eager, the host issuing a call in ~2.7 ms
+# (an earlier host: 2.54 against 2.36); at 8K 7.89 against 7.68, the copies costing more than
+# the host time they hide.
+AUTO_MAX_ELEMENTS = 4096 * 32 * 128
 SEEN = "seen"  # a problem called once: its next call captures
 
 
