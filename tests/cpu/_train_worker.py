@@ -3,7 +3,7 @@ training step (SGD: AdamW's first step is sign-like, which makes gradients of ab
 the update) of a tiny model on its half of a batch and writes the loss and the updated
 parameters (gathered) to OUT_DIR/rank<r>.pt.
 
-    python _train_worker.py RANK WORLD PORT OUT_DIR
+    python _train_worker.py RANK WORLD PORT OUT_DIR [KEEP_ATTENTION]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def model():
 
 def main() -> None:
     rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    keep = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)  # fmt: skip
     m = shard_model(model(), init_device_mesh("cpu", (world,)), compute_dtype=torch.float32)
@@ -42,7 +43,7 @@ def main() -> None:
     per = tokens.shape[0] // world
     mine = slice(rank * per, (rank + 1) * per)  # data parallel: each rank its sequences
     loss = train_step(m, opt, tokens[mine], labels[mine], torch.arange(tokens.shape[1]), sdpa,
-                      chunk=7, clip=NO_CLIP)  # fmt: skip
+                      keep_attention=keep, chunk=7, clip=NO_CLIP)  # fmt: skip
     params = {n: p.full_tensor() for n, p in m.named_parameters()}
     torch.save({"loss": loss, "params": params}, f"{out}/rank{rank}.pt")
     dist.destroy_process_group()

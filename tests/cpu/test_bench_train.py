@@ -26,12 +26,17 @@ def test_options() -> None:
     tokens, _ = next(train.batches(o, train.model_config(o).vocab))
     assert tokens.shape == (1, 131072)  # the synthetic stream
     assert train.parse_args(["--np", "2", "--backend", "torch_cp"]).backend == "torch_cp"
+    assert o.keep_attention == 0
+    assert train.parse_args(["--np", "2", "--keep-attention", "24"]).keep_attention == 24
 
 
 @pytest.mark.parametrize("bad", [["--steps", "2"], ["--seq", "1004", "--np", "4"],
                                  ["--backend", "mpi"], ["--layers", "0"],
                                  ["--framework", "tf"], ["--data", "web"],
-                                 ["--framework", "jax", "--backend", "torch_cp"]])  # fmt: skip
+                                 ["--framework", "jax", "--backend", "torch_cp"],
+                                 ["--keep-attention", "33"], ["--keep-attention", "-1"],
+                                 ["--keep-attention", "2", "--no-checkpoint"],
+                                 ["--keep-attention", "2", "--framework", "jax"]])  # fmt: skip
 def test_bad_options_exit_2(bad) -> None:
     with pytest.raises(SystemExit) as e:
         train.parse_args(bad)
@@ -58,6 +63,7 @@ def test_report_counts_flops_per_gpu_and_writes_json(tmp_path, capsys) -> None:
     assert json.loads((tmp_path / "t.json").read_text()) == row
     assert row["framework"] == "jax" and row["cp"] == 2 and row["step_seconds"] == seconds
     assert "(jax): 8192 tokens, 2 layers, CP=2, gshmem" in capsys.readouterr().out
+    assert row["keep_attention"] == 0
 
 
 def test_progress_says_each_step_on_stderr(capsys) -> None:

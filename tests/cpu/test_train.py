@@ -137,9 +137,11 @@ def test_context_parallel_step_equals_whole_sequence(world) -> None:
         assert torch.allclose(got, g, rtol=1e-5, atol=1e-8), (name, (got - g).abs().max())
 
 
-def test_fsdp_step_equals_one_process(tmp_path) -> None:
+@pytest.mark.parametrize("keep", [0, 1])
+def test_fsdp_step_equals_one_process(tmp_path, keep) -> None:
     """train_step under FSDP2 on 2 gloo processes, each with half of the batch, gives the loss
-    and the updated parameters of one process stepping on the whole batch."""
+    and the updated parameters of one process stepping on the whole batch; also with the first
+    block's attention kept rather than recomputed (its checkpoints run inside FSDP's hooks)."""
     import socket
     import subprocess
     import sys
@@ -153,8 +155,8 @@ def test_fsdp_step_equals_one_process(tmp_path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     script = Path(__file__).with_name("_train_worker.py")
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(port), str(tmp_path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(port), str(tmp_path),
+                               str(keep)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for r in range(2)]  # fmt: skip
     outs = [p.communicate(timeout=180)[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(outs)
@@ -169,6 +171,39 @@ def test_fsdp_step_equals_one_process(tmp_path) -> None:
         assert r["loss"] == pytest.approx(loss, rel=1e-5)
         for name, p in ref.named_parameters():
             assert torch.allclose(r["params"][name], p.detach(), rtol=1e-4, atol=1e-6), name
+
+
+def test_keeping_attention_recomputes_all_but_the_attention() -> None:
+    """Selective checkpointing (keep_attention): the same loss and gradients as full
+    checkpointing and as none, and the kept blocks' attention runs once per step (full
+    checkpointing runs it again in the backward)."""
+    from gshmem.train.model import sdpa
+
+    cfg = tiny()
+    tokens, labels = next(repeated_blocks(cfg.vocab, 12, 2, period=5, seed=3))
+    positions = torch.arange(tokens.shape[1])
+    results = {}
+    for mode in ("none", "full", "keep"):
+        torch.manual_seed(0)
+        model = Llama(cfg)
+        calls = []
+
+        def attend(q, k, v, calls=calls):
+            calls.append(q.shape)
+            return sdpa(q, k, v)
+
+        checkpoint, keep = mode != "none", cfg.layers if mode == "keep" else 0
+        hidden = model(tokens, positions, attend, checkpoint=checkpoint, keep_attention=keep)
+        loss = model.output(hidden, labels, 5)[0]
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        results[mode] = (loss.item(), grads, len(calls))
+    assert [results[m][2] for m in ("none", "full", "keep")] == [cfg.layers, 2 * cfg.layers,
+                                                                 cfg.layers]  # fmt: skip
+    for mode in ("full", "keep"):
+        assert results[mode][0] == pytest.approx(results["none"][0], rel=1e-6)
+        for name, g in results["none"][1].items():
+            assert torch.allclose(results[mode][1][name], g, rtol=1e-5, atol=1e-7), (mode, name)
 
 
 def test_text_corpus_windows_are_next_byte_pairs() -> None:

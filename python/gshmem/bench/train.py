@@ -44,6 +44,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="synthetic repeated blocks (throughput), or text: Python's language "
                    "reference as UTF-8 bytes (the model's vocabulary becomes 256)")  # fmt: skip
     p.add_argument("--no-checkpoint", action="store_true", help="keep every block's activations")
+    p.add_argument("--keep-attention", type=int, default=0, metavar="N",
+                   help="PyTorch: the first N blocks recompute all but their attention in the "
+                   "backward (its inputs and output stay: more memory, fewer FLOPs)")  # fmt: skip
     p.add_argument("--np", dest="nprocs", type=int, default=None, help="GPUs (default: every one)")
     p.add_argument("--timeout", type=float, default=3600.0, help="launcher timeout, s")
     p.add_argument("--json", default=None, help="default $OUT/bench_train.json, else results/...")
@@ -56,6 +59,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         ns.nprocs = max(1, gpu_count())
     if ns.seq % (2 * ns.nprocs):
         p.error(f"--seq ({ns.seq}) must divide into 2 x {ns.nprocs} zigzag chunks")
+    if ns.keep_attention and (ns.framework == "jax" or ns.no_checkpoint):
+        p.error(
+            "--keep-attention selects which blocks keep their attention under PyTorch's "
+            "activation checkpointing: --framework torch, without --no-checkpoint"
+        )
+    if not 0 <= ns.keep_attention <= ns.layers:
+        p.error(f"--keep-attention must be between 0 and --layers ({ns.layers})")
     if ns.framework == "jax" and ns.backend == "torch_cp":
         p.error("--backend torch_cp is PyTorch's context parallelism: --framework torch")
     if ns.framework == "jax":
@@ -128,7 +138,8 @@ def run_torch(o: argparse.Namespace, cfg: Any, data: Iterator[tuple[Any, Any]]) 
         return ring_attention(q, k, v, comm=comm, backend=o.backend)
 
     def step(t, y, pos, attention) -> float:
-        return train_step(model, opt, t, y, pos, attention, checkpoint=not o.no_checkpoint)
+        return train_step(model, opt, t, y, pos, attention, checkpoint=not o.no_checkpoint,
+                          keep_attention=o.keep_attention)  # fmt: skip
 
     losses, seconds = [], []
     for _ in range(o.steps):
@@ -165,12 +176,14 @@ def report(o: argparse.Namespace, run: dict) -> dict:
 
     gpus, losses = run["gpus"], run["losses"]
     row = {"framework": run["framework"], "seq": o.seq, "layers": o.layers, "batch": o.batch,
-           "data": o.data, "gpus": gpus, "cp": gpus, "backend": o.backend, "losses": losses,
+           "data": o.data, "gpus": gpus, "cp": gpus, "backend": o.backend,
+           "keep_attention": o.keep_attention, "losses": losses,
            "step_seconds": run["seconds"], "peak_gib": run["peak_gib"],
            **summarize(run["seconds"], train_flops(model_config(o), o.batch, o.seq),
                        gpus)}  # fmt: skip
     print(f"gshmem.bench train ({row['framework']}): {o.seq} tokens, {o.layers} layers, "
-          f"CP={gpus}, {o.backend}: {row['step_s']:.3f} s/step, {row['tflops_per_gpu']:.1f} "
+          f"CP={gpus}, {o.backend}, attention kept in {o.keep_attention}: "
+          f"{row['step_s']:.3f} s/step, {row['tflops_per_gpu']:.1f} "
           f"TFLOP/s per GPU, peak {row['peak_gib']:.1f} GiB, loss {losses[0]:.3f} -> "
           f"{losses[-1]:.3f}")  # fmt: skip
     out = o.json or os.path.join(os.environ.get("OUT", "results"), "bench_train.json")

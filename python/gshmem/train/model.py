@@ -56,12 +56,20 @@ class Attention(nn.Module):
         self.out = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden, bias=False)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
+        return self.project_out(attend(*self.qkv(x, positions)))
+
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """q, k, v of ``x`` [B, S, hidden] in SDPA layout (K/V not expanded), rotated."""
         c, (b, s, _) = self.cfg, x.shape
         q = self.q(x).view(b, s, c.heads, c.head_dim)
         k, v = self.kv(x).view(b, s, 2, c.kv_heads, c.head_dim).unbind(2)
         q, k = rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta)
-        o = attend(*(t.transpose(1, 2) for t in (q, k, v)))  # SDPA layout, K/V not expanded
-        return self.out(o.transpose(1, 2).reshape(b, s, c.heads * c.head_dim))
+        return tuple(t.transpose(1, 2) for t in (q, k, v))
+
+    def project_out(self, o: torch.Tensor) -> torch.Tensor:
+        """The output projection of the attention output ``o`` [B, heads, S, head_dim]."""
+        b, _, s, _ = o.shape
+        return self.out(o.transpose(1, 2).reshape(b, s, self.cfg.heads * self.cfg.head_dim))
 
 
 class MLP(nn.Module):
@@ -81,9 +89,27 @@ class Block(nn.Module):
         self.attn_norm, self.attn = RMSNorm(cfg.hidden, cfg.norm_eps), Attention(cfg)
         self.mlp_norm, self.mlp = RMSNorm(cfg.hidden, cfg.norm_eps), MLP(cfg)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), positions, attend)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, attend: Attend,
+                keep_attention: bool = False) -> torch.Tensor:  # fmt: skip
+        """``keep_attention``: recompute in the backward everything but the attention, whose
+        inputs, output and log-sum-exp stay (the projections, norms and MLP are recomputed;
+        the attention, most of a long sequence's FLOPs, is not). Inside ``forward`` so that
+        FSDP's hooks around the block run as for any call."""
+        if not keep_attention:
+            return self.finish(x, self.attn(self.attn_norm(x), positions, attend))
+        q, k, v = ckpt(lambda h: self.attn.qkv(self.attn_norm(h), positions), x)
+        o = attend(q, k, v)
+        return ckpt(lambda h, o: self.finish(h, self.attn.project_out(o)), x, o)
+
+    def finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """The residual adds and the MLP after the attention's projected output."""
+        x = x + attended
         return x + self.mlp(self.mlp_norm(x))
+
+
+def ckpt(fn, *args):
+    """``fn(*args)`` recomputed in the backward (non-reentrant activation checkpointing)."""
+    return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)
 
 
 class Output(nn.Module):
@@ -108,15 +134,17 @@ class Llama(nn.Module):
         self.output = Output(cfg)  # untied from the embedding
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, attend: Attend = sdpa,
-                checkpoint: bool = False) -> torch.Tensor:  # fmt: skip
+                checkpoint: bool = False, keep_attention: int = 0) -> torch.Tensor:  # fmt: skip
         """Final hidden states [B, S, hidden] of ``tokens`` [B, S] at ``positions`` [S];
-        ``checkpoint``: recompute each block in the backward (activation checkpointing)."""
+        ``checkpoint``: recompute each block in the backward (activation checkpointing), except
+        the attention of the first ``keep_attention`` blocks (Block.forward), which keep
+        its inputs, output and log-sum-exp instead: more memory, fewer FLOPs."""
         x = self.embed(tokens)
-        for block in self.blocks:
-            if checkpoint:
-                x = torch.utils.checkpoint.checkpoint(
-                    block, x, positions, attend, use_reentrant=False
-                )
+        for i, block in enumerate(self.blocks):
+            if checkpoint and i < keep_attention:
+                x = block(x, positions, attend, keep_attention=True)
+            elif checkpoint:
+                x = ckpt(block, x, positions, attend)
             else:
                 x = block(x, positions, attend)
         return self.norm(x)

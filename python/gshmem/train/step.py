@@ -1,7 +1,7 @@
 """One training step of the model over every GPU: FSDP2 shards the parameters (fp32 master
 weights and AdamW states, bf16 compute, fp32 gradient reduction), context parallelism splits the
 sequence (cp.py; the attention is the caller's ``attend``), activation checkpointing recomputes
-each block in the backward.
+each block in the backward (all of it, or all but the attention: ``keep_attention``).
 
 Loss normalisation: every rank computes the loss *sum* of its tokens; the sums and token counts
 are all-reduced, and each rank back-propagates its sum divided by the global count, times the
@@ -39,10 +39,12 @@ def optimizer(model: torch.nn.Module, lr: float = 3e-4) -> torch.optim.Optimizer
 
 def train_step(model: Llama, opt: torch.optim.Optimizer, tokens: torch.Tensor,
                labels: torch.Tensor, positions: torch.Tensor, attend: Attend, *,
-               checkpoint: bool = True, chunk: int = 4096, clip: float = 1.0) -> float:  # fmt: skip
+               checkpoint: bool = True, keep_attention: int = 0, chunk: int = 4096,
+               clip: float = 1.0) -> float:  # fmt: skip
     """One step on this rank's ``tokens``/``labels`` [B, S] at ``positions`` [S]; collective over
-    the default process group when it is initialised. Returns the global mean loss."""
-    hidden = model(tokens, positions, attend, checkpoint=checkpoint)
+    the default process group when it is initialised. Returns the global mean loss.
+    ``keep_attention``: blocks whose attention is not recomputed (Llama.forward)."""
+    hidden = model(tokens, positions, attend, checkpoint=checkpoint, keep_attention=keep_attention)
     loss_sum, count = model.output(hidden, labels, chunk)
     totals = torch.stack([loss_sum.detach(), count.to(loss_sum.dtype)])
     world = 1
