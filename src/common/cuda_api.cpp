@@ -97,7 +97,7 @@ DeviceGuard::DeviceGuard(int device) {
 }
 
 DeviceGuard::~DeviceGuard() {
-  if (switched_) driver().ctx_set_current(previous_);
+  if (switched_ && previous_ != nullptr) driver().ctx_set_current(previous_);
 }
 
 int device_count() {

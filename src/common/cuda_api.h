@@ -51,12 +51,15 @@ void check(CUresult err, const char* what);
 
 // Makes `device` current for the guard's lifetime (its primary context, created by cudaSetDevice
 // if need be, unless a context of `device` is current already), then puts the thread's previous
-// context back: none, or another device's. Restoring the context rather than the device number
-// matters: cudaSetDevice creates the primary context of the device it names (CUDA >= 12), so
-// "restoring device 0" on a thread that never used GPU 0 would leave a context of ~0.5 GiB there,
-// in every process of a one-process-per-GPU job whose thread starts on device 0. Free when
-// `device` is current (the per-operation case). Touches no stream, so it is safe while a stream
-// is being captured.
+// context back when it had one (another device's); a thread that had none keeps `device`'s.
+// Restoring the context rather than the device number matters: cudaSetDevice creates the primary
+// context of the device it names (CUDA >= 12), so "restoring device 0" on a thread that never
+// used GPU 0 would leave a context of ~0.5 GiB there, in every process of a one-process-per-GPU
+// job whose thread starts on device 0. Restoring "no context" does the same one call later: the
+// runtime binds its default device's (0's) primary context at its next call on that thread
+// (seen on 2 x H200: gshmem.init(device=1) on a fresh thread, then torch.cuda.set_device(1)).
+// Free when `device` is current (the per-operation case). Touches no stream, so it is safe while
+// a stream is being captured.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);

@@ -59,7 +59,7 @@ void SymmetricHeap::release_all() noexcept {
   mappings_.clear();
   d.mem_address_free(va_, config_.slot_size * slots_);
   va_ = 0;
-  d.ctx_set_current(previous);
+  if (previous != nullptr) d.ctx_set_current(previous);
 }
 
 void SymmetricHeap::check_sequence(uint64_t op, uint64_t a, uint64_t b) {
