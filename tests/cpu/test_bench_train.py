@@ -28,6 +28,8 @@ def test_options() -> None:
     assert train.parse_args(["--np", "2", "--backend", "torch_cp"]).backend == "torch_cp"
     assert o.keep_attention == 0
     assert train.parse_args(["--np", "2", "--keep-attention", "24"]).keep_attention == 24
+    assert train.parse_args(["--framework", "jax", "--np", "2", "--keep-attention", "8"]
+                            ).keep_attention == 8  # fmt: skip
 
 
 @pytest.mark.parametrize("bad", [["--steps", "2"], ["--seq", "1004", "--np", "4"],
@@ -35,8 +37,7 @@ def test_options() -> None:
                                  ["--framework", "tf"], ["--data", "web"],
                                  ["--framework", "jax", "--backend", "torch_cp"],
                                  ["--keep-attention", "33"], ["--keep-attention", "-1"],
-                                 ["--keep-attention", "2", "--no-checkpoint"],
-                                 ["--keep-attention", "2", "--framework", "jax"]])  # fmt: skip
+                                 ["--keep-attention", "2", "--no-checkpoint"]])  # fmt: skip
 def test_bad_options_exit_2(bad) -> None:
     with pytest.raises(SystemExit) as e:
         train.parse_args(bad)

@@ -74,6 +74,55 @@ def test_same_numbers_as_the_torch_model() -> None:
     assert int(ours[1]) == int(theirs[1])
 
 
+def _count(jaxpr, name: str) -> int:
+    """Equations of primitive ``name`` in ``jaxpr`` and every jaxpr nested in its equations
+    (scan bodies, checkpoints, custom derivatives)."""
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += eqn.primitive.name == name
+        for v in eqn.params.values():
+            for sub in v if isinstance(v, list | tuple) else [v]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    n += _count(inner, name)
+    return n
+
+
+def test_keeping_attention_recomputes_all_but_the_attention() -> None:
+    """Selective checkpointing (keep_attention): the loss and gradients of full checkpointing
+    and of none, for every block kept and for one of two (two scans). Counted in the program
+    (scan bodies, not iterations): with every block kept the attention's softmax appears as
+    often as without checkpointing, once less than with full checkpointing, which recomputes it
+    in the backward."""
+    params = model_jax.init(CFG, jax.random.key(1))
+    tokens, labels = _batch(12)
+
+    def loss_of(checkpoint, keep):
+        def f(params):
+            hidden = model_jax.forward(params, CFG, tokens, jnp.arange(12),
+                                       checkpoint=checkpoint, keep_attention=keep)  # fmt: skip
+            total, count = model_jax.loss(params, hidden, labels, 5)
+            return total / count
+
+        return f
+
+    want, want_grads = jax.value_and_grad(loss_of(False, 0))(params)
+    exps = {}
+    for checkpoint, keep in ((True, 0), (True, 1), (True, CFG.layers)):
+        got, grads = jax.value_and_grad(loss_of(checkpoint, keep))(params)
+        assert float(got) == pytest.approx(float(want), rel=1e-6)
+        for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(want_grads),
+                        strict=True):  # fmt: skip
+            assert np.allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+        exps[keep] = _count(jax.make_jaxpr(jax.grad(loss_of(checkpoint, keep)))(params).jaxpr,
+                            "exp")  # fmt: skip
+    none = _count(jax.make_jaxpr(jax.grad(loss_of(False, 0)))(params).jaxpr, "exp")
+    assert exps[CFG.layers] == none == exps[0] - 1
+    # one kept block then one checkpointed: two scan bodies in the program, the kept one's
+    # attention once, the other's in its forward and again in its recompute
+    assert exps[1] == none + 2
+
+
 def test_chunked_loss_matches_plain() -> None:
     params = model_jax.init(CFG, jax.random.key(1))
     tokens, labels = _batch(10)

@@ -17,7 +17,8 @@ Pipelined: the heads of each rank are cut into ``Problem.chunks`` chunks
 (heads_schedule.chunk_count), each with its own pair of mailboxes. Every chunk's inputs are
 posted at once, in order, on the per-peer put streams, so chunk c+1 travels while chunk c's
 kernel runs and chunk c's output travels back while chunk c+1's runs; only the first chunk's
-inputs and the last chunk's outputs are exposed.
+inputs and the last chunk's outputs are exposed. (One chunk by default: more were slower where
+measured, thinner kernels costing more than the overlap gained; docs/attention.md.)
 
 Both directions use the layout the inputs have in memory — head-major ``[batch, heads, seq,
 dim]`` or sequence-major ``[batch, seq, heads, dim]`` (``Problem.seq_major``; every rank the

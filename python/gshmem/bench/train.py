@@ -45,8 +45,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    "reference as UTF-8 bytes (the model's vocabulary becomes 256)")  # fmt: skip
     p.add_argument("--no-checkpoint", action="store_true", help="keep every block's activations")
     p.add_argument("--keep-attention", type=int, default=0, metavar="N",
-                   help="PyTorch: the first N blocks recompute all but their attention in the "
-                   "backward (its inputs and output stay: more memory, fewer FLOPs)")  # fmt: skip
+                   help="the first N blocks recompute all but their attention in the backward "
+                   "(its inputs and output stay: more memory, fewer FLOPs)")  # fmt: skip
     p.add_argument("--np", dest="nprocs", type=int, default=None, help="GPUs (default: every one)")
     p.add_argument("--timeout", type=float, default=3600.0, help="launcher timeout, s")
     p.add_argument("--json", default=None, help="default $OUT/bench_train.json, else results/...")
@@ -59,11 +59,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         ns.nprocs = max(1, gpu_count())
     if ns.seq % (2 * ns.nprocs):
         p.error(f"--seq ({ns.seq}) must divide into 2 x {ns.nprocs} zigzag chunks")
-    if ns.keep_attention and (ns.framework == "jax" or ns.no_checkpoint):
-        p.error(
-            "--keep-attention selects which blocks keep their attention under PyTorch's "
-            "activation checkpointing: --framework torch, without --no-checkpoint"
-        )
+    if ns.keep_attention and ns.no_checkpoint:
+        p.error("--keep-attention selects which blocks keep their attention under activation "
+                "checkpointing: drop --no-checkpoint")  # fmt: skip
     if not 0 <= ns.keep_attention <= ns.layers:
         p.error(f"--keep-attention must be between 0 and --layers ({ns.layers})")
     if ns.framework == "jax" and ns.backend == "torch_cp":

@@ -37,8 +37,8 @@ def setup(cfg: Any, mesh: Any, opt: Any, seed: int = 0) -> tuple[Any, Any]:
 
 
 def train(cfg: Any, mesh: Any, data: Iterator[tuple[Any, Any]], steps: int, *,
-          checkpoint: bool = True, implementation: str | None = "cudnn",
-          compute_dtype: Any = "bfloat16", seed: int = 0,
+          checkpoint: bool = True, keep_attention: int = 0,
+          implementation: str | None = "cudnn", compute_dtype: Any = "bfloat16", seed: int = 0,
           on_step: Callable[[int, int, float, float], None] | None = None,
           ) -> tuple[list[float], list[float]]:  # fmt: skip
     """(losses, seconds) of ``steps`` training steps on ``data``'s (tokens, labels) torch
@@ -54,7 +54,8 @@ def train(cfg: Any, mesh: Any, data: Iterator[tuple[Any, Any]], steps: int, *,
     opt = step_jax.adamw()
     params, state = setup(cfg, mesh, opt, seed)
     step = step_jax.make_step(cfg, mesh, opt, implementation=implementation,
-                              checkpoint=checkpoint, compute_dtype=compute_dtype)  # fmt: skip
+                              checkpoint=checkpoint, compute_dtype=compute_dtype,
+                              keep_attention=keep_attention)  # fmt: skip
     index, positions = None, None
     losses, seconds = [], []
     for _ in range(steps):
@@ -98,7 +99,7 @@ def run(o: Any, cfg: Any, data: Iterator[tuple[Any, Any]],
     try:
         mesh = Mesh(np.array(devices), ("cp",))
         losses, seconds = train(cfg, mesh, data, o.steps, checkpoint=not o.no_checkpoint,
-                                on_step=on_step)  # fmt: skip
+                                keep_attention=o.keep_attention, on_step=on_step)  # fmt: skip
         return {"framework": "jax", "gpus": len(devices), "losses": losses,
                 "seconds": seconds, "peak_gib": peak_gib(devices)}  # fmt: skip
     finally:

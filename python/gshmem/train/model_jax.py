@@ -84,23 +84,45 @@ def rope(x, positions, theta: float):
     return jnp.concatenate([a * cos - b * sin, a * sin + b * cos], -1).astype(x.dtype)
 
 
-def _block(p: Params, cfg: LlamaConfig, x, positions, attend: Attend, gather: Gather):
-    import jax
+def _qkv(p: Params, cfg: LlamaConfig, x, positions):
+    """q, k, v of the block's input ``x`` [B, S, hidden]: [B, S, heads, D], rotated."""
     import jax.numpy as jnp
 
-    p = gather(p)
     b, s, _ = x.shape
     h = rms_norm(x, p["attn_norm"], cfg.norm_eps)
-    qkv = h @ p["qkv"]
     q, k, v = jnp.split(
-        qkv, [cfg.heads * cfg.head_dim, (cfg.heads + cfg.kv_heads) * cfg.head_dim], -1
+        h @ p["qkv"], [cfg.heads * cfg.head_dim, (cfg.heads + cfg.kv_heads) * cfg.head_dim], -1
     )
     q = rope(q.reshape(b, s, cfg.heads, cfg.head_dim), positions, cfg.rope_theta)
     k = rope(k.reshape(b, s, cfg.kv_heads, cfg.head_dim), positions, cfg.rope_theta)
-    v = v.reshape(b, s, cfg.kv_heads, cfg.head_dim)
-    x = x + attend(q, k, v).reshape(b, s, -1) @ p["out"]
+    return q, k, v.reshape(b, s, cfg.kv_heads, cfg.head_dim)
+
+
+def _finish(p: Params, cfg: LlamaConfig, x, attended):
+    """The output projection of the attention, the residual adds and the MLP."""
+    import jax
+    import jax.numpy as jnp
+
+    b, s, _ = x.shape
+    x = x + attended.reshape(b, s, -1) @ p["out"]
     gate, up = jnp.split(rms_norm(x, p["mlp_norm"], cfg.norm_eps) @ p["gate_up"], 2, -1)
     return x + (jax.nn.silu(gate) * up) @ p["down"]
+
+
+def _block(p: Params, cfg: LlamaConfig, x, positions, attend: Attend, gather: Gather):
+    p = gather(p)
+    return _finish(p, cfg, x, attend(*_qkv(p, cfg, x, positions)))
+
+
+def _kept_block(p: Params, cfg: LlamaConfig, x, positions, attend: Attend, gather: Gather):
+    """The block recomputing all but its attention in the backward: the pieces before and
+    after it are checkpointed (each gathers the weights it uses), the attention's residuals
+    are kept."""
+    import jax
+
+    qkv = jax.checkpoint(lambda p, x: _qkv(gather(p), cfg, x, positions))
+    finish = jax.checkpoint(lambda p, x, o: _finish(gather(p), cfg, x, o))
+    return finish(p, x, attend(*qkv(p, x)))
 
 
 def forward(
@@ -111,15 +133,26 @@ def forward(
     attend: Attend = dot_product_attention,
     checkpoint: bool = False,
     gather: Gather = _whole,
+    keep_attention: int = 0,
 ):
-    """Final hidden states [B, S, hidden] of ``tokens`` [B, S] at ``positions`` [S]."""
+    """Final hidden states [B, S, hidden] of ``tokens`` [B, S] at ``positions`` [S].
+    ``checkpoint``: recompute each block in the backward, except the attention of the first
+    ``keep_attention`` blocks, whose residuals stay (more memory, fewer FLOPs)."""
     import jax
 
     def layer(x, p):
         return _block(p, cfg, x, positions, attend, gather), None
 
+    def kept(x, p):
+        return _kept_block(p, cfg, x, positions, attend, gather), None
+
     x = gather({"embed": params["embed"]})["embed"][tokens]
-    x, _ = jax.lax.scan(jax.checkpoint(layer) if checkpoint else layer, x, params[BLOCKS])
+    blocks, n = params[BLOCKS], keep_attention if checkpoint else 0
+    if n:  # two scans: the kept blocks, then the others
+        x, _ = jax.lax.scan(kept, x, jax.tree_util.tree_map(lambda a: a[:n], blocks))
+        blocks = jax.tree_util.tree_map(lambda a: a[n:], blocks)
+    if n < cfg.layers:
+        x, _ = jax.lax.scan(jax.checkpoint(layer) if checkpoint else layer, x, blocks)
     return rms_norm(x, gather({"norm": params["norm"]})["norm"], cfg.norm_eps)
 
 

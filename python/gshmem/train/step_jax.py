@@ -116,7 +116,7 @@ def _gather(params: Any, n: int, axis: str, dtype: Any = None):
 def make_step(
     cfg: LlamaConfig, mesh: Any, opt: Optimizer, axis: str = "cp",
     implementation: str | None = None, checkpoint: bool = True, chunk: int = 4096,
-    compute_dtype: Any = None,
+    compute_dtype: Any = None, keep_attention: int = 0,
 ):  # fmt: skip
     """step(params, opt_state, tokens, labels, positions) -> (params, opt_state, loss), jitted;
     tokens/labels [B, S] and positions [S] laid out by gshmem.jax.attention.shard (each device's
@@ -124,7 +124,8 @@ def make_step(
     forward and backward run on the parameters cast to it (each layer's cast where it is
     gathered, while still sharded, so the gathers move the cast weights), the parameters,
     gradients and optimizer stay in their own dtype (fp32 master weights); None computes in the
-    parameters' dtype."""
+    parameters' dtype. ``keep_attention``: blocks whose attention is not recomputed under
+    ``checkpoint`` (model_jax.forward)."""
     import jax
     from jax.sharding import PartitionSpec as P
 
@@ -140,7 +141,8 @@ def make_step(
         gather = _gather(params, n, axis, compute_dtype)
 
         def local(params, tokens, labels, positions):
-            hidden = model_jax.forward(params, cfg, tokens, positions, attend, checkpoint, gather)
+            hidden = model_jax.forward(params, cfg, tokens, positions, attend, checkpoint, gather,
+                                       keep_attention)  # fmt: skip
             total, count = model_jax.loss(params, hidden, labels, chunk, gather)
             return jax.lax.psum(total, axis) / jax.lax.psum(count, axis)
 
