@@ -199,6 +199,12 @@ def test_one_message_takes_the_credit_puts_and_raises_the_flag_last() -> None:
         ("put", "d0", "b0", 5, 7),
         ("put_signal", "d1", "b1", "arrived", 1, 5, 7),  # the flag travels with the last run
     ]
+    c.calls.clear()  # a strided run (a slice of heads) is a 2-D put; the flag follows it
+    rows = torch.zeros(2, 4, 3)[:, 1:3]
+    put_runs(c, "credit", [("d0", "b0"), (rows, rows)], "arrived", 5, stream=7)
+    assert [x[0] for x in c.calls] == ["signal_wait_until", "signal_op", "put", "put_2d",
+                                       "signal_op"]  # fmt: skip
+    assert c.calls[-1] == ("signal_op", "arrived", 1, 5, 7)
     c.calls.clear()
     take_flag(c, "arrived", 9)
     assert c.calls == [

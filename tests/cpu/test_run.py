@@ -201,7 +201,10 @@ def test_module_form(tmp_path: Path) -> None:
 
 
 def test_no_tag_output(tmp_path: Path) -> None:
-    script = _script(tmp_path, "import os\nprint('plain', os.environ['GSHMEM_RANK'])\n")
+    # Untagged output is the children's own, unbuffered (PYTHONUNBUFFERED=1): print's pieces
+    # are separate writes that two ranks may interleave, so each rank writes its line at once.
+    script = _script(tmp_path, "import os, sys\n"
+                     "sys.stdout.write(f\"plain {os.environ['GSHMEM_RANK']}\\n\")\n")  # fmt: skip
     proc = _launch(["--no-tag-output", "-n", "2", script])
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.splitlines()) == ["plain 0", "plain 1"]
