@@ -96,8 +96,9 @@ def copy_rows(dst: Any, src: Any, op: str) -> tuple[int, int, int, int]:
 
 
 def row_layout(shape, strides, itemsize: int, name: str) -> tuple[int, int, int]:
-    """(pitch, width, height) in bytes of a strided layout that is rows of contiguous
-    elements at one pitch (``rows``' rule, on sizes and strides alone)."""
+    """(pitch, width, height) in bytes of a strided layout (sizes and strides, in the order
+    given) that is rows of contiguous elements at one pitch; sizes-1 dimensions are ignored,
+    anything else (two strided levels, overlapping rows) is a UsageError."""
     dims = [(n, st) for n, st in zip(shape, strides, strict=True) if n != 1]
     width = 1
     while dims and dims[-1][1] == width:  # the contiguous run at the end: one row

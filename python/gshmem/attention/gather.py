@@ -38,6 +38,7 @@ from gshmem.attention.merge import merge
 from gshmem.attention.ring import Problem, part
 from gshmem.attention.schedule import BACK, FRONT, part_range
 from gshmem.attention.slot_sum import own_plus_slots
+from gshmem.attention.wire import sequence_major
 
 if TYPE_CHECKING:
     import torch
@@ -61,13 +62,6 @@ class TeamLike(Protocol):
     def exchange(self, name: str, nbytes: int) -> Mailbox:
         """The mailbox ``name`` of at least ``nbytes`` (collective the first time)."""
         ...
-
-
-def _seq_major(t: torch.Tensor) -> torch.Tensor:
-    """``[batch, heads, seq, dim]`` as a contiguous ``[batch, seq, heads, dim]`` (no copy when
-    it already lies that way in memory, as projections give it)."""
-    s = t.transpose(1, 2)
-    return s if s.is_contiguous() else s.contiguous()
 
 
 def _post(box: Mailbox, me: int, transfers, sources, dtype, token: int) -> None:
@@ -97,7 +91,7 @@ def forward(team: TeamLike, p: Problem, q, k, v) -> tuple[torch.Tensor, ...]:
     width = 2 * (world - 1) * half  # tokens per (tensor, batch) in a mailbox
     mine = gathered_halves(me, world, p.layout, p.causal) * half
     box = team.exchange("kv_gather", 2 * b * width * token * k.element_size())
-    seq = (_seq_major(k), _seq_major(v))
+    seq = (sequence_major(k), sequence_major(v))
     box.fork()
     out, lse = p.kernel.forward(q, k, v, p.causal, p.scale)  # queued first; overlaps the puts
     transfers = [
@@ -144,7 +138,7 @@ def backward(team: TeamLike, p: Problem, dout, q, k, v, out, lse, kept) -> tuple
             part(dout, name, sd), part(q, name, sd), gk, gv,
             part(out, name, sd), part(lse, name, sd), False, p.scale,
         )  # fmt: skip
-        grads[n] = (_seq_major(dk_b), _seq_major(dv_b))
+        grads[n] = (sequence_major(dk_b), sequence_major(dv_b))
         dqs.append((name, dq_b))
     slots = max_slots(world, p.layout, p.causal)
     box = team.exchange("dkv_scatter", slots * 2 * b * length * hk * d * k.element_size())

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gshmem.attention.heads_schedule import head_range, runs
+from gshmem.attention.wire import sequence_major
 
 if TYPE_CHECKING:
     import torch
@@ -43,10 +44,7 @@ IN, OUT = "heads_in", "heads_out"  # mailbox names: to head-parallel, back to th
 def in_layout(t: torch.Tensor, seq_major: bool) -> torch.Tensor:
     """``t`` ``[batch, heads, seq, dim]`` stored sequence-major or head-major as asked (a copy
     only where it is stored otherwise)."""
-    if not seq_major:
-        return t.contiguous()
-    s = t.transpose(1, 2)
-    return t if s.is_contiguous() else s.contiguous().transpose(1, 2)
+    return sequence_major(t).transpose(1, 2) if seq_major else t.contiguous()
 
 
 def is_seq_major(*ts: torch.Tensor) -> bool:
@@ -176,12 +174,13 @@ def _to_heads(team: TeamLike, p: Problem, sources, q, k) -> tuple[list, list]:
     return boxes, wholes
 
 
-def _empty(like: torch.Tensor, shape, seq_major: bool, dtype=None) -> torch.Tensor:
+def empty_in_layout(like: torch.Tensor, shape, seq_major: bool) -> torch.Tensor:
+    """A new ``[b, h, s, d]`` tensor of ``like``'s dtype and device, stored as ``seq_major``
+    says."""
     b, h, s, d = shape
-    dtype = dtype or like.dtype
     if seq_major:
-        return like.new_empty((b, s, h, d), dtype=dtype).transpose(1, 2)
-    return like.new_empty((b, h, s, d), dtype=dtype)
+        return like.new_empty((b, s, h, d)).transpose(1, 2)
+    return like.new_empty((b, h, s, d))
 
 
 def forward(team: TeamLike, p: Problem, q, k, v) -> tuple[torch.Tensor, ...]:
@@ -189,7 +188,11 @@ def forward(team: TeamLike, p: Problem, q, k, v) -> tuple[torch.Tensor, ...]:
     gathered Q/K/V flat, the whole-sequence output of this rank's heads)."""
     world, chunks = team.world, p.chunks
     if world == 1:
-        return (*p.kernel.forward(q, k, v, p.causal, p.scale), q.new_empty(0), q.new_empty(0))
+        return (
+            *p.kernel.forward(q, k, v, p.causal, p.scale),
+            q.new_empty(0),
+            q.new_empty(0),
+        )
     import torch
 
     q, k, v = (in_layout(t, p.seq_major) for t in (q, k, v))
@@ -199,7 +202,7 @@ def forward(team: TeamLike, p: Problem, q, k, v) -> tuple[torch.Tensor, ...]:
     h = hq // world
     per_chunk = (q.numel() + 2 * k.numel()) // chunks
     kept = q.new_empty(per_chunk * chunks)
-    o_all = _empty(q, (b, h, length * world, d), p.seq_major)
+    o_all = empty_in_layout(q, (b, h, length * world, d), p.seq_major)
     lse_all = q.new_empty((b, h, length * world, 1), dtype=torch.float32)
     arrived, outputs = [], []  # outputs: alive until the side copies out of them are joined
     for c, box in enumerate(ins):
@@ -215,7 +218,7 @@ def forward(team: TeamLike, p: Problem, q, k, v) -> tuple[torch.Tensor, ...]:
         outs[c].copy_out(o_all[:, heads], o)
         outputs.append(o)
         lse_all[:, heads].copy_(lse)
-    out = _empty(q, tuple(q.shape), p.seq_major)
+    out = empty_in_layout(q, tuple(q.shape), p.seq_major)
     _collect(team, p, outs, arrived, [out])
     for box in ins + outs:
         box.join()
@@ -243,11 +246,11 @@ def backward(team: TeamLike, p: Problem, dout, q, k, v, out, lse, kept, o) -> tu
                                   p.causal, p.scale)  # fmt: skip
         box.release()
         arrived.append(_to_tokens(team, p, outs, c, grads, [q, k, v]))
-    grads = [_empty(t, tuple(t.shape), p.seq_major) for t in (q, k, v)]
+    grads = [empty_in_layout(t, tuple(t.shape), p.seq_major) for t in (q, k, v)]
     _collect(team, p, outs, arrived, grads)
     for box in ins + outs:
         box.join()
     return tuple(grads)
 
 
-__all__ = ["backward", "forward", "in_layout", "is_seq_major"]
+__all__ = ["backward", "empty_in_layout", "forward", "in_layout", "is_seq_major"]

@@ -262,8 +262,7 @@ def _(q, k, v, comm, team, causal, scale, layout, backend, algorithm, cu_seqlens
     elif algo == "heads":
         b, h, s, d = q.shape[0], q.shape[1] // team[2], q.shape[2] * team[2], q.shape[3]
         lse_shape, last = (b, h, s, 1), q.numel() + 2 * k.numel()
-        seq_major = heads_loops.is_seq_major(q, k, v)
-        aux = q.new_empty(b, s, h, d).transpose(1, 2) if seq_major else q.new_empty(b, h, s, d)
+        aux = heads_loops.empty_in_layout(q, (b, h, s, d), heads_loops.is_seq_major(q, k, v))
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         q.new_empty(lse_shape, dtype=torch.float32),

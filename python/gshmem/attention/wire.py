@@ -1,7 +1,7 @@
-"""What the ring's channels (transport.py) and the all-gather's mailboxes (exchange.py) share:
-byte views, comm-weak buffers, and the flag protocol of one message. A message to a PE waits
-for the receiver's credit (1: its slot is free), resets it, puts its runs and raises the
-receiver's arrival flag with the last one; the receiver takes the flag (waits for 1, resets
+"""What the ring's channels (transport.py) and the mailboxes (exchange.py) share: byte views,
+the sequence-major layout, comm-weak buffers, and the flag protocol of one message. A message to
+a PE waits for the receiver's credit (1: its slot is free), resets it, puts its runs and raises
+the receiver's arrival flag with the last one; the receiver takes the flag (waits for 1, resets
 it) before reading. Every flag ends a round as it began, so CUDA-graph replays reuse them."""
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ def as_bytes(src: torch.Tensor) -> torch.Tensor:
     import torch
 
     return src.reshape(-1).view(torch.uint8)
+
+
+def sequence_major(t: torch.Tensor) -> torch.Tensor:
+    """``[batch, heads, seq, dim]`` as a contiguous ``[batch, seq, heads, dim]`` (no copy when
+    it already lies that way in memory, as projections give it): a token's heads, or a run of
+    tokens, is then one run of bytes on the wire."""
+    s = t.transpose(1, 2)
+    return s if s.is_contiguous() else s.contiguous()
 
 
 def held_by(comm: Comm, buf: Buffer) -> Buffer:
@@ -61,4 +69,4 @@ def _is_run(x) -> bool:
     return is_contiguous is None or is_contiguous()
 
 
-__all__ = ["as_bytes", "held_by", "put_runs", "take_flag"]
+__all__ = ["as_bytes", "held_by", "put_runs", "sequence_major", "take_flag"]

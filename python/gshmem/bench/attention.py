@@ -62,7 +62,8 @@ from gshmem.bench.torch_cp import ROTATE, context_parallel_shards
 
 BATCH, HQ, HKV, HEAD_DIM = 1, 32, 8, 128  # Llama-3-8B attention, bf16
 IMPLS = ("gshmem", "gshmem_ring", "gshmem_heads", "nccl", "torch_cp", "ideal")
-RING_COLUMNS = ("gshmem", "gshmem:ring", "gshmem:heads", "nccl")  # ring_attention's columns
+GSHMEM_COLUMNS = ("gshmem", "gshmem:ring", "gshmem:heads")  # over gshmem's transport
+RING_COLUMNS = (*GSHMEM_COLUMNS, "nccl")  # ring_attention's columns
 MASKS = ("causal", "noncausal")
 MODES = ("fwd", "fwdbwd")
 FULL_TOKENS = tuple(1 << s for s in range(10, 18))  # 1K .. 128K per GPU
@@ -157,8 +158,7 @@ def make_row(column: str, tokens: int, total: int, world: int, causal: bool, mod
             seconds /= world
         value = seconds * 1e3
         extra["tflops"] = tflops_per_gpu(attention_flops(total, causal, mode), world, seconds)
-    on_stream = ("gshmem", "gshmem:ring", "gshmem:heads")
-    path = "on_stream" if column in on_stream else "-" if column == "ideal" else "host"
+    path = "on_stream" if column in GSHMEM_COLUMNS else "-" if column == "ideal" else "host"
     op = f"{'causal' if causal else 'noncausal'}_{mode}"
     return Row(column, op, path, "ms", value, size=tokens, sms=sms, note=note,
                extra=extra)  # fmt: skip
@@ -441,7 +441,7 @@ class AttnBench:
         """Yields (the call to time, its first outputs or None) for one column; what it made
         is freed afterwards."""
         torch = self.torch
-        if col not in ("ideal", "gshmem", "gshmem:ring", "gshmem:heads") and self.nccl_why:
+        if col not in ("ideal", *GSHMEM_COLUMNS) and self.nccl_why:
             raise Skip(f"torch.distributed with NCCL: {self.nccl_why}")
         if col in RING_COLUMNS:
             from gshmem.attention import ring_attention
