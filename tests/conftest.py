@@ -26,6 +26,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "gpu_alone: measures the GPU (free memory, detection times), so must not share it with "
         "other tests; its processes fit on one GPU",
     )
+    config.addinivalue_line(
+        "markers",
+        "long: takes minutes on a GPU host; collected first, so that a parallel run starts it "
+        "early instead of ending on it",
+    )
     config.addinivalue_line(  # pytest-xdist's own, declared for runs without it
         "markers", "xdist_group(name): tests of one group run in turn on one xdist worker"
     )
@@ -44,6 +49,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(
                 pytest.mark.skip(reason=f"needs {need} CUDA GPU(s), this machine has {have}")
             )
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: long first
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,7 @@ worker seeing them rotated so that concurrent tests spread over all of them."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -78,13 +79,19 @@ def test_rotations_spread_two_pe_jobs_over_every_gpu():
     assert load == [4, 4, 4, 4]
 
 
-def _collected(marker: str) -> set[str]:
+def _collection(marker: str = "") -> list[str]:
+    """The GPU suite's test ids in collection order, those matching `marker` when given."""
+    select = ["-m", marker] if marker else []
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-m", marker, "tests/gpu"],
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", *select, "tests/gpu"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
-    return {line for line in out.stdout.splitlines() if "::" in line}
+    return [line for line in out.stdout.splitlines() if "::" in line]
+
+
+def _collected(marker: str) -> set[str]:
+    return set(_collection(marker))
 
 
 def test_the_phases_split_the_gpu_suite():
@@ -94,3 +101,14 @@ def test_the_phases_split_the_gpu_suite():
     assert {t.split("::")[0] for t in alone} == {"tests/gpu/test_faults.py"}
     assert sum("test_fault_is_raised_not_hung" in t for t in alone) == 18
     assert not any("test_faults.py" in t for t in shared)
+
+
+def test_long_tests_are_collected_first():
+    """Tests marked long lead the collection (xdist then hands them out first), in their order;
+    the rest keep theirs."""
+    order, rest = _collection(), _collection("not long")
+    long = order[: len(order) - len(rest)]
+    assert order[len(long) :] == rest
+    assert set(long) == set(_collection("long"))
+    if importlib.util.find_spec("jax") is not None:
+        assert "tests/gpu/test_jax.py::test_one_process_every_gpu[attention]" in long

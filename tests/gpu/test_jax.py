@@ -22,8 +22,12 @@ SCENARIOS = ["values", "grad", "loop", "split", "badargs", "attention"]
 ENV = {"GSHMEM_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 
+# attention compiles a dozen programs (~150 s at 4 GPUs): marked long, so it starts first
+EVERY_GPU = [pytest.param(s, marks=pytest.mark.long) if s == "attention" else s for s in SCENARIOS]
+
+
 @pytest.mark.gpus(2)
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", EVERY_GPU)
 def test_one_process_every_gpu(scenario):
     proc = subprocess.run([sys.executable, SCRIPT, scenario], capture_output=True, text=True,
                           timeout=300, env={**os.environ, **ENV})  # fmt: skip

@@ -52,9 +52,8 @@ def test_device_api_suite_through_the_proxy(suite):
 @pytest.mark.gpu
 @needs_ucx
 @pytest.mark.parametrize("scenario", ["load", "heap"])
-def test_windows_through_the_proxy(scenario, tmp_path):
+def test_windows_through_the_proxy(scenario):
     # every peer's part of the window reached through the proxy: puts with SignalAdd and
     # CounterInc (counted by the proxy once the source may go), put_value, flush, the barrier
-    out = launch_pes(2, str(SCRIPTS / "window_check.py"), scenario, timeout=300,
-                     CUPY_CACHE_DIR=str(tmp_path), **PROXY)  # fmt: skip
+    out = launch_pes(2, str(SCRIPTS / "window_check.py"), scenario, timeout=300, **PROXY)
     assert f"PASS {scenario}" in out, out
