@@ -14,6 +14,8 @@
 #   PYTEST_ALONE_GPUS=1 bash scripts/gpu_check.sh    # GPUs per gpu_alone test (default: 2 from
 #                                                    # 4 GPUs on, so faults cross GPUs; else 1)
 #   SANITIZER=0 STEPS=all bash scripts/gpu_check.sh  # everything but compute-sanitizer
+#   wheels/*.whl                                     # installed before the build where present
+#                                                    # (e.g. libucx-cu13: the proxy-path tests)
 #
 # The tests run in parallel where pytest-xdist is installed: first every test but those marked
 # gpu_alone, several at once, each xdist worker seeing the GPUs rotated so that their PEs spread
@@ -58,6 +60,11 @@ step() {
   $PY -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "gpus", torch.cuda.device_count())'
 } >"$RESULTS/build.log" 2>&1  # the machine first, then the build (at most 8 files under $OUT)
 
+# Wheels an offline GPU host lacks (libucx-cu13 for the proxy path's tests) travel with the working
+# tree in wheels/ (ignored by git); installed first, since the build looks for UCX's headers.
+for wheel in wheels/*.whl; do
+  [ -e "$wheel" ] && step "wheel-$(basename "$wheel" | cut -d- -f1)" build.log 300 $PY -m pip install --no-deps "$wheel"
+done
 step build build.log 900 $PY -m pip install --no-build-isolation --no-deps -e . || {
   tail -40 "$RESULTS/build.log"; printf '%s\n' "${SUMMARY[@]}"; exit 1; }
 
