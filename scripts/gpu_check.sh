@@ -108,8 +108,11 @@ wanted bench && step bench-p2p bench.log 200 $PY -m gshmem.bench p2p --np "$((NG
   --compare "${BENCH_COMPARE:-copy_engine,nccl}" --timeout 180 --json "$RESULTS/bench_p2p.json"
 wanted bench && [ "$NGPU" -ge 2 ] && step bench-coll bench.log 200 $PY -m gshmem.bench coll --np "$NGPU" --quick \
   --compare nccl,torch_symm --timeout 180 --json "$RESULTS/bench_coll.json"
+# The attention bench's baselines (the NCCL ring, torch's CP, one GPU); the other schedules of
+# gshmem's own (gshmem_ring, gshmem_heads) are left to the full bench.
 wanted bench && [ "$NGPU" -ge 2 ] && step bench-attention bench.log 300 $PY -m gshmem.bench attention \
-  --np "$NGPU" --quick --timeout 280 --json "$RESULTS/bench_attention.json"
+  --np "$NGPU" --quick --compare gshmem,nccl,torch_cp,ideal --timeout 280 \
+  --json "$RESULTS/bench_attention.json"
 # Small cases of the device API under compute-sanitizer (memcheck, then racecheck), 2 PEs.
 wanted sanitizer && [ "${SANITIZER:-1}" = 1 ] && for tool in memcheck racecheck; do
   step "sanitizer-$tool" sanitizer.log 280 env GSHMEM_TEST_SMALL=1 $PY -m gshmem.run -n 2 \
