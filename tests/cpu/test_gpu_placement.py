@@ -4,7 +4,9 @@ worker seeing them rotated so that concurrent tests spread over all of them."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,36 +81,41 @@ def test_rotations_spread_two_pe_jobs_over_every_gpu():
     assert load == [4, 4, 4, 4]
 
 
-def _collection(marker: str = "") -> list[str]:
-    """The GPU suite's test ids in collection order, those matching `marker` when given."""
-    select = ["-m", marker] if marker else []
+@functools.cache
+def _gpu_suite() -> tuple[list[str], list[tuple[str, set[str]]]]:
+    """One collection of the GPU suite: its test ids in the order collection produced them, and
+    in the final order, each with its markers' names (printed by _collect_markers.py)."""
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--collect-only", *select, "tests/gpu"],
+        [sys.executable, "-m", "pytest", "-q", "-s", "--collect-only", "-p", "_collect_markers",
+         "-p", "no:cacheprovider", "tests/gpu"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "cpu"),
+                                                          os.environ.get("PYTHONPATH", "")])},
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
-    return [line for line in out.stdout.splitlines() if "::" in line]
-
-
-def _collected(marker: str) -> set[str]:
-    return set(_collection(marker))
+    rows = [line.split("\t") for line in out.stdout.splitlines()]
+    before = [r[1] for r in rows if r[0] == "BEFORE"]
+    final = [(r[1], set(filter(None, r[2].split(",")))) for r in rows if r[0] == "ITEM"]
+    assert final and sorted(before) == sorted(i for i, _ in final), out.stdout
+    return before, final
 
 
 def test_the_phases_split_the_gpu_suite():
-    """Every fault case is in the one-per-GPU phase, and nothing else is."""
-    alone, shared = _collected("gpu_alone"), _collected("not gpu_alone")
-    assert alone and not alone & shared
+    """Every fault case is in the one-per-GPU phase (marked gpu_alone), and nothing else is."""
+    _, final = _gpu_suite()
+    alone = {i for i, marks in final if "gpu_alone" in marks}
     assert {t.split("::")[0] for t in alone} == {"tests/gpu/test_faults.py"}
     assert sum("test_fault_is_raised_not_hung" in t for t in alone) == 18
-    assert not any("test_faults.py" in t for t in shared)
+    assert not any("test_faults.py" in i for i, marks in final if "gpu_alone" not in marks)
 
 
 def test_long_tests_are_collected_first():
-    """Tests marked long lead the collection (xdist then hands them out first), in their order;
-    the rest keep theirs."""
-    order, rest = _collection(), _collection("not long")
-    long = order[: len(order) - len(rest)]
-    assert order[len(long) :] == rest
-    assert set(long) == set(_collection("long"))
+    """Tests marked long lead the collection (xdist then hands them out first); both they and
+    the rest keep the order collection gave them."""
+    before, final = _gpu_suite()
+    long = [i for i, marks in final if "long" in marks]
+    assert [i for i, _ in final] == [i for i in before if i in long] + [
+        i for i in before if i not in long
+    ]
     if importlib.util.find_spec("jax") is not None:
-        assert "tests/gpu/test_jax.py::test_one_process_every_gpu[attention]" in long
+        assert long == ["tests/gpu/test_jax.py::test_one_process_every_gpu[attention]"]
