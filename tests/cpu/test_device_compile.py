@@ -3,8 +3,10 @@ no device link step) for sm_80 and sm_90, and so does a C++ host file including 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,49 +22,35 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 
 @needs_nvcc
 @pytest.mark.parametrize("kernels", [KERNELS, WINDOW_KERNELS], ids=["device_api", "window"])
-@pytest.mark.parametrize("arch", ["80", "90"])
-def test_device_api_compiles_without_rdc(tmp_path, arch, kernels):
-    obj = tmp_path / f"{kernels.stem}_sm{arch}.o"
-    cmd = [
-        NVCC,
-        "-c",
-        "-std=c++17",
-        f"-I{INCLUDE}",
-        "-Werror",
-        "all-warnings",
-        f"-gencode=arch=compute_{arch},code=sm_{arch}",
-        str(kernels),
-        "-o",
-        str(obj),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert obj.stat().st_size > 0
+def test_device_api_compiles_without_rdc(tmp_path, kernels):
+    def compile_for(arch: str) -> tuple[Path, subprocess.CompletedProcess]:
+        obj = tmp_path / f"{kernels.stem}_sm{arch}.o"
+        gencode = f"-gencode=arch=compute_{arch},code=sm_{arch}"
+        cmd = [NVCC, "-c", "-std=c++17", f"-I{INCLUDE}", "-Werror", "all-warnings", gencode,
+               str(kernels), "-o", str(obj)]  # fmt: skip
+        return obj, subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # sm_80 and sm_90 side by side
+        for obj, proc in pool.map(compile_for, ["80", "90"]):
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert obj.stat().st_size > 0
 
 
 @needs_nvcc
 def test_each_device_header_compiles_alone(tmp_path):
     headers = sorted((INCLUDE / "gshmem" / "device").glob("*.cuh"))
     assert headers
-    src = tmp_path / "each.cu"
-    for h in headers:
+
+    def compile_alone(h: Path) -> tuple[str, subprocess.CompletedProcess]:
+        src = tmp_path / f"{h.stem}.cu"
         src.write_text(f"#include <gshmem/device/{h.name}>\n__global__ void k() {{}}\n")
-        proc = subprocess.run(
-            [
-                NVCC,
-                "-c",
-                "-std=c++17",
-                f"-I{INCLUDE}",
-                "-arch=sm_90",
-                str(src),
-                "-o",
-                str(tmp_path / "each.o"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, f"{h.name}:\n{proc.stdout}{proc.stderr}"
+        cmd = [NVCC, "-c", "-std=c++17", f"-I{INCLUDE}", "-arch=sm_90", str(src),
+               "-o", str(tmp_path / f"{h.stem}.o")]  # fmt: skip
+        return h.name, subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # one nvcc per core
+        for name, proc in pool.map(compile_alone, headers):
+            assert proc.returncode == 0, f"{name}:\n{proc.stdout}{proc.stderr}"
 
 
 def test_c_header_is_plain_c(tmp_path):
