@@ -83,7 +83,7 @@ if wanted pytest && [ "$WORKERS" = 0 ]; then
 elif wanted pytest; then
   if has_tests "not gpu_alone"; then
     step pytest tests.log "${PYTEST_TIMEOUT:-450}" env GSHMEM_TEST_ROTATE_GPUS=1 $PY -m pytest \
-      -q -rfEs --durations=25 -n "$WORKERS" --dist loadgroup -m "not gpu_alone" $TESTS
+      -q -rfEs --durations=60 -n "$WORKERS" --dist loadgroup -m "not gpu_alone" $TESTS
   fi
   ALONE_GPUS="${PYTEST_ALONE_GPUS:-$((NGPU >= 4 ? 2 : 1))}"
   ALONE_WORKERS=$((NGPU / ALONE_GPUS > 0 ? NGPU / ALONE_GPUS : 1))
