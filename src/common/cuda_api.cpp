@@ -92,12 +92,11 @@ DeviceGuard::DeviceGuard(int device) {
   if (current != nullptr) check(cudaGetDevice(&now), "cudaGetDevice");
   if (now == device) return;
   check(cudaSetDevice(device), "cudaSetDevice");
-  previous_ = current;
-  switched_ = true;
+  previous_ = current;  // null (nothing to put back) when the thread had no context
 }
 
 DeviceGuard::~DeviceGuard() {
-  if (switched_ && previous_ != nullptr) driver().ctx_set_current(previous_);
+  if (previous_ != nullptr) driver().ctx_set_current(previous_);
 }
 
 int device_count() {

@@ -68,8 +68,7 @@ class DeviceGuard {
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
-  bool switched_ = false;
-  CUcontext previous_ = nullptr;
+  CUcontext previous_ = nullptr;  // the context to put back, if the guard switched from one
 };
 
 // Number of visible CUDA devices; 0 when there is no driver or no device.

@@ -164,9 +164,9 @@ def _to_heads(team: TeamLike, p: Problem, sources, q, k) -> tuple[list, list]:
     arrive in."""
     world, chunks = team.world, p.chunks
     boxes = _boxes(team, IN, chunks, q, k)
+    shapes = _whole_shapes(world, chunks, *sources)
     wholes = []
     for c, box in enumerate(boxes):
-        shapes = _whole_shapes(world, chunks, *sources)
         wholes.append(_views(_typed(box, sources[0].dtype), shapes, p.seq_major))
         box.fork()
         _post(team, p, box, sources, wholes[-1], True,
@@ -205,9 +205,9 @@ def forward(team: TeamLike, p: Problem, q, k, v) -> tuple[torch.Tensor, ...]:
     o_all = empty_in_layout(q, (b, h, length * world, d), p.seq_major)
     lse_all = q.new_empty((b, h, length * world, 1), dtype=torch.float32)
     arrived, outputs = [], []  # outputs: alive until the side copies out of them are joined
+    shapes = _whole_shapes(world, chunks, q, k, v)
     for c, box in enumerate(ins):
         box.wait()
-        shapes = _whole_shapes(world, chunks, q, k, v)
         kept_c = _views(kept[c * per_chunk : (c + 1) * per_chunk], shapes, p.seq_major)
         for dst, src in zip(kept_c, wholes[c], strict=True):
             box.copy_out(dst, src)  # off the compute stream, while the kernel reads the same
