@@ -361,8 +361,10 @@ gshmem_result_t gshmem_all_to_allv_on_stream(gshmem_comm_t comm, const gshmem_te
  * program does, and a PE's permutes are ordered among themselves (one stream, or stream
  * dependencies). Peers within load/store reach. One kernel moving LL packets (a small message
  * costs one NVLink crossing, no signal; larger ones go in 256 KiB chunks; docs/collectives.md
- * gives the rates against gshmem_put_signal_on_stream), bounded waits, enqueued on `stream`;
- * capturable in CUDA graphs. */
+ * gives the rates against gshmem_put_signal_on_stream), bounded waits; or, when `out` is a
+ * symmetric object (the same on every PE), not `in`, and at least GSHMEM_PERMUTE_COPY_MIN bytes
+ * (default 2 MiB), a copy-engine put straight into the receiver's `out` between two on-stream
+ * flag handshakes (zero SMs). Enqueued on `stream`; capturable in CUDA graphs. */
 gshmem_result_t gshmem_permute_on_stream(gshmem_comm_t comm, const void* in, void* out,
                                          size_t bytes, int dst_pe, int src_pe, void* stream);
 

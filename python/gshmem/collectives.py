@@ -244,8 +244,10 @@ class Collectives:
         in which PE p sends to q pairs with the n-th in which q receives from p, so every PE
         makes its permutes in one order, and a PE's permutes are ordered among themselves (one
         stream, or stream dependencies). Peers within load/store reach: one kernel of LL packets
-        (docs/collectives.md gives its rates against put_signal_on_stream).
-        Enqueued on ``stream``; capturable. Returns ``out``."""
+        (docs/collectives.md gives its rates against put_signal_on_stream), or, for an ``out``
+        from ``comm.empty`` (the same on every PE), not ``t``, of at least
+        GSHMEM_PERMUTE_COPY_MIN bytes (default 2 MiB), the copy engine straight into the
+        receiver's ``out``. Enqueued on ``stream``; capturable. Returns ``out``."""
         code, total, in_ptr = coll_tensor(t, "permute: t", self.device)
         out = t.new_empty(t.shape) if out is None else out
         coll_out(out, t, total, "permute")

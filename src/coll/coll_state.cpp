@@ -77,8 +77,11 @@ CollState::CollState(Comm& comm) {
   const uint64_t descs = 2 * n * sizeof(uint64_t);
   const uint64_t permute_packets = 2 * n * kPermuteSlotBytes;
   const uint64_t permute_counters = 3 * static_cast<uint64_t>(kPermuteCtas) * n * sizeof(uint64_t);
-  char* base = static_cast<char*>(comm.heap().malloc(
-      3 * counters + slots + packets + descs + permute_packets + permute_counters, 4096, true));
+  const uint64_t permute_flags = 2 * n * sizeof(uint64_t);
+  char* base = static_cast<char*>(comm.heap().malloc(3 * counters + slots + packets + descs +
+                                                         permute_packets + permute_counters +
+                                                         permute_flags,
+                                                     4096, true));
   sync_.arrivals = reinterpret_cast<uint64_t*>(base);
   sync_.tallies = reinterpret_cast<uint64_t*>(base + counters);
   sync_.seq = reinterpret_cast<uint64_t*>(base + 2 * counters);
@@ -89,6 +92,8 @@ CollState::CollState(Comm& comm) {
   permute_.credits = reinterpret_cast<uint64_t*>(permute_.packets + permute_packets);
   permute_.sent = permute_.credits + static_cast<uint64_t>(kPermuteCtas) * n;
   permute_.got = permute_.sent + static_cast<uint64_t>(kPermuteCtas) * n;
+  permute_flags_.ready = permute_.got + static_cast<uint64_t>(kPermuteCtas) * n;
+  permute_flags_.arrived = permute_flags_.ready + n;
   permute_.packet_bytes = kPermuteSlotBytes;
   permute_.n_pes = static_cast<int32_t>(n);
   sync_.slot_bytes = mine.slot_bytes;

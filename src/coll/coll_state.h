@@ -36,11 +36,13 @@ class CollState {
   // Sync::desc is 0 here; ops.cpp sets it per call when check() is on.
   const Sync& sync() const { return sync_; }
   const PermuteSync& permute() const { return permute_; }
+  const PermuteFlags& permute_flags() const { return permute_flags_; }
   bool check() const { return check_; }
 
  private:
   Sync sync_{};
   PermuteSync permute_{};
+  PermuteFlags permute_flags_{};
   bool check_ = false;
 };
 

@@ -31,6 +31,16 @@ constexpr uint64_t kPermuteCtaWords = 1024;  // 8-byte words: 8 KiB of data per 
 constexpr uint64_t kPermuteChunkWords = kPermuteCtas * kPermuteCtaWords;  // 256 KiB of data
 constexpr uint64_t kPermuteSlotBytes = kPermuteChunkWords * 16;           // as packets: 512 KiB
 
+// The copy-engine permute's signals (permute.cpp), n_pes each, in the same zeroed allocation:
+//   ready[q]    PE q may now store its message into this PE's `out` (set by q's receiver side:
+//               q's `out` is free); the sender waits for it, then resets it
+//   arrived[q]  PE q's message has landed in this PE's `out` (set after q's copy)
+// Each goes 0 -> 1 -> 0 within a call, so a graph replays it without the host.
+struct PermuteFlags {
+  uint64_t* ready;
+  uint64_t* arrived;
+};
+
 struct PermuteSync {
   char* packets;
   uint64_t* credits;

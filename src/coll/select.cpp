@@ -327,6 +327,14 @@ bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric) {
   }
 }
 
+bool permute_by_copy_engine(size_t bytes, bool out_symmetric, bool in_place) {
+  if (!out_symmetric || in_place) return false;
+  const char* v = getenv_nonempty("GSHMEM_PERMUTE_COPY_MIN");
+  if (v == nullptr) return bytes >= 2 * MiB;
+  if (lower(v) == "never") return false;
+  return bytes >= static_cast<size_t>(env::parse_size(v, "GSHMEM_PERMUTE_COPY_MIN"));
+}
+
 Choice choose(const Query& q) {
   Choice c = decide(q);
   // Only two-shot all_reduce and one-shot all_gather / broadcast / all_to_all have direct paths.

@@ -39,6 +39,15 @@ struct Query {
 // larger sizes (the table in select.cpp). Re-reads the environment; a bad value is a usage error.
 bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric);
 
+// Whether gshmem_permute_on_stream moves its message by the copy engine straight into the
+// receiver's `out` (permute.cpp) instead of the packet kernel: `out` a symmetric heap object (the
+// same one on every PE, as for any collective), not `in` (in place, a sender would read what its
+// own source overwrites), and at least GSHMEM_PERMUTE_COPY_MIN bytes (default 2 MiB: below it
+// the packets' one NVLink crossing beats the copy's two signal hops; "never": off). Both ends of
+// a pair must choose alike, so the variable must be equal on every PE. Re-reads the
+// environment; a bad value is a usage error.
+bool permute_by_copy_engine(size_t bytes, bool out_symmetric, bool in_place);
+
 struct Choice {
   Backend backend;
   Algo algo;

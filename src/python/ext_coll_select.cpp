@@ -1,6 +1,6 @@
 // gshmem._C, backend-choice part: binds gshmem_comm_enable_nccl and gshmem_coll_explain for
-// python/gshmem/coll_select.py, plus two internal entry points for the CPU tests: the pure
-// selector (coll_choose / coll_explain_query) and the NCCL loader on its own (nccl_probe).
+// python/gshmem/coll_select.py, plus internal entry points for the CPU tests: the pure selectors
+// (coll_choose / coll_explain_query, permute_path) and the NCCL loader on its own (nccl_probe).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -69,6 +69,12 @@ void bind_coll_select(nb::module_& m) {
         });
       }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false,
       "beyond_reach"_a = false);
+  m.def("permute_path", [](size_t bytes, bool out_symmetric, bool in_place) {
+        return std::string(call_internal([&] {
+          return gshmem::coll::permute_by_copy_engine(bytes, out_symmetric, in_place);
+        }) ? "copy_engine" : "packets");
+      }, "bytes"_a, "out_symmetric"_a, "in_place"_a = false,
+      "'copy_engine' or 'packets': the path gshmem_permute_on_stream takes; pure. Tests only.");
   m.def("nccl_probe", [](const std::string& library) {
         auto p = call_internal([&] { return gshmem::coll::probe_nccl(library); });
         return std::make_tuple(p.ok, p.ok ? p.path : p.why, p.version);

@@ -102,6 +102,26 @@ def test_direct_min_decides_whether_a_symmetric_output_is_staged(monkeypatch):
         choose("all_gather", big, 4, True, symmetric=True)
 
 
+def test_permute_path(monkeypatch):
+    """Large out-of-place permutes into symmetric outputs go by the copy engine; everything
+    else (small, staged, in place) by packets; GSHMEM_PERMUTE_COPY_MIN moves the line."""
+    monkeypatch.delenv("GSHMEM_PERMUTE_COPY_MIN", raising=False)
+    path = _C.permute_path
+    assert path(2 * MiB, True) == "copy_engine"
+    assert path(2 * MiB - 1, True) == "packets"
+    assert path(1 << 30, False) == "packets"  # not symmetric: the receiver's address is unknown
+    assert path(1 << 30, True, in_place=True) == "packets"
+    monkeypatch.setenv("GSHMEM_PERMUTE_COPY_MIN", "64K")
+    assert [path(b, True) for b in (64 * KiB - 1, 64 * KiB)] == ["packets", "copy_engine"]
+    monkeypatch.setenv("GSHMEM_PERMUTE_COPY_MIN", "0")
+    assert path(1, True) == "copy_engine"
+    monkeypatch.setenv("GSHMEM_PERMUTE_COPY_MIN", "Never")
+    assert path(1 << 30, True) == "packets"
+    monkeypatch.setenv("GSHMEM_PERMUTE_COPY_MIN", "lots")
+    with pytest.raises(gshmem.UsageError, match="GSHMEM_PERMUTE_COPY_MIN"):
+        path(MiB, True)
+
+
 @pytest.mark.parametrize("op", ["broadcast", "all_to_allv", "barrier"])
 def test_always_one_sided(op):
     for size in SIZES:

@@ -24,6 +24,11 @@ def test_coll(n, scenario):
 
 
 @pytest.mark.parametrize("n", PES)
+def test_permute_by_copy_engine(n):
+    launch_pes(n, SCRIPT, "permute_copy", GSHMEM_PERMUTE_COPY_MIN="64K", **GSHMEM_ONLY)
+
+
+@pytest.mark.parametrize("n", PES)
 def test_coll_graph(n):
     # Small staging slots, so that each captured call spans several kernel launches.
     launch_pes(n, SCRIPT, "graph", GSHMEM_COLL_SCRATCH_BYTES="1M", **GSHMEM_ONLY)

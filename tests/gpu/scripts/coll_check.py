@@ -18,6 +18,9 @@ Usage: coll_check.py SCENARIO
             symmetric outputs, so staged and direct) on new data at each replay, replayed 50
             times, checked on the device (run with a small GSHMEM_COLL_SCRATCH_BYTES so that
             staged calls span several launches)
+  permute   comm.permute into ordinary tensors (packets): random permutations and sizes, a graph
+  permute_copy  comm.permute into symmetric tensors (GSHMEM_PERMUTE_COPY_MIN=64K): the copy
+            engine from 64 KiB mixed with packets, a graph of it, 6 MiB at the default line
   badargs   bad arguments raise gshmem.UsageError naming the problem; collectives work after
   mismatch  (GSHMEM_COLL_CHECK=1) matching calls pass the check; then PE 0 makes an all_reduce of
             one element more than the others, and every PE's kernel must trap (the kernel prints
@@ -548,20 +551,17 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
-def scenario_permute(comm: gshmem.Comm) -> str:
-    """gshmem_permute_on_stream: a random sequence (the same on every PE) of permutations and
-    sizes, enqueued without waiting so that senders run ahead of receivers (the credits), each
-    output checked bit for bit with its poisoned slack; then a captured graph of permutes
-    replayed on new data; then bad arguments."""
+def _mixed_permutes(comm: gshmem.Comm, rounds: int, counts: list[int], outs: list) -> None:
+    """A random sequence (the same on every PE) of permutations and sizes, enqueued without
+    waiting so that senders run ahead of receivers, each output checked bit for bit with its
+    poisoned slack. outs[r]: an int16 tensor of at least the largest count + SLACK elements."""
     n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
     perms = _permutes(n, me)
-    rng = random.Random(seed(43, n))
-    plan = [(rng.randrange(len(perms)), rng.choice(PERMUTE_COUNTS)) for _ in range(PERMUTE_ROUNDS)]
-    ins, outs = [], []
-    for r, (_, count) in enumerate(plan):
-        ins.append(_permute_data(r, me, count, dev))
-        full = torch.full((count + SLACK,), -7, dtype=torch.int16, device=dev)
-        outs.append(full)
+    rng = random.Random(seed(43, n, rounds))
+    plan = [(rng.randrange(len(perms)), rng.choice(counts)) for _ in range(rounds)]
+    ins = [_permute_data(r, me, count, dev) for r, (_, count) in enumerate(plan)]
+    for out in outs:
+        out.fill_(-7)
     torch.cuda.synchronize()
     for r, (k, count) in enumerate(plan):
         _, dst, src = perms[k]
@@ -571,9 +571,19 @@ def scenario_permute(comm: gshmem.Comm) -> str:
         name, _, src = perms[k]
         want = (torch.zeros(count, dtype=torch.int16, device=dev) if src < 0
                 else _permute_data(r, src, count, dev).view(torch.int16))  # fmt: skip
-        got = outs[r]
+        got = outs[r][: count + SLACK]
         assert torch.equal(got[:count], want), (r, name, count, me)
         assert bool((got[count:] == -7).all()), f"round {r} ({name}) wrote past its {count}"
+
+
+def scenario_permute(comm: gshmem.Comm) -> str:
+    """gshmem_permute_on_stream into ordinary tensors (the packet path): _mixed_permutes (the
+    credits let senders run ahead); then a captured graph of permutes replayed on new data; then
+    bad arguments."""
+    n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
+    outs = [torch.empty(max(PERMUTE_COUNTS) + SLACK, dtype=torch.int16, device=dev)
+            for _ in range(PERMUTE_ROUNDS)]  # fmt: skip
+    _mixed_permutes(comm, PERMUTE_ROUNDS, PERMUTE_COUNTS, outs)
 
     # a graph of three permutes in both directions, replayed on new inputs
     x = torch.empty(150000, dtype=torch.bfloat16, device=dev)  # two chunks
@@ -603,7 +613,54 @@ def scenario_permute(comm: gshmem.Comm) -> str:
     expect_usage(lambda: comm.permute(small.double(), other, -1), "collectives take")
     torch.cuda.synchronize()
     comm.barrier()  # no PE leaves while another still polls its packets
-    return f"{PERMUTE_ROUNDS} mixed permutes of {len(perms)} kinds, 20 graph replays, bad args"
+    kinds = len(_permutes(n, me))
+    return f"{PERMUTE_ROUNDS} mixed permutes of {kinds} kinds, 20 graph replays, bad args"
+
+
+def scenario_permute_copy(comm: gshmem.Comm) -> str:
+    """gshmem_permute_on_stream into symmetric outputs, run with GSHMEM_PERMUTE_COPY_MIN=64K: the
+    copy-engine path from 64 KiB (every PE's flags handshake, then a copy straight into the
+    receiver's out), packets below it, mixed in one random sequence; then a CUDA graph of
+    copy-engine permutes there and back, replayed on new data; then one at the default line
+    (2 MiB) and an in-place one (packets)."""
+    n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
+    path = gshmem._C.permute_path
+    assert path(64 * 1024, True) == "copy_engine" != path(65534, True)
+    counts = [*PERMUTE_COUNTS, 1 << 20]  # 32768 elements and up: 64 KiB and more, copy engine
+    rounds = 120
+    outs = [comm.empty((max(counts) + SLACK,), torch.int16) for _ in range(rounds)]
+    _mixed_permutes(comm, rounds, counts, outs)
+
+    right, left = (me + 1) % n, (me - 1) % n
+    x = torch.empty(150000, dtype=torch.bfloat16, device=dev)
+    there, back = (comm.empty((x.numel(),), torch.bfloat16) for _ in range(2))
+    stream = torch.cuda.Stream(comm.device)
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            comm.permute(x, right, left, out=there)
+            comm.permute(there, left, right, out=back)
+    for rep in range(20):
+        x.copy_(_permute_data(3000 + rep, me, x.numel(), dev))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _bits_equal(there, _permute_data(3000 + rep, left, x.numel(), dev)), rep
+        assert _bits_equal(back, x), rep
+
+    os.environ.pop("GSHMEM_PERMUTE_COPY_MIN")
+    big = comm.empty((3 << 20,), torch.int16)  # 6 MiB: the default line
+    src = _permute_data(4000, me, big.numel(), dev)
+    comm.permute(src, right, left, out=big.view(torch.bfloat16))
+    torch.cuda.synchronize()
+    assert _bits_equal(big, _permute_data(4000, left, big.numel(), dev))
+    big.copy_(src.view(torch.int16))
+    comm.permute(big, right, left, out=big)  # in place: packets
+    torch.cuda.synchronize()
+    assert _bits_equal(big, _permute_data(4000, left, big.numel(), dev))
+    comm.barrier()
+    for t in (*outs, there, back, big):
+        comm.free(t)
+    return f"{rounds} mixed permutes into symmetric outputs, 20 graph replays, 6 MiB, in place"
 
 
 def scenario_badargs(comm: gshmem.Comm) -> str:
