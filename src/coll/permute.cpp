@@ -3,6 +3,7 @@
 #include "coll/coll_state.h"
 #include "coll/kernels.h"
 #include "coll/ops.h"
+#include "coll/permute_plan.h"
 #include "coll/select.h"
 #include "coll/validate.h"
 #include "common/cuda_api.h"
@@ -31,37 +32,37 @@ void require_peer(Comm& comm, int pe, const char* role, const char* op) {
 }
 
 // The copy-engine path (select.h, permute_by_copy_engine): zero SMs, the message stored straight
-// into the receiver's symmetric `out`, on each PE's stream in this order:
-//   1. as receiver: SET ready[me] on src_pe (this PE's `out` is free: stream order)
-//   2. as sender: wait for ready[dst_pe] == 1, reset it, copy `in` into dst_pe's `out`, then SET
-//      arrived[me] on dst_pe (ordered after the copy: signal.cpp)
-//   3. as receiver: wait for arrived[src_pe] == 1, reset it
-// Every PE announces before it waits, so no cycle of permutes deadlocks; every flag is back to 0
-// when the call ends, so a CUDA graph replays it as captured. The waits are the on-stream ones
-// (released when the comm stops: a dead peer, an abort).
+// into the receiver's symmetric `out`, by the steps of permute_plan.h on `stream`. The waits are
+// the on-stream ones (released when the comm stops: a dead peer, an abort).
 void copy_engine_permute(Comm& comm, const void* in, void* out, size_t bytes, int dst_pe,
                          int src_pe, cudaStream_t stream) {
   const PermuteFlags& f = comm.coll_state().permute_flags();
   const int me = comm.rank();
-  if (src_pe == me) {  // and dst_pe == me: a local copy
-    cuda::check(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream),
-                "cudaMemcpyAsync (permute to itself)");
-    return;
-  }
-  if (src_pe < 0) {
-    cuda::check(cudaMemsetAsync(out, 0, bytes, stream), "cudaMemsetAsync (permute: no source)");
-  } else {
-    stream::signal_op(comm, f.ready + me, 1, GSHMEM_SIGNAL_SET, src_pe, stream);
-  }
-  if (dst_pe >= 0) {
-    stream::signal_wait_until(comm, f.ready + dst_pe, GSHMEM_CMP_EQ, 1, stream);
-    stream::signal_op(comm, f.ready + dst_pe, 0, GSHMEM_SIGNAL_SET, me, stream);
-    stream::put_signal(comm, out, in, bytes, f.arrived + me, 1, GSHMEM_SIGNAL_SET, dst_pe,
-                       stream);
-  }
-  if (src_pe >= 0) {
-    stream::signal_wait_until(comm, f.arrived + src_pe, GSHMEM_CMP_EQ, 1, stream);
-    stream::signal_op(comm, f.arrived + src_pe, 0, GSHMEM_SIGNAL_SET, me, stream);
+  for (const PermuteAction& a : permute_plan(me, dst_pe, src_pe)) {
+    switch (a.step) {
+      case PermuteStep::Copy:
+        cuda::check(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream),
+                    "cudaMemcpyAsync (permute to itself)");
+        break;
+      case PermuteStep::Zero:
+        cuda::check(cudaMemsetAsync(out, 0, bytes, stream), "cudaMemsetAsync (permute: no source)");
+        break;
+      case PermuteStep::Announce:
+        stream::signal_op(comm, f.ready + me, 1, GSHMEM_SIGNAL_SET, a.pe, stream);
+        break;
+      case PermuteStep::AwaitReady:
+        stream::signal_wait_until(comm, f.ready + a.pe, GSHMEM_CMP_EQ, 1, stream);
+        stream::signal_op(comm, f.ready + a.pe, 0, GSHMEM_SIGNAL_SET, me, stream);
+        break;
+      case PermuteStep::Send:
+        stream::put_signal(comm, out, in, bytes, f.arrived + me, 1, GSHMEM_SIGNAL_SET, a.pe,
+                           stream);
+        break;
+      case PermuteStep::AwaitArrival:
+        stream::signal_wait_until(comm, f.arrived + a.pe, GSHMEM_CMP_EQ, 1, stream);
+        stream::signal_op(comm, f.arrived + a.pe, 0, GSHMEM_SIGNAL_SET, me, stream);
+        break;
+    }
   }
 }
 

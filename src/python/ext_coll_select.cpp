@@ -1,14 +1,17 @@
 // gshmem._C, backend-choice part: binds gshmem_comm_enable_nccl and gshmem_coll_explain for
 // python/gshmem/coll_select.py, plus internal entry points for the CPU tests: the pure selectors
-// (coll_choose / coll_explain_query, permute_path) and the NCCL loader on its own (nccl_probe).
+// (coll_choose / coll_explain_query, permute_path, permute_plan) and the NCCL loader on its own (nccl_probe).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "coll/nccl.h"
+#include "coll/permute_plan.h"
 #include "coll/select.h"
 #include "gshmem/gshmem.h"
 #include "python/ext_common.h"
@@ -75,6 +78,16 @@ void bind_coll_select(nb::module_& m) {
         }) ? "copy_engine" : "packets");
       }, "bytes"_a, "out_symmetric"_a, "in_place"_a = false,
       "'copy_engine' or 'packets': the path gshmem_permute_on_stream takes; pure. Tests only.");
+  m.def("permute_plan", [](int me, int dst_pe, int src_pe) {
+        static const char* const names[] = {"copy", "zero", "announce", "await_ready", "send",
+                                            "await_arrival"};
+        std::vector<std::tuple<std::string, int>> out;
+        for (const auto& a : gshmem::coll::permute_plan(me, dst_pe, src_pe)) {
+          out.emplace_back(names[static_cast<int>(a.step)], a.pe);
+        }
+        return out;
+      }, "me"_a, "dst_pe"_a, "src_pe"_a,
+      "[(step, pe)]: the copy-engine permute's steps on one PE (permute_plan.h); pure. Tests only.");
   m.def("nccl_probe", [](const std::string& library) {
         auto p = call_internal([&] { return gshmem::coll::probe_nccl(library); });
         return std::make_tuple(p.ok, p.ok ? p.path : p.why, p.version);

@@ -1,0 +1,30 @@
+// The copy-engine permute's steps on one PE's stream (permute.cpp runs them; the CPU tests run
+// every PE's plans against each other for whole sequences of permutations). Pure: no CUDA.
+//
+//   Copy          dst_pe == src_pe == me: a local copy, nothing else
+//   Zero          nobody sends here: `out` is zeroed (as jax.lax.ppermute)
+//   Announce      as receiver: SET ready[me] on pe = src_pe (this PE's `out` is free: stream order)
+//   AwaitReady    as sender: wait for ready[pe] == 1 (pe = dst_pe), then reset it to 0
+//   Send          copy `in` into pe's `out` by the copy engine, then SET arrived[me] on pe (the
+//                 SET is ordered after the copy)
+//   AwaitArrival  as receiver: wait for arrived[pe] == 1 (pe = src_pe), then reset it to 0
+// Every PE announces before it waits, so no cycle of permutes deadlocks, and every flag is back
+// to 0 when the call ends, so a CUDA graph replays it as captured.
+#pragma once
+
+#include <vector>
+
+namespace gshmem::coll {
+
+enum class PermuteStep { Copy, Zero, Announce, AwaitReady, Send, AwaitArrival };
+
+struct PermuteAction {
+  PermuteStep step;
+  int pe;  // the peer the step concerns; this PE for Copy and Zero
+};
+
+// The steps of PE `me` sending to `dst_pe` and receiving from `src_pe` (-1: none), arguments
+// already checked (both or neither of them `me`).
+std::vector<PermuteAction> permute_plan(int me, int dst_pe, int src_pe);
+
+}  // namespace gshmem::coll
