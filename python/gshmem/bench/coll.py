@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gshmem import _C
 from gshmem.bench.nccl_group import join_nccl
 from gshmem.bench.options import choices, parse_size, size_range
 from gshmem.bench.report import Row, bus_bandwidth, fmt_value, median
@@ -307,6 +308,10 @@ class CollBench:
             return self.src[:count], self.dst[: count // n]
         return self.src[:count], self.dst[:count]
 
+    def permute_path(self, size: int) -> str:
+        """The path comm.permute takes for `size` bytes into this bench's outputs."""
+        return _C.permute_path(size, self.o.buffers == "symmetric").replace("_", " ")
+
     def ring(self) -> tuple[int, int]:
         """(the next PE, the previous PE): the permute's shift."""
         return (self.rank + 1) % self.n, (self.rank - 1) % self.n
@@ -406,7 +411,7 @@ class CollBench:
                   f"{o.sizes()[0]}..{o.sizes()[-1]} B", flush=True)  # fmt: skip
         for op in o.ops:
             for size in o.sizes():
-                algo = "packets" if op == "permute" else self.algorithm(op, size)
+                algo = self.permute_path(size) if op == "permute" else self.algorithm(op, size)
                 self.measure("gshmem", op, size, lambda i, out, op=op: self.gshmem_call(op, i, out),
                              algo=algo)  # fmt: skip
         if "nccl" in o.compare or "torch_symm" in o.compare:
