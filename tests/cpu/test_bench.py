@@ -64,6 +64,10 @@ def test_defaults_and_quick():
     q = options.parse_args(["--quick"])
     assert q.sizes() == [1 << 20, 16 << 20, 256 << 20]
     assert q.timeout < 180 and q.repeats <= 3 and len(q.configs("block")) == 2
+    assert q.configs("thread") == [(32, 1024)]
+    proxy = options.parse_args(["--quick", "--path", "proxy"])
+    assert proxy.configs("thread") == proxy.configs("warp") == [options.PROXY_CONFIG]
+    assert proxy.configs("block") == q.configs("block")
 
 
 def test_perftest_options():

@@ -24,6 +24,10 @@ PROXY_ENV = {
     "NCCL_P2P_DISABLE": "1",
     "NCCL_SHM_DISABLE": "1",
 }
+# (CTAs, threads) of the proxy path's thread- and warp-scope rows: every thread or warp posts its
+# own descriptor there, so 32 x 1024 threads (the direct path's row) measure the proxy thread's
+# descriptor rate ~30000 times per launch, not the link; the rate rows take this shape too.
+PROXY_CONFIG = (4, 128)
 ROTATE_BYTES = 256 << 20  # rotate slots until a buffer spans this much (> 4 x the 50-60 MB L2)
 MAX_SLOTS = 256
 MIN_BYTES_PER_REPEAT = 256 << 20
@@ -65,6 +69,8 @@ class Options:
             ctas = self.ctas or [32]
             threads = self.threads or [1024]
             return [(c, t) for c in ctas for t in threads]
+        if self.path == "proxy" and scope != "block":
+            return [PROXY_CONFIG]
         if scope == "block":
             return (
                 [(8, 1024), (32, 1024)]

@@ -29,7 +29,7 @@ from typing import Any
 
 from gshmem.bench.nccl_group import join_nccl
 from gshmem.bench.nvshmem import nvshmem_rows
-from gshmem.bench.options import PROXY_ENV, Options, iters_for, slots_for
+from gshmem.bench.options import PROXY_CONFIG, PROXY_ENV, Options, iters_for, slots_for
 from gshmem.bench.report import Row, bandwidth_gbps, median
 
 KERNELS = Path(__file__).resolve().parent / "kernels.cu"
@@ -269,7 +269,7 @@ class Bench:
         if self.o.ctas or self.o.threads:
             return self.o.configs("block")
         if self.o.path == "proxy":  # one round trip per fetching thread: fewer threads
-            return [(4, 128)]
+            return [PROXY_CONFIG]
         return [(32, 1024)] if self.o.quick else [(8, 1024), (32, 1024)]
 
     def rate(self, op: str, ctas: int, threads: int) -> None:

@@ -654,7 +654,8 @@ def scenario_permute_copy(comm: gshmem.Comm) -> str:
     torch.cuda.synchronize()
     assert _bits_equal(big, _permute_data(4000, left, big.numel(), dev))
     big.copy_(src.view(torch.int16))
-    comm.permute(big, right, left, out=big)  # in place: packets
+    in_place = big.view(torch.bfloat16)
+    comm.permute(in_place, right, left, out=in_place)  # in place: packets
     torch.cuda.synchronize()
     assert _bits_equal(big, _permute_data(4000, left, big.numel(), dev))
     comm.barrier()
