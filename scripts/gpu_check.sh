@@ -2,10 +2,9 @@
 # Build, test and exercise gshmem on a GPU host; logs and JSON go to $OUT (device machines) or
 # results/<time>/, and a summary table is printed last.
 #
-#   bash scripts/gpu_check.sh            # build, the GPU tests, the quick benchmarks: meant to fit
-#                                        # one 10-minute call at 2 and at 4 GPUs (at 4 on 4 x H200,
-#                                        # 2026-11-26: tests 363 + 139 s, ~600 s in all before the
-#                                        # shared kernel cache and the long tests first)
+#   bash scripts/gpu_check.sh            # build, the GPU tests, the quick benchmarks: fits one
+#                                        # 10-minute call at 2 and at 4 GPUs (at 4 on 4 x H200,
+#                                        # 2026-11-26: 518 s in all, tests 282 + 106 s)
 #   STEPS=all bash scripts/gpu_check.sh  # also the demos, the timing run and compute-sanitizer
 #   STEPS="pytest demo" bash scripts/gpu_check.sh    # only these of: pytest demo timing bench sanitizer
 #   PYTEST_ARGS="tests/gpu/test_heap.py" bash scripts/gpu_check.sh   # a subset of the tests
