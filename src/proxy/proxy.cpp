@@ -143,8 +143,7 @@ void Proxy::execute(const Command& c, uint64_t ticket) {
     case Op::kFence:
       engine_.fence();
       return;
-    case Op::kQuiet:
-      engine_.flush();
+    case Op::kQuiet:  // run() holds quiets back and flushes once per batch
       return;
     case Op::kAtomic: {  // the engine refuses an unknown or misaligned atomic
       const Atomic a{c.amo, c.amo_type, c.local, c.compare};
@@ -173,11 +172,26 @@ void Proxy::run(int device) {
     if (device >= 0) cuda::check(cudaSetDevice(device), "cudaSetDevice (proxy thread)");
     while (!stop_.load(std::memory_order_acquire)) {
       int taken = 0;
+      bool quiet_held = false;  // a kQuiet taken in this batch waits for the batch's flush
       uint64_t words[kPayloadWords];
       while (taken < kBatch && try_pop(queue_, next, words)) {
-        execute(decode(words), next - 1);
-        __atomic_store_n(completion_.retired, next, __ATOMIC_RELEASE);
+        const Command c = decode(words);
+        // Quiets coalesce: one flush after the batch completes everything before each of
+        // them, so a batch of blocking puts from many GPU threads (a put and a quiet each)
+        // costs one flush, not one per thread. Issuing what follows a quiet before that flush
+        // is sound: a producer pushes nothing that must follow its quiet before the quiet
+        // retired (proxy_quiet waits for it), and retired stays at the first held quiet.
+        if (c.op == Op::kQuiet) {
+          quiet_held = true;
+        } else {
+          execute(c, next - 1);
+        }
+        if (!quiet_held) __atomic_store_n(completion_.retired, next, __ATOMIC_RELEASE);
         ++taken;
+      }
+      if (quiet_held) {
+        engine_.flush();
+        __atomic_store_n(completion_.retired, next, __ATOMIC_RELEASE);
       }
       const bool moved = engine_.progress();
       if (taken > 0 || moved || engine_.busy()) {

@@ -3,7 +3,9 @@
 // flows back through words the producers can read (descriptors: gshmem/proxy_queue.h):
 //   retired    descriptors taken and issued, in ticket order; a kQuiet descriptor retires only
 //              once every earlier operation is complete at its target, so "retired > t" after a
-//              quiet with ticket t means everything before it has landed;
+//              quiet with ticket t means everything before it has landed (the quiets of one
+//              batch of descriptors share one flush at its end, and retired stays at the first
+//              of them until then);
 //   counters   local completion counts (gshmem/proxy_queue.h, word 6), added to by the CPU
 //              (host memory) or through `counter_sink` (GPU memory, which the CPU cannot add
 //              to atomically: GpuSink's kernel);

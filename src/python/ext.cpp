@@ -140,6 +140,7 @@ void bind_stream(nb::module_& m);  // ext_stream.cpp
 void bind_coll(nb::module_& m);  // ext_coll.cpp
 void bind_coll_select(nb::module_& m);  // ext_coll_select.cpp
 void bind_proxy(nb::module_& m);  // ext_proxy.cpp
+void bind_proxy_trace(nb::module_& m);  // ext_proxy_trace.cpp
 
 NB_MODULE(_C, m) {
   m.doc() = "gshmem native core (use the gshmem package, not this module directly)";
@@ -213,4 +214,5 @@ NB_MODULE(_C, m) {
   bind_coll(m);
   bind_coll_select(m);
   bind_proxy(m);
+  bind_proxy_trace(m);
 }

@@ -58,3 +58,27 @@ def test_capacity_must_be_a_power_of_two(capacity):
 def test_a_descriptor_is_seven_words():
     with pytest.raises(gshmem.UsageError, match="7 words"):
         _C.ProxyQueue(4).try_push([1, 2, 3])
+
+
+def test_quiets_of_one_batch_share_one_flush():
+    # Blocking puts from many GPU threads arrive as put, quiet, put, quiet, ...: the proxy issues
+    # every put of the batch, then flushes once; retired stays at the first quiet (ticket 1)
+    # until that flush, then covers the whole batch.
+    ops = _C.PROXY_OPS
+    trace, retired = _C.proxy_trace([ops["put"], ops["quiet"]] * 4)
+    assert trace == [("put", 0)] + [("put", 1)] * 3 + [("flush", 1)]
+    assert retired == 8
+
+
+def test_a_batch_without_quiets_retires_each_descriptor_as_it_goes():
+    ops = _C.PROXY_OPS
+    trace, retired = _C.proxy_trace([ops["put"], ops["put_value"], ops["get"], ops["fence"]])
+    assert trace == [("put", 0), ("put_value", 1), ("get", 2), ("fence", 3)]
+    assert retired == 4
+
+
+def test_a_signal_after_a_held_quiet_still_fences_first():
+    # a signal orders itself behind everything before it with its own fence, quiet or not
+    ops = _C.PROXY_OPS
+    trace, _ = _C.proxy_trace([ops["put"], ops["quiet"], ops["signal"], ops["quiet"]])
+    assert trace == [("put", 0), ("fence", 1), ("signal", 1), ("flush", 1)]
