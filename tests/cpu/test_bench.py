@@ -68,6 +68,11 @@ def test_defaults_and_quick():
     proxy = options.parse_args(["--quick", "--path", "proxy"])
     assert proxy.configs("thread") == proxy.configs("warp") == [options.PROXY_CONFIG]
     assert proxy.configs("block") == q.configs("block")
+    # a quick proxy run: block scope, one direction, unless asked otherwise
+    assert (proxy.scopes, proxy.directions) == (["block"], ["uni"])
+    asked = options.parse_args(["--quick", "--path", "proxy", "--scope", "all", "--dir", "bidir"])
+    assert (asked.scopes, asked.directions) == (["thread", "warp", "block"], ["bidir"])
+    assert (q.scopes, q.directions) == (["thread", "warp", "block"], ["uni", "bidir"])
 
 
 def test_perftest_options():

@@ -140,8 +140,9 @@ def parser() -> argparse.ArgumentParser:
     a("-c", "--ctas", type=_int_list, default=None, help="CTAs, e.g. 8 or 4,8,32")
     a("-t", "--threads", type=_int_list, default=None, help="threads per CTA, e.g. 1024")
     a("--repeats", type=int, default=None, help="timed repeats; the median is kept (default 5)")
-    a("--scope", default="all", help="thread|warp|block|all, or a comma list (default all)")
-    a("--dir", default="all", help="uni|bidir|all (default all)")
+    a("--scope", default=None, help="thread|warp|block|all, or a comma list (default all; "
+      "block with --path proxy --quick)")  # fmt: skip
+    a("--dir", default=None, help="uni|bidir|all (default all; uni with --path proxy --quick)")
     a("--only", default="all", help=f"subset of {','.join(TESTS)} (default all)")
     a("--compare", default="", help="copy_engine,nccl,nvshmem or all (default none)")
     a(
@@ -180,8 +181,11 @@ def parse_args(argv: Sequence[str]) -> Options:
     ns = p.parse_args(list(argv))
     q = ns.quick
     try:
-        scopes = choices(ns.scope, SCOPES, "--scope")
-        dirs = choices(ns.dir, ("uni", "bidir"), "--dir")
+        # A quick run through the proxy keeps to what fits a short job: a descriptor per thread
+        # or warp makes those rows the proxy's descriptor rate, which the rate rows measure.
+        proxy_quick = q and ns.path == "proxy"
+        scopes = choices(ns.scope or ("block" if proxy_quick else "all"), SCOPES, "--scope")
+        dirs = choices(ns.dir or ("uni" if proxy_quick else "all"), ("uni", "bidir"), "--dir")
         tests = choices(ns.only, TESTS, "--only")
         compare = choices(ns.compare, BASELINES, "--compare") if ns.compare else []
     except argparse.ArgumentTypeError as e:
