@@ -1,8 +1,9 @@
 // put, get, put_2d, put_signal on a stream. Bulk data goes through the copy engines:
 // cudaMemcpyAsync (2D for put_2d) between this GPU's buffer and the peer's heap as mapped into
 // this GPU's address space (the heap maps every reachable PE's memory, src/heap/), so no SM runs
-// and the copy is captured into a CUDA graph as an ordinary memcpy node. Messages of at most GSHMEM_STREAM_KERNEL_MAX_BYTES go
-// through a one-block kernel instead, where launching it is cheaper than a copy-engine copy.
+// and the copy is captured into a CUDA graph as an ordinary memcpy node. Messages of at most
+// GSHMEM_STREAM_KERNEL_MAX_BYTES go through a one-block kernel instead, where launching it is
+// cheaper than a copy-engine copy.
 #include <string>
 
 #include "common/cuda_api.h"
