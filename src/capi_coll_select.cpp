@@ -39,7 +39,8 @@ gshmem_result_t gshmem_coll_explain(gshmem_comm_t comm, gshmem_coll_t op, size_t
     int n = npes <= 0 ? c.nranks() : npes;
     const gshmem_team_t first{0, 1, n, c.rank() < n ? c.rank() : -1};  // PEs 0 .. n-1
     gshmem::coll::Query q{op, bytes, n, c.nccl() != nullptr && n == c.nranks(),
-                          out_symmetric != 0, gshmem::coll::beyond_reach(c, first)};
+                          out_symmetric != 0, gshmem::coll::beyond_reach(c, first),
+                          c.proxy() != nullptr};
     std::string text = gshmem::coll::explain(q);
     size_t k = std::min(text.size(), len - 1);
     std::memcpy(out, text.data(), k);

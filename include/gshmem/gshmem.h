@@ -208,8 +208,8 @@ gshmem_result_t gshmem_window_deregister(gshmem_comm_t comm, gshmem_window_handl
  *   - Capturable: every call may be made while `stream` is being captured into a CUDA graph; the
  *     graph is correct on every replay (no host-side state is baked into it that replays would
  *     have to update).
- *   - Reach: `pe` must be load/store-reachable (same host, P2P on); other PEs fail with
- *     GSHMEM_ERROR_USAGE, since there is no proxy path yet.
+ *   - Reach: `pe` must be load/store-reachable (same host, P2P on) or on this comm's proxy path
+ *     (docs/network.md); other PEs fail with GSHMEM_ERROR_USAGE.
  *   - Symmetric pointers (dst_sym, src_sym, sig_sym) lie, with all their bytes, in this comm's
  *     mapped heap; local pointers (src of put, dst of get) are device memory this GPU can
  *     address.
@@ -300,7 +300,11 @@ gshmem_result_t gshmem_barrier_on_stream(gshmem_comm_t comm, void* stream);
  * heap scratch the comm allocates at init; a symmetric `out` is written directly by large
  * all_gather / broadcast / all_to_all and by two-shot all_reduce (every member must then pass
  * the same symmetric object: the paths differ). Each call chooses gshmem's own algorithm or NCCL (gshmem_coll_explain says which and
- * why; GSHMEM_COLL_BACKEND and per-operation variables override it). Capturable in CUDA graphs.
+ * why; GSHMEM_COLL_BACKEND and per-operation variables override it). A team with a member beyond
+ * load/store reach takes NCCL where it is enabled; else, on a comm with a proxy path, all_gather,
+ * broadcast and all_to_all into a symmetric `out` (not `in`) run as puts straight into the
+ * members' `out`, through the proxy to such members ("exchange"); anything else is a usage error
+ * saying what would run it. Capturable in CUDA graphs.
  * -------------------------------------------------------------------------------------------*/
 typedef enum {
   GSHMEM_FLOAT32 = 0,
@@ -359,12 +363,15 @@ gshmem_result_t gshmem_all_to_allv_on_stream(gshmem_comm_t comm, const gshmem_te
  * zeros in `out`); dst_pe == src_pe == this PE copies. The n-th call in which p sends to q pairs
  * with the n-th in which q receives from p: every PE makes its permutes in one order, as an SPMD
  * program does, and a PE's permutes are ordered among themselves (one stream, or stream
- * dependencies). Peers within load/store reach. One kernel moving LL packets (a small message
- * costs one NVLink crossing, no signal; larger ones go in 256 KiB chunks; docs/collectives.md
- * gives the rates against gshmem_put_signal_on_stream), bounded waits; or, when `out` is a
- * symmetric object (the same on every PE), not `in`, and at least GSHMEM_PERMUTE_COPY_MIN bytes
- * (default 2 MiB), a copy-engine put straight into the receiver's `out` between two on-stream
- * flag handshakes (zero SMs). Enqueued on `stream`; capturable in CUDA graphs. */
+ * dependencies). One kernel moving LL packets (a small message costs one NVLink crossing, no
+ * signal; larger ones go in 256 KiB chunks; docs/collectives.md gives the rates against
+ * gshmem_put_signal_on_stream), bounded waits; or, when `out` is a symmetric object (the same on
+ * every PE), not `in`, and at least GSHMEM_PERMUTE_COPY_MIN bytes (default 2 MiB), a copy-engine
+ * put straight into the receiver's `out` between two on-stream flag handshakes (zero SMs). On a
+ * comm with a proxy path (peers on other hosts) every permute into a symmetric `out`, not `in`,
+ * takes the handshake path at any size, through the proxy to such peers; one to or from a PE on
+ * the proxy path with any other `out` is a usage error. Enqueued on `stream`; capturable in CUDA
+ * graphs. */
 gshmem_result_t gshmem_permute_on_stream(gshmem_comm_t comm, const void* in, void* out,
                                          size_t bytes, int dst_pe, int src_pe, void* stream);
 

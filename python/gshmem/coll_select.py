@@ -82,12 +82,17 @@ def choose(
     nccl_available: bool = False,
     symmetric: bool = False,
     beyond_reach: bool = False,
+    proxy: bool = False,
 ) -> tuple[str, str, str]:
     """(backend, algorithm, reason) for a query, without a comm (what ``explain`` reports;
     tests and planning tools). Reads the same environment variables. ``beyond_reach``: some
-    member is not load/store-reachable (another host), which only NCCL serves."""
+    member is not load/store-reachable (another host): NCCL serves it, or, when the comm has a
+    proxy path (``proxy``), gshmem's ``exchange`` for all_gather, broadcast and all_to_all into
+    a symmetric output."""
     code = op_code(op)
-    return tuple(_C.coll_choose(code, nbytes, npes, nccl_available, symmetric, beyond_reach))  # type: ignore[return-value]
+    return tuple(  # type: ignore[return-value]
+        _C.coll_choose(code, nbytes, npes, nccl_available, symmetric, beyond_reach, proxy)
+    )
 
 
 __all__ = ["OPS", "choose", "enable_nccl", "explain", "nccl_wheel_dirs", "op_code"]

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "coll/coll_state.h"
+#include "coll/exchange.h"
 #include "coll/kernels.h"
 #include "coll/nccl.h"
 #include "coll/select.h"
@@ -27,7 +28,8 @@ bool is_world(const Comm& comm, const gshmem_team_t& t) {
 Choice decide(Comm& comm, const gshmem_team_t& team, gshmem_coll_t op, size_t bytes,
               bool out_symmetric, bool nccl_has_op = true) {
   const bool nccl = nccl_has_op && comm.nccl() != nullptr && is_world(comm, team);
-  return choose({op, bytes, team.size, nccl, out_symmetric, beyond_reach(comm, team)});
+  return choose({op, bytes, team.size, nccl, out_symmetric, beyond_reach(comm, team),
+                 comm.proxy() != nullptr});
 }
 
 // GSHMEM_COLL_CHECK's descriptor of a call: what every member must agree on. Low 7 bits: the
@@ -164,6 +166,10 @@ void all_gather(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     comm.nccl()->all_gather(in, out, count, dtype, stream);
     return;
   }
+  if (c.algo == Algo::Exchange) {
+    exchange_all_gather(comm, team, in, out, bytes, stream);
+    return;
+  }
   const uint64_t offset = c.direct ? out_offset : kNotDirect;
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_GATHER, dtype, 0, 0, count, offset));
@@ -235,6 +241,10 @@ void broadcast(Comm& comm, const gshmem_team_t* team_arg, const void* in, void* 
     comm.nccl()->broadcast(in, out, count, dtype, root, stream);
     return;
   }
+  if (c.algo == Algo::Exchange) {
+    exchange_broadcast(comm, team, in, out, bytes, root, stream);
+    return;
+  }
   const uint64_t offset = c.direct ? out_offset : kNotDirect;
   const kernels::Launch l = launch(comm, team, stream,
                                    describe(GSHMEM_COLL_BROADCAST, dtype, 0, root, count, offset));
@@ -265,6 +275,10 @@ void all_to_all(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   cuda::DeviceGuard current(comm.device());
   if (c.backend == Backend::Nccl) {
     comm.nccl()->all_to_all(in, out, count, dtype, stream);
+    return;
+  }
+  if (c.algo == Algo::Exchange) {
+    exchange_all_to_all(comm, team, in, out, block, stream);
     return;
   }
   const uint64_t offset = c.direct ? out_offset : kNotDirect;

@@ -1,6 +1,8 @@
 #include <string>
+#include <vector>
 
 #include "coll/coll_state.h"
+#include "coll/exchange.h"
 #include "coll/kernels.h"
 #include "coll/ops.h"
 #include "coll/permute_plan.h"
@@ -10,12 +12,11 @@
 #include "common/error.h"
 #include "core/comm.h"
 #include "gshmem/gshmem.h"
-#include "stream/ops.h"
 
 namespace gshmem::coll {
 namespace {
 
-// -1, or a PE of the comm that loads and stores reach (the packets are stored straight into it).
+// -1, or a PE of the comm: one that loads and stores reach, or one on the comm's proxy path.
 void require_peer(Comm& comm, int pe, const char* role, const char* op) {
   if (pe < 0) {
     GSHMEM_REQUIRE(pe == -1, std::string(op) + ": " + role + "_pe " + std::to_string(pe) +
@@ -25,45 +26,34 @@ void require_peer(Comm& comm, int pe, const char* role, const char* op) {
   GSHMEM_REQUIRE(pe < comm.nranks(), std::string(op) + ": " + role + "_pe " + std::to_string(pe) +
                                          " is not a PE of this comm's " +
                                          std::to_string(comm.nranks()));
-  GSHMEM_REQUIRE(comm.heap().local_index()[pe] >= 0,
+  GSHMEM_REQUIRE(comm.heap().local_index()[pe] >= 0 || comm.via_proxy(pe),
                  std::string(op) + ": PE " + std::to_string(pe) +
-                     " is beyond load/store reach of this GPU; move the data with "
-                     "gshmem_put_signal_on_stream, which also takes the proxy path");
+                     " is beyond load/store reach of this GPU and this comm has no proxy path "
+                     "(docs/network.md)");
 }
 
 // The copy-engine path (select.h, permute_by_copy_engine): zero SMs, the message stored straight
-// into the receiver's symmetric `out`, by the steps of permute_plan.h on `stream`. The waits are
-// the on-stream ones (released when the comm stops: a dead peer, an abort).
+// into the receiver's symmetric `out` by exchange.h's steps on `stream`, or, to or from a PE on
+// the proxy path, through the proxy. The waits are the on-stream ones (released when the comm
+// stops: a dead peer, an abort).
 void copy_engine_permute(Comm& comm, const void* in, void* out, size_t bytes, int dst_pe,
                          int src_pe, cudaStream_t stream) {
-  const PermuteFlags& f = comm.coll_state().permute_flags();
   const int me = comm.rank();
   for (const PermuteAction& a : permute_plan(me, dst_pe, src_pe)) {
-    switch (a.step) {
-      case PermuteStep::Copy:
-        cuda::check(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream),
-                    "cudaMemcpyAsync (permute to itself)");
-        break;
-      case PermuteStep::Zero:
-        cuda::check(cudaMemsetAsync(out, 0, bytes, stream), "cudaMemsetAsync (permute: no source)");
-        break;
-      case PermuteStep::Announce:
-        stream::signal_op(comm, f.ready + me, 1, GSHMEM_SIGNAL_SET, a.pe, stream);
-        break;
-      case PermuteStep::AwaitReady:
-        stream::signal_wait_until(comm, f.ready + a.pe, GSHMEM_CMP_EQ, 1, stream);
-        stream::signal_op(comm, f.ready + a.pe, 0, GSHMEM_SIGNAL_SET, me, stream);
-        break;
-      case PermuteStep::Send:
-        stream::put_signal(comm, out, in, bytes, f.arrived + me, 1, GSHMEM_SIGNAL_SET, a.pe,
-                           stream);
-        break;
-      case PermuteStep::AwaitArrival:
-        stream::signal_wait_until(comm, f.arrived + a.pe, GSHMEM_CMP_EQ, 1, stream);
-        stream::signal_op(comm, f.arrived + a.pe, 0, GSHMEM_SIGNAL_SET, me, stream);
-        break;
+    if (a.step == PermuteStep::Copy) {
+      cuda::check(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream),
+                  "cudaMemcpyAsync (permute to itself)");
+      return;
+    }
+    if (a.step == PermuteStep::Zero) {
+      cuda::check(cudaMemsetAsync(out, 0, bytes, stream), "cudaMemsetAsync (permute: no source)");
     }
   }
+  std::vector<ExchangeSend> sends;
+  std::vector<int> srcs;
+  if (dst_pe >= 0) sends.push_back({dst_pe, in, out, bytes});
+  if (src_pe >= 0) srcs.push_back(src_pe);
+  exchange(comm, sends, srcs, stream);
 }
 
 }  // namespace
@@ -81,8 +71,17 @@ void permute(Comm& comm, const void* in, void* out, size_t bytes, int dst_pe, in
   require_buffer(comm, what, "in", in, bytes, 1);
   require_buffer(comm, what, "out", out, bytes, 1);
   require_no_overlap(what, in, bytes, out, bytes, in == out);
+  const bool out_symmetric = comm.heap().contains(out);
+  // Both ends of a pair choose alike: every PE has a proxy path or none (Comm::open_proxy).
+  const bool proxy = comm.proxy() != nullptr;
+  if ((dst_pe >= 0 && comm.via_proxy(dst_pe)) || (src_pe >= 0 && comm.via_proxy(src_pe))) {
+    GSHMEM_REQUIRE(out_symmetric && in != out,
+                   std::string(what) + ": a permute to or from a PE on the proxy path stores "
+                                       "into its receiver's `out`, which must be a symmetric "
+                                       "heap object (the same on every PE) other than `in`");
+  }
   cuda::DeviceGuard current(comm.device());
-  if (permute_by_copy_engine(bytes, comm.heap().contains(out), in == out)) {
+  if (permute_by_copy_engine(bytes, out_symmetric, in == out, proxy)) {
     copy_engine_permute(comm, in, out, bytes, dst_pe, src_pe, stream);
     return;
   }

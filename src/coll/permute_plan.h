@@ -1,5 +1,5 @@
-// The copy-engine permute's steps on one PE's stream (permute.cpp runs them; the CPU tests run
-// every PE's plans against each other for whole sequences of permutations). Pure: no CUDA.
+// The copy-engine permute's steps on one PE's stream (permute.cpp and exchange.cpp run them; the
+// CPU tests run every PE's plans against each other for whole sequences of calls). Pure: no CUDA.
 //
 //   Copy          dst_pe == src_pe == me: a local copy, nothing else
 //   Zero          nobody sends here: `out` is zeroed (as jax.lax.ppermute)
@@ -26,5 +26,13 @@ struct PermuteAction {
 // The steps of PE `me` sending to `dst_pe` and receiving from `src_pe` (-1: none), arguments
 // already checked (both or neither of them `me`).
 std::vector<PermuteAction> permute_plan(int me, int dst_pe, int src_pe);
+
+// The same protocol with several peers each way (exchange.h: the collectives through the proxy):
+// Announce to every PE of `srcs`, then AwaitReady and Send for each PE of `dsts` in order, then
+// AwaitArrival from every PE of `srcs`. Every PE still announces before it waits, and the flags
+// are per pair of PEs, so any set of such calls, made alike on every PE, cannot deadlock. PEs are
+// other than `me`, each at most once per list.
+std::vector<PermuteAction> exchange_plan(const std::vector<int>& dsts,
+                                         const std::vector<int>& srcs);
 
 }  // namespace gshmem::coll

@@ -202,6 +202,50 @@ void log_once(const Query& q, const Choice& c) {
                c.reason.c_str());
 }
 
+// Whether Algo::Exchange can run the call: an operation that only moves bytes, into a symmetric
+// `out` (not `in`, for all_to_all: Query::out_symmetric says so).
+bool exchange_capable(const Query& q) {
+  const bool moves = q.op == GSHMEM_COLL_ALL_GATHER || q.op == GSHMEM_COLL_BROADCAST ||
+                     q.op == GSHMEM_COLL_ALL_TO_ALL;
+  return moves && q.out_symmetric;
+}
+
+// decide() for a team with a member beyond load/store reach. `want`/`who`: the backend override;
+// `algo`: the algorithm override ("VAR=value") or empty.
+Choice beyond_reach(const Query& q, const Defaults& d, Want want, const std::string& who,
+                    const std::string& algo) {
+  const std::string what = std::string(name(q.op)) + ": a member of the team is beyond "
+                           "load/store reach (another host, or P2P turned off)";
+  if (!algo.empty()) {
+    throw_error(GSHMEM_ERROR_USAGE, what + ", where gshmem's kernels do not reach; unset " + algo);
+  }
+  const bool nccl = d.nccl_capable && q.nccl_available && want != Want::Gshmem;
+  if (nccl) return {Backend::Nccl, Algo::Nccl, "a member beyond load/store reach: NCCL's network path"};
+  if (want == Want::Nccl) throw_error(GSHMEM_ERROR_USAGE, nccl_missing(who));
+  if (q.proxy && exchange_capable(q)) {
+    return {Backend::Gshmem, Algo::Exchange,
+            (want == Want::Gshmem ? who + ": " : std::string()) +
+                "a member beyond load/store reach: puts through the proxy into the symmetric out"};
+  }
+  std::string how;
+  const bool moves = q.op == GSHMEM_COLL_ALL_GATHER || q.op == GSHMEM_COLL_BROADCAST ||
+                     q.op == GSHMEM_COLL_ALL_TO_ALL;
+  if (!q.proxy) {
+    how = "this comm has no proxy path (docs/network.md)";
+  } else if (moves) {
+    how = "through the proxy it needs a symmetric out (comm.empty), other than in";
+  } else {
+    how = "gshmem has no " + std::string(name(q.op)) + " through the proxy yet";
+  }
+  if (!d.nccl_capable) throw_error(GSHMEM_ERROR_USAGE, what + "; " + how + ", and NCCL has none");
+  if (want == Want::Gshmem) {
+    throw_error(GSHMEM_ERROR_USAGE, what + "; " + how + ": unset " + who + " so that NCCL runs it");
+  }
+  throw_error(GSHMEM_ERROR_USAGE,
+              what + "; " + how + ", or NCCL: call gshmem_comm_enable_nccl (Python: "
+                     "comm.enable_nccl()) on every PE first, and run it over the world team");
+}
+
 Choice decide(const Query& q) {
   const Defaults& d = defaults_for(q.op);
   GSHMEM_REQUIRE(q.npes >= 1, std::string(name(q.op)) + ": the team must have at least 1 PE, got " +
@@ -232,24 +276,8 @@ Choice decide(const Query& q) {
   std::string algo_var = var(q.op, "ALGO");
   const char* algo_value = getenv_nonempty(algo_var);
 
-  // Members beyond load/store reach: NCCL or nothing, whatever the size.
-  if (q.beyond_reach) {
-    const std::string what = std::string(name(q.op)) + ": a member of the team is beyond "
-                             "load/store reach (another host, or P2P turned off), and gshmem's " +
-                             name(q.op) + " runs on loads and stores";
-    if (!d.nccl_capable) throw_error(GSHMEM_ERROR_USAGE, what + "; NCCL has none either");
-    if (algo_value || want == Want::Gshmem) {
-      throw_error(GSHMEM_ERROR_USAGE, what + "; unset " +
-                                          (algo_value ? algo_var + "=" + algo_value : who) +
-                                          " so that NCCL runs it");
-    }
-    if (!q.nccl_available) {
-      throw_error(GSHMEM_ERROR_USAGE,
-                  what + "; it needs NCCL: call gshmem_comm_enable_nccl (Python: "
-                         "comm.enable_nccl()) on every PE first, and run it over the world team");
-    }
-    return {Backend::Nccl, Algo::Nccl, "a member beyond load/store reach: NCCL's network path"};
-  }
+  // Members beyond load/store reach: NCCL, or puts through the proxy, whatever the size.
+  if (q.beyond_reach) return beyond_reach(q, d, want, who, algo_value ? algo_var + "=" + algo_value : "");
   if (algo_value) {
     Algo a = parse_algo(algo_var, algo_value, d);
     if (want == Want::Nccl && getenv_nonempty(op_var)) {
@@ -327,8 +355,9 @@ bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric) {
   }
 }
 
-bool permute_by_copy_engine(size_t bytes, bool out_symmetric, bool in_place) {
+bool permute_by_copy_engine(size_t bytes, bool out_symmetric, bool in_place, bool proxy) {
   if (!out_symmetric || in_place) return false;
+  if (proxy) return true;
   const char* v = getenv_nonempty("GSHMEM_PERMUTE_COPY_MIN");
   if (v == nullptr) return bytes >= 2 * MiB;
   if (lower(v) == "never") return false;
@@ -373,6 +402,7 @@ const char* name(Algo algo) {
     case Algo::OneShot: return "one_shot";
     case Algo::TwoShot: return "two_shot";
     case Algo::Nccl: return "nccl";
+    case Algo::Exchange: return "exchange";
   }
   return "unknown";
 }

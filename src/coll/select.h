@@ -18,7 +18,9 @@
 namespace gshmem::coll {
 
 enum class Backend { Gshmem, Nccl };
-enum class Algo { Packet, OneShot, TwoShot, Nccl };
+// Exchange: puts with flags straight into a symmetric `out` (exchange.h), which reach members on
+// the proxy path; the algorithm of teams with members beyond load/store reach.
+enum class Algo { Packet, OneShot, TwoShot, Nccl, Exchange };
 
 struct Query {
   gshmem_coll_t op;
@@ -26,10 +28,12 @@ struct Query {
   int npes;             // team size
   bool nccl_available;  // gshmem_comm_enable_nccl succeeded on this comm (and the team is world)
   bool out_symmetric = false;  // `out` is a symmetric heap object (and, for all_to_all, not `in`)
-  // Some member is beyond load/store reach (another host, or P2P off). gshmem's collectives
-  // run on loads and stores, so such a team takes NCCL (its own network path), or is refused
-  // with a usage error saying what to do.
+  // Some member is beyond load/store reach (another host, or P2P off). gshmem's kernels run on
+  // loads and stores, so such a team takes NCCL (its own network path) when it is enabled, else
+  // Algo::Exchange where the comm has a proxy path and the call allows it (all_gather,
+  // broadcast and all_to_all into a symmetric `out`), else a usage error saying what to do.
   bool beyond_reach = false;
+  bool proxy = false;  // the comm has a proxy path (docs/network.md)
 };
 
 // Whether a call writes a symmetric `out` straight into every member's copy instead of staging
@@ -43,10 +47,12 @@ bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric);
 // receiver's `out` (permute.cpp) instead of the packet kernel: `out` a symmetric heap object (the
 // same one on every PE, as for any collective), not `in` (in place, a sender would read what its
 // own source overwrites), and at least GSHMEM_PERMUTE_COPY_MIN bytes (default 2 MiB: below it
-// the packets' one NVLink crossing beats the copy's two signal hops; "never": off). Both ends of
-// a pair must choose alike, so the variable must be equal on every PE. Re-reads the
-// environment; a bad value is a usage error.
-bool permute_by_copy_engine(size_t bytes, bool out_symmetric, bool in_place);
+// the packets' one NVLink crossing beats the copy's two signal hops; "never": off), or at any
+// size when the comm has a proxy path (`proxy`: the packets reach no PE on it, and every PE of
+// such a comm has one, so the two ends of a pair still choose alike). Both ends of a pair must
+// choose alike, so the variable must be equal on every PE. Re-reads the environment; a bad value
+// is a usage error.
+bool permute_by_copy_engine(size_t bytes, bool out_symmetric, bool in_place, bool proxy);
 
 struct Choice {
   Backend backend;
@@ -62,6 +68,6 @@ Choice choose(const Query& q);
 std::string explain(const Query& q);
 
 const char* name(gshmem_coll_t op);  // "all_reduce", ...
-const char* name(Algo algo);         // "packet", "one_shot", "two_shot", "nccl"
+const char* name(Algo algo);  // "packet", "one_shot", "two_shot", "nccl", "exchange"
 
 }  // namespace gshmem::coll

@@ -25,9 +25,15 @@ using gshmem::python::comm_of;
 namespace {
 
 gshmem::coll::Query query(int op, size_t bytes, int npes, bool nccl_available,
-                          bool out_symmetric, bool beyond_reach) {
+                          bool out_symmetric, bool beyond_reach, bool proxy) {
   return {static_cast<gshmem_coll_t>(op), bytes, npes, nccl_available, out_symmetric,
-          beyond_reach};
+          beyond_reach, proxy};
+}
+
+const char* step_name(gshmem::coll::PermuteStep step) {
+  static const char* const names[] = {"copy", "zero", "announce", "await_ready", "send",
+                                      "await_arrival"};
+  return names[static_cast<int>(step)];
 }
 
 }  // namespace
@@ -54,40 +60,46 @@ void bind_coll_select(nb::module_& m) {
         return std::string(buf);
       }, "comm"_a, "op"_a, "bytes"_a, "npes"_a, "out_symmetric"_a);
   m.def("coll_choose", [](int op, size_t bytes, int npes, bool nccl_available, bool out_symmetric,
-                          bool beyond_reach) {
+                          bool beyond_reach, bool proxy) {
         auto c = call_internal([&] {
           return gshmem::coll::choose(
-              query(op, bytes, npes, nccl_available, out_symmetric, beyond_reach));
+              query(op, bytes, npes, nccl_available, out_symmetric, beyond_reach, proxy));
         });
         return std::make_tuple(std::string(c.backend == gshmem::coll::Backend::Nccl ? "nccl" : "gshmem"),
                                std::string(gshmem::coll::name(c.algo)), c.reason);
       }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false,
-      "beyond_reach"_a = false,
+      "beyond_reach"_a = false, "proxy"_a = false,
       "(backend, algo, reason) the selector picks; pure (no comm, no GPU). Tests only.");
   m.def("coll_explain_query", [](int op, size_t bytes, int npes, bool nccl_available,
-                                 bool out_symmetric, bool beyond_reach) {
+                                 bool out_symmetric, bool beyond_reach, bool proxy) {
         return call_internal([&] {
           return gshmem::coll::explain(
-              query(op, bytes, npes, nccl_available, out_symmetric, beyond_reach));
+              query(op, bytes, npes, nccl_available, out_symmetric, beyond_reach, proxy));
         });
       }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false,
-      "beyond_reach"_a = false);
-  m.def("permute_path", [](size_t bytes, bool out_symmetric, bool in_place) {
+      "beyond_reach"_a = false, "proxy"_a = false);
+  m.def("permute_path", [](size_t bytes, bool out_symmetric, bool in_place, bool proxy) {
         return std::string(call_internal([&] {
-          return gshmem::coll::permute_by_copy_engine(bytes, out_symmetric, in_place);
+          return gshmem::coll::permute_by_copy_engine(bytes, out_symmetric, in_place, proxy);
         }) ? "copy_engine" : "packets");
-      }, "bytes"_a, "out_symmetric"_a, "in_place"_a = false,
+      }, "bytes"_a, "out_symmetric"_a, "in_place"_a = false, "proxy"_a = false,
       "'copy_engine' or 'packets': the path gshmem_permute_on_stream takes; pure. Tests only.");
   m.def("permute_plan", [](int me, int dst_pe, int src_pe) {
-        static const char* const names[] = {"copy", "zero", "announce", "await_ready", "send",
-                                            "await_arrival"};
         std::vector<std::tuple<std::string, int>> out;
         for (const auto& a : gshmem::coll::permute_plan(me, dst_pe, src_pe)) {
-          out.emplace_back(names[static_cast<int>(a.step)], a.pe);
+          out.emplace_back(step_name(a.step), a.pe);
         }
         return out;
       }, "me"_a, "dst_pe"_a, "src_pe"_a,
       "[(step, pe)]: the copy-engine permute's steps on one PE (permute_plan.h); pure. Tests only.");
+  m.def("exchange_plan", [](const std::vector<int>& dsts, const std::vector<int>& srcs) {
+        std::vector<std::tuple<std::string, int>> out;
+        for (const auto& a : gshmem::coll::exchange_plan(dsts, srcs)) {
+          out.emplace_back(step_name(a.step), a.pe);
+        }
+        return out;
+      }, "dsts"_a, "srcs"_a,
+      "[(step, pe)]: an exchange's steps on one PE (permute_plan.h); pure. Tests only.");
   m.def("nccl_probe", [](const std::string& library) {
         auto p = call_internal([&] { return gshmem::coll::probe_nccl(library); });
         return std::make_tuple(p.ok, p.ok ? p.path : p.why, p.version);

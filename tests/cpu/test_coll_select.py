@@ -120,6 +120,9 @@ def test_permute_path(monkeypatch):
     monkeypatch.setenv("GSHMEM_PERMUTE_COPY_MIN", "lots")
     with pytest.raises(gshmem.UsageError, match="GSHMEM_PERMUTE_COPY_MIN"):
         path(MiB, True)
+    # a comm with a proxy path: the copy engine (or the proxy) at every size, the variable unread
+    assert path(1, True, proxy=True) == "copy_engine"
+    assert path(1, False, proxy=True) == path(1, True, in_place=True, proxy=True) == "packets"
 
 
 @pytest.mark.parametrize("op", ["broadcast", "all_to_allv", "barrier"])
@@ -266,6 +269,39 @@ def test_members_beyond_load_store_reach_take_nccl(op):
         assert (b, a) == ("nccl", "nccl") and "beyond load/store reach" in why, (op, size)
     with pytest.raises(gshmem.UsageError, match=f"{op}: a member .*enable_nccl"):
         choose(op, 8, 4, False, beyond_reach=True)
+
+
+@pytest.mark.parametrize("op", ["all_gather", "broadcast", "all_to_all"])
+def test_members_on_the_proxy_path_take_the_exchange_without_nccl(op, monkeypatch):
+    # the moving collectives into a symmetric out: puts through the proxy, at every size
+    for size in (8, 64 * KiB, 8 * MiB, 1 << 30):
+        b, a, why = choose(op, size, 4, False, symmetric=True, beyond_reach=True, proxy=True)
+        assert (b, a) == ("gshmem", "exchange") and "through the proxy" in why, (op, size)
+    # NCCL, where enabled, keeps them unless gshmem is asked for
+    assert choose(op, 8, 4, True, symmetric=True, beyond_reach=True, proxy=True)[0] == "nccl"
+    monkeypatch.setenv("GSHMEM_COLL_BACKEND", "gshmem")
+    b, a, why = choose(op, 8, 4, True, symmetric=True, beyond_reach=True, proxy=True)
+    assert (b, a) == ("gshmem", "exchange") and why.startswith("GSHMEM_COLL_BACKEND=gshmem")
+    # a staged output has no address at the receiver: NCCL or a clear error
+    with pytest.raises(gshmem.UsageError, match=f"{op}: .*needs a symmetric out.*unset"):
+        choose(op, 8, 4, True, symmetric=False, beyond_reach=True, proxy=True)
+    monkeypatch.delenv("GSHMEM_COLL_BACKEND")
+    with pytest.raises(gshmem.UsageError, match=f"{op}: .*needs a symmetric out.*enable_nccl"):
+        choose(op, 8, 4, False, symmetric=False, beyond_reach=True, proxy=True)
+    # reachable teams never take it
+    assert choose(op, 8 * MiB, 4, False, symmetric=True, proxy=True)[1] != "exchange"
+
+
+def test_reductions_through_the_proxy_need_nccl(monkeypatch):
+    for op in ("all_reduce", "reduce_scatter"):
+        assert choose(op, 8, 4, True, symmetric=True, beyond_reach=True, proxy=True)[0] == "nccl"
+        with pytest.raises(gshmem.UsageError, match=f"no {op} through the proxy yet"):
+            choose(op, 8, 4, False, symmetric=True, beyond_reach=True, proxy=True)
+    with pytest.raises(gshmem.UsageError, match="all_to_allv: .* NCCL has none"):
+        choose("all_to_allv", 8, 4, True, beyond_reach=True, proxy=True)
+    monkeypatch.setenv("GSHMEM_COLL_BACKEND", "nccl")
+    with pytest.raises(gshmem.UsageError, match="GSHMEM_COLL_BACKEND=nccl"):
+        choose("all_gather", 8, 4, False, symmetric=True, beyond_reach=True, proxy=True)
 
 
 def test_members_beyond_reach_refuse_what_nccl_cannot_run(monkeypatch):

@@ -37,6 +37,17 @@ def test_put_signal_and_get_through_the_proxy(scenario):
 
 @pytest.mark.gpu
 @needs_ucx
+@pytest.mark.parametrize("n", [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe")
+                               for n in (2, 4)])  # fmt: skip
+def test_collectives_and_permutes_through_the_proxy(n):
+    # all_gather, all_to_all, broadcast and permute into symmetric outputs as exchanges through
+    # the proxy (no NCCL), a graph replayed; other outputs and reductions are clear errors
+    out = launch_pes(n, str(SCRIPTS / "proxy_check.py"), "exchange", timeout=300, **PROXY)
+    assert "PASS exchange" in out, out
+
+
+@pytest.mark.gpu
+@needs_ucx
 @pytest.mark.parametrize("suite", ["signal", "barrier", "amo", "pg", "strided"])
 def test_device_api_suite_through_the_proxy(suite):
     # signal: every scope, SET and ADD, blocking and non-blocking, 1 B .. 8 MiB, data after the

@@ -143,6 +143,76 @@ def scenario_coll(comm: gshmem.Comm, dev: np.ndarray) -> None:
     scenario_basic(comm, dev)
 
 
+def scenario_exchange(comm: gshmem.Comm, dev: np.ndarray) -> None:
+    """The collectives that only move bytes, and permutes, into symmetric outputs through the
+    proxy (exchange.cpp; no NCCL): random data each round, outputs poisoned first, sizes from
+    one element to 1 MiB per member, every root of a broadcast, a ring permute both ways, and an
+    all_gather captured in a CUDA graph and replayed on new data. Outputs of other kinds, and
+    reductions, are clear errors."""
+    n, me, d = comm.nranks, comm.rank, f"cuda:{comm.device}"
+
+    def data(seed: int, pe: int, count: int) -> torch.Tensor:
+        g = torch.Generator(device=d).manual_seed(seed * 1000 + pe)
+        return torch.randint(-(1 << 30), 1 << 30, (count,), generator=g, device=d,
+                             dtype=torch.int32)  # fmt: skip
+
+    for rnd, count in enumerate((1, 1000, 65536, 1 << 18)):
+        x = comm.empty((count * n,), torch.int32)
+        out = comm.empty((count * n,), torch.int32)
+        x[:count].copy_(data(rnd, me, count))
+        out.fill_(POISON)
+        comm.all_gather(x[:count], out=out)
+        torch.cuda.synchronize()
+        want = torch.cat([data(rnd, q, count) for q in range(n)])
+        assert torch.equal(out, want), f"all_gather of {count} from round {rnd}"
+        x.copy_(data(rnd + 50, me, count * n))
+        out.fill_(POISON)
+        comm.all_to_all(x, out=out)
+        torch.cuda.synchronize()
+        want = torch.cat([data(rnd + 50, q, count * n)[me * count : (me + 1) * count]
+                          for q in range(n)])  # fmt: skip
+        assert torch.equal(out, want), f"all_to_all of {count} per member, round {rnd}"
+        for root in range(n):
+            y = out[:count]
+            y.copy_(data(rnd + 100 + root, me, count))
+            comm.broadcast(y, root)
+            torch.cuda.synchronize()
+            assert torch.equal(y, data(rnd + 100 + root, root, count)), f"broadcast from {root}"
+        right, left = (me + 1) % n, (me - 1) % n
+        for dst, src in ((right, left), (left, right)):
+            x[:count].copy_(data(rnd + 200 + dst, me, count))
+            out.fill_(POISON)
+            comm.permute(x[:count], dst, src, out=out[:count])
+            torch.cuda.synchronize()
+            assert torch.equal(out[:count], data(rnd + 200 + me, src, count)), "permute"
+        comm.barrier()  # nobody frees what a peer may still write
+        comm.free(out)
+        comm.free(x)
+
+    count = 4096
+    x, out = comm.empty((count,), torch.int32), comm.empty((count * n,), torch.int32)
+    stream = torch.cuda.Stream(comm.device)
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            comm.all_gather(x, out=out)
+    for rep in range(3):
+        x.copy_(data(900 + rep, me, count))
+        out.fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = torch.cat([data(900 + rep, q, count) for q in range(n)])
+        assert torch.equal(out, want), f"graph replay {rep}"
+
+    plain = torch.zeros(count * n, dtype=torch.int32, device=d)
+    expect_usage(lambda: comm.all_gather(x, out=plain), "needs a symmetric out", "enable_nccl")
+    expect_usage(lambda: comm.all_reduce(x), "no all_reduce through the proxy", "enable_nccl")
+    expect_usage(lambda: comm.permute(x, (me + 1) % n, (me - 1) % n, out=x), "proxy path")
+    comm.barrier()
+    comm.free(out)
+    comm.free(x)
+
+
 def main() -> None:
     # a step stuck where no deadline reaches (a CUDA call) still ends, showing where it was
     faulthandler.dump_traceback_later(3 * DEADLINE_S, exit=True)
