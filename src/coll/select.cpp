@@ -68,13 +68,13 @@ const std::vector<Defaults>& table() {
       {GSHMEM_COLL_ALL_REDUCE,     64 * KiB,   256 * KiB,   8 * MiB,   256 * KiB, Algo::TwoShot, true,
        {Algo::Packet, Algo::OneShot, Algo::TwoShot}},
       {GSHMEM_COLL_ALL_GATHER,     64 * KiB,   kNoLimit,    64 * MiB,  8 * MiB,   Algo::OneShot, true,
-       {Algo::Packet, Algo::OneShot}},
+       {Algo::Packet, Algo::OneShot, Algo::Exchange}},
       {GSHMEM_COLL_REDUCE_SCATTER, 256 * KiB,  kNoLimit,    16 * MiB,  16 * MiB,  Algo::OneShot, true,
        {Algo::Packet, Algo::OneShot}},
       {GSHMEM_COLL_BROADCAST,      kNever,     kNoLimit,    kNoLimit,  kNoLimit,  Algo::OneShot, true,
-       {Algo::OneShot}},
+       {Algo::OneShot, Algo::Exchange}},
       {GSHMEM_COLL_ALL_TO_ALL,     256 * KiB,  kNoLimit,    256 * MiB, 32 * MiB,  Algo::OneShot, true,
-       {Algo::Packet, Algo::OneShot}},
+       {Algo::Packet, Algo::OneShot, Algo::Exchange}},
       {GSHMEM_COLL_ALL_TO_ALLV,    kNever,     kNoLimit,    kNoLimit,  kNoLimit,  Algo::OneShot, false,
        {Algo::OneShot}},
       {GSHMEM_COLL_BARRIER,        kNever,     kNoLimit,    kNoLimit,  kNoLimit,  Algo::OneShot, false,
@@ -210,12 +210,24 @@ bool exchange_capable(const Query& q) {
   return moves && q.out_symmetric;
 }
 
+// Algo::Exchange asked for by name: only into a symmetric `out`.
+void require_exchange_out(const Query& q, const std::string& who) {
+  if (q.out_symmetric) return;
+  throw_error(GSHMEM_ERROR_USAGE, who + ": the exchange stores straight into every member's "
+                                        "out, so it needs a symmetric out (comm.empty), other "
+                                        "than in");
+}
+
 // decide() for a team with a member beyond load/store reach. `want`/`who`: the backend override;
-// `algo`: the algorithm override ("VAR=value") or empty.
+// `algo`: the algorithm override ("VAR=value") or empty, `algo_is_exchange` whether it names it.
 Choice beyond_reach(const Query& q, const Defaults& d, Want want, const std::string& who,
-                    const std::string& algo) {
+                    const std::string& algo, bool algo_is_exchange) {
   const std::string what = std::string(name(q.op)) + ": a member of the team is beyond "
                            "load/store reach (another host, or P2P turned off)";
+  if (algo_is_exchange && q.proxy) {
+    require_exchange_out(q, algo);
+    return {Backend::Gshmem, Algo::Exchange, algo};
+  }
   if (!algo.empty()) {
     throw_error(GSHMEM_ERROR_USAGE, what + ", where gshmem's kernels do not reach; unset " + algo);
   }
@@ -277,15 +289,23 @@ Choice decide(const Query& q) {
   const char* algo_value = getenv_nonempty(algo_var);
 
   // Members beyond load/store reach: NCCL, or puts through the proxy, whatever the size.
-  if (q.beyond_reach) return beyond_reach(q, d, want, who, algo_value ? algo_var + "=" + algo_value : "");
+  const Algo* asked = nullptr;
+  Algo parsed{};
   if (algo_value) {
-    Algo a = parse_algo(algo_var, algo_value, d);
+    parsed = parse_algo(algo_var, algo_value, d);
+    asked = &parsed;
+  }
+  const std::string algo_who = algo_value ? algo_var + "=" + algo_value : "";
+  if (q.beyond_reach) {
+    return beyond_reach(q, d, want, who, algo_who, asked && *asked == Algo::Exchange);
+  }
+  if (asked) {
     if (want == Want::Nccl && getenv_nonempty(op_var)) {
-      throw_error(GSHMEM_ERROR_USAGE, algo_var + "=" + algo_value +
-                                          " chooses a gshmem algorithm but " + who +
+      throw_error(GSHMEM_ERROR_USAGE, algo_who + " chooses a gshmem algorithm but " + who +
                                           " chooses NCCL; unset one of them");
     }
-    return {Backend::Gshmem, a, algo_var + "=" + algo_value};
+    if (*asked == Algo::Exchange) require_exchange_out(q, algo_who);
+    return {Backend::Gshmem, *asked, algo_who};
   }
 
   if (want == Want::Nccl) {

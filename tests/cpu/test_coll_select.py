@@ -232,11 +232,29 @@ def test_algo_not_offered_by_the_op(monkeypatch):
     with pytest.raises(gshmem.UsageError, match="not an algorithm of all_to_allv; use one_shot"):
         choose("all_to_allv", 8, 4, False)
     monkeypatch.setenv("GSHMEM_COLL_ALL_GATHER_ALGO", "two_shot")
-    with pytest.raises(gshmem.UsageError, match="packet or one_shot"):
+    with pytest.raises(gshmem.UsageError, match="packet, one_shot or exchange"):
         choose("all_gather", 8, 4, False)
     monkeypatch.setenv("GSHMEM_COLL_BROADCAST_ALGO", "packet")
-    with pytest.raises(gshmem.UsageError, match="not an algorithm of broadcast; use one_shot"):
+    with pytest.raises(gshmem.UsageError, match="not an algorithm of broadcast; use one_shot or"):
         choose("broadcast", 8, 4, False)
+    monkeypatch.setenv("GSHMEM_COLL_ALL_REDUCE_ALGO", "exchange")  # reductions have none
+    with pytest.raises(gshmem.UsageError, match="not an algorithm of all_reduce"):
+        choose("all_reduce", 8, 4, False)
+
+
+@pytest.mark.parametrize("op", ["all_gather", "broadcast", "all_to_all"])
+def test_the_exchange_by_name_on_any_team(op, monkeypatch):
+    # GSHMEM_COLL_<OP>_ALGO=exchange: copy-engine puts between NVLink peers too, at any size,
+    # into a symmetric out only; on a team beyond reach it takes the proxy over NCCL
+    monkeypatch.setenv(f"GSHMEM_COLL_{op.upper()}_ALGO", "exchange")
+    for size in (8, 8 * MiB, 1 << 30):
+        assert choose(op, size, 4, True, symmetric=True)[:2] == ("gshmem", "exchange")
+    with pytest.raises(gshmem.UsageError, match="needs a symmetric out"):
+        choose(op, 8, 4, False)
+    b, a, _ = choose(op, 8, 4, True, symmetric=True, beyond_reach=True, proxy=True)
+    assert (b, a) == ("gshmem", "exchange")
+    with pytest.raises(gshmem.UsageError, match="unset GSHMEM_COLL_"):
+        choose(op, 8, 4, True, symmetric=True, beyond_reach=True, proxy=False)
 
 
 def test_conflicting_overrides(monkeypatch):

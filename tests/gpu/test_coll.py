@@ -18,7 +18,9 @@ GSHMEM_ONLY = {"GSHMEM_COLL_BACKEND": "gshmem"}
 
 
 @pytest.mark.parametrize("n", PES)
-@pytest.mark.parametrize("scenario", ["matrix", "big", "teams", "streams", "badargs", "permute"])
+@pytest.mark.parametrize(
+    "scenario", ["matrix", "big", "teams", "streams", "badargs", "permute", "exchange"]
+)
 def test_coll(n, scenario):
     launch_pes(n, SCRIPT, scenario, **GSHMEM_ONLY)
 

@@ -42,8 +42,7 @@ def test_put_signal_and_get_through_the_proxy(scenario):
 def test_collectives_and_permutes_through_the_proxy(n):
     # all_gather, all_to_all, broadcast and permute into symmetric outputs as exchanges through
     # the proxy (no NCCL), a graph replayed; other outputs and reductions are clear errors
-    out = launch_pes(n, str(SCRIPTS / "proxy_check.py"), "exchange", timeout=300, **PROXY)
-    assert "PASS exchange" in out, out
+    launch_pes(n, str(SCRIPTS / "coll_check.py"), "exchange", timeout=300, **PROXY)
 
 
 @pytest.mark.gpu

@@ -21,6 +21,9 @@ Usage: coll_check.py SCENARIO
   permute   comm.permute into ordinary tensors (packets): random permutations and sizes, a graph
   permute_copy  comm.permute into symmetric tensors (GSHMEM_PERMUTE_COPY_MIN=64K): the copy
             engine from 64 KiB mixed with packets, a graph of it, 6 MiB at the default line
+  exchange  all_gather, all_to_all, broadcast and permute as exchanges into symmetric outputs
+            (through the proxy under GSHMEM_TRANSPORT=proxy, else forced by
+            GSHMEM_COLL_<OP>_ALGO=exchange), a graph, the outputs it refuses
   badargs   bad arguments raise gshmem.UsageError naming the problem; collectives work after
   mismatch  (GSHMEM_COLL_CHECK=1) matching calls pass the check; then PE 0 makes an all_reduce of
             one element more than the others, and every PE's kernel must trap (the kernel prints
@@ -662,6 +665,86 @@ def scenario_permute_copy(comm: gshmem.Comm) -> str:
     for t in (*outs, there, back, big):
         comm.free(t)
     return f"{rounds} mixed permutes into symmetric outputs, 20 graph replays, 6 MiB, in place"
+
+
+def scenario_exchange(comm: gshmem.Comm) -> str:
+    """The collectives that only move bytes, and permutes, as exchanges into symmetric outputs
+    (exchange.cpp): through the proxy under GSHMEM_TRANSPORT=proxy (a team beyond reach, no
+    NCCL), else forced by GSHMEM_COLL_<OP>_ALGO=exchange (copy-engine puts between NVLink
+    peers). Random data each round, outputs poisoned first, one element to 1 MiB per member,
+    every root of a broadcast, a ring permute both ways, an all_gather captured in a CUDA graph
+    and replayed on new data; then the outputs and operations it refuses."""
+    n, me, d = comm.nranks, comm.rank, f"cuda:{comm.device}"
+    proxy = os.environ.get("GSHMEM_TRANSPORT") == "proxy"
+    if not proxy:
+        for op in ("ALL_GATHER", "ALL_TO_ALL", "BROADCAST"):
+            os.environ[f"GSHMEM_COLL_{op}_ALGO"] = "exchange"
+    poison = -0x5A5A5A5B
+
+    def data(seed_: int, pe: int, count: int) -> torch.Tensor:
+        g = torch.Generator(device=d).manual_seed(seed(61, seed_, pe))
+        return torch.randint(-(1 << 30), 1 << 30, (count,), generator=g, device=d,
+                             dtype=torch.int32)  # fmt: skip
+
+    counts = (1, 1000, 65536, 1 << 18)
+    for rnd, count in enumerate(counts):
+        x = comm.empty((count * n,), torch.int32)
+        out = comm.empty((count * n,), torch.int32)
+        x[:count].copy_(data(rnd, me, count))
+        out.fill_(poison)
+        comm.all_gather(x[:count], out=out)
+        torch.cuda.synchronize()
+        want = torch.cat([data(rnd, q, count) for q in range(n)])
+        assert torch.equal(out, want), f"all_gather of {count}, round {rnd}"
+        x.copy_(data(rnd + 50, me, count * n))
+        out.fill_(poison)
+        comm.all_to_all(x, out=out)
+        torch.cuda.synchronize()
+        want = torch.cat([data(rnd + 50, q, count * n)[me * count : (me + 1) * count]
+                          for q in range(n)])  # fmt: skip
+        assert torch.equal(out, want), f"all_to_all of {count} per member, round {rnd}"
+        for root in range(n):
+            y = out[:count]
+            y.copy_(data(rnd + 100 + root, me, count))
+            comm.broadcast(y, root)
+            torch.cuda.synchronize()
+            assert torch.equal(y, data(rnd + 100 + root, root, count)), f"broadcast from {root}"
+        right, left = (me + 1) % n, (me - 1) % n
+        for dst, src in ((right, left), (left, right)):
+            x[:count].copy_(data(rnd + 200 + dst, me, count))
+            out.fill_(poison)
+            comm.permute(x[:count], dst, src, out=out[:count])
+            torch.cuda.synchronize()
+            assert torch.equal(out[:count], data(rnd + 200 + me, src, count)), "permute"
+        comm.barrier()  # nobody frees what a peer may still write
+        comm.free(out)
+        comm.free(x)
+
+    count = 4096
+    x, out = comm.empty((count,), torch.int32), comm.empty((count * n,), torch.int32)
+    stream = torch.cuda.Stream(comm.device)
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            comm.all_gather(x, out=out)
+    for rep in range(3):
+        x.copy_(data(900 + rep, me, count))
+        out.fill_(poison)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = torch.cat([data(900 + rep, q, count) for q in range(n)])
+        assert torch.equal(out, want), f"graph replay {rep}"
+
+    plain = torch.zeros(count * n, dtype=torch.int32, device=d)
+    expect_usage(lambda: comm.all_gather(x, out=plain), "needs a symmetric out")
+    if proxy:
+        expect_usage(lambda: comm.all_reduce(x), "no all_reduce through the proxy", "enable_nccl")
+        expect_usage(lambda: comm.permute(x, (me + 1) % n, (me - 1) % n, out=x), "proxy path")
+    comm.barrier()
+    comm.free(out)
+    comm.free(x)
+    where = "through the proxy" if proxy else "by GSHMEM_COLL_<OP>_ALGO=exchange"
+    return f"all_gather, all_to_all, broadcast, permute {where}: {len(counts)} sizes, a graph"
 
 
 def scenario_badargs(comm: gshmem.Comm) -> str:
