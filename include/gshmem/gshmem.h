@@ -303,8 +303,9 @@ gshmem_result_t gshmem_barrier_on_stream(gshmem_comm_t comm, void* stream);
  * why; GSHMEM_COLL_BACKEND and per-operation variables override it). A team with a member beyond
  * load/store reach takes NCCL where it is enabled; else, on a comm with a proxy path, all_gather,
  * broadcast and all_to_all into a symmetric `out` (not `in`) run as puts straight into the
- * members' `out`, through the proxy to such members ("exchange"); anything else is a usage error
- * saying what would run it. Capturable in CUDA graphs.
+ * members' `out`, and all_reduce and reduce_scatter as puts staged through slots of the comm's,
+ * through the proxy to such members ("exchange"); anything else is a usage error saying what
+ * would run it. Capturable in CUDA graphs.
  * -------------------------------------------------------------------------------------------*/
 typedef enum {
   GSHMEM_FLOAT32 = 0,

@@ -78,10 +78,14 @@ CollState::CollState(Comm& comm) {
   const uint64_t permute_packets = 2 * n * kPermuteSlotBytes;
   const uint64_t permute_counters = 3 * static_cast<uint64_t>(kPermuteCtas) * n * sizeof(uint64_t);
   const uint64_t permute_flags = 2 * n * sizeof(uint64_t);
-  char* base = static_cast<char*>(comm.heap().malloc(3 * counters + slots + packets + descs +
-                                                         permute_packets + permute_counters +
-                                                         permute_flags,
-                                                     4096, true));
+  const uint64_t before_exchange = 3 * counters + slots + packets + descs + permute_packets +
+                                   permute_counters + permute_flags;
+  // Reductions through the proxy stage in slots of their own (exchange.cpp), 4 KiB-aligned for
+  // the reduce kernel's 16-byte loads: half the scratch, only on comms with a proxy path.
+  const uint64_t exchange_at = (before_exchange + 4095) / 4096 * 4096;
+  const uint64_t exchange = comm.proxy() != nullptr ? n * mine.slot_bytes : 0;
+  char* base = static_cast<char*>(
+      comm.heap().malloc(exchange > 0 ? exchange_at + exchange : before_exchange, 4096, true));
   sync_.arrivals = reinterpret_cast<uint64_t*>(base);
   sync_.tallies = reinterpret_cast<uint64_t*>(base + counters);
   sync_.seq = reinterpret_cast<uint64_t*>(base + 2 * counters);
@@ -94,6 +98,7 @@ CollState::CollState(Comm& comm) {
   permute_.got = permute_.sent + static_cast<uint64_t>(kPermuteCtas) * n;
   permute_flags_.ready = permute_.got + static_cast<uint64_t>(kPermuteCtas) * n;
   permute_flags_.arrived = permute_flags_.ready + n;
+  if (exchange > 0) exchange_slots_ = {base + exchange_at, mine.slot_bytes};
   permute_.packet_bytes = kPermuteSlotBytes;
   permute_.n_pes = static_cast<int32_t>(n);
   sync_.slot_bytes = mine.slot_bytes;

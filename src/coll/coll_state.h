@@ -6,7 +6,9 @@
 //
 //   GSHMEM_COLL_SCRATCH_BYTES  staging memory per PE (default 32 MiB): 2 x n_pes slots, so a
 //                              launch moves at most scratch / (2 n_pes) bytes per member pair;
-//                              larger calls run as several launches (chunks)
+//                              larger calls run as several launches (chunks); a comm with a
+//                              proxy path takes n_pes slots more, where its reductions through
+//                              the proxy stage (exchange.cpp)
 //   GSHMEM_COLL_CTAS           most CTAs of a collective kernel (default 64, 1..64); each launch
 //                              takes fewer when it is small (ops.cpp, ctas_for)
 //   GSHMEM_COLL_CHECK          1: every collective kernel compares its arguments with the other
@@ -37,12 +39,14 @@ class CollState {
   const Sync& sync() const { return sync_; }
   const PermuteSync& permute() const { return permute_; }
   const PermuteFlags& permute_flags() const { return permute_flags_; }
+  const ExchangeSlots& exchange_slots() const { return exchange_slots_; }
   bool check() const { return check_; }
 
  private:
   Sync sync_{};
   PermuteSync permute_{};
   PermuteFlags permute_flags_{};
+  ExchangeSlots exchange_slots_{};
   bool check_ = false;
 };
 

@@ -1,8 +1,14 @@
 #include "coll/exchange.h"
 
+#include <algorithm>
+#include <string>
+
 #include "coll/coll_state.h"
+#include "coll/kernels.h"
 #include "coll/permute_plan.h"
+#include "coll/validate.h"
 #include "common/cuda_api.h"
+#include "common/error.h"
 #include "core/comm.h"
 #include "stream/ops.h"
 
@@ -18,6 +24,38 @@ void local_copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
   if (dst == src) return;
   cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream),
               "cudaMemcpyAsync (a collective's own block)");
+}
+
+// The exchange slots of this comm; a usage error on a comm without them (no proxy path).
+const ExchangeSlots& slots_of(Comm& comm, const char* what) {
+  const ExchangeSlots& x = comm.coll_state().exchange_slots();
+  GSHMEM_REQUIRE(x.base != nullptr, std::string(what) + ": reductions as exchanges stage through "
+                                                        "slots that only a comm with a proxy "
+                                                        "path has");
+  return x;
+}
+
+// Phase one of a piece: member t's block (`block(t)`, `size(t)` elements) goes to t's slot for
+// this PE; then this PE reduces its own block (read in place) and what arrived into `out`.
+// Members whose block is empty neither send nor receive it.
+template <class Block, class Size>
+void scatter_and_reduce(Comm& comm, const gshmem_team_t& team, const ExchangeSlots& x,
+                        Block block, Size size, size_t e, char* out, gshmem_dtype_t dtype,
+                        gshmem_redop_t op, cudaStream_t stream) {
+  const int n = team.size, me = team.my_pe;
+  char* my_slot = x.base + static_cast<size_t>(comm.rank()) * x.slot_bytes;
+  std::vector<ExchangeSend> sends;
+  std::vector<int> srcs;
+  for (int k = 1; k < n; ++k) {
+    const int to = (me + k) % n;
+    if (size(to) > 0) sends.push_back({world(team, to), block(to), my_slot, size(to) * e});
+    if (size(me) > 0) srcs.push_back(world(team, (me - k + n) % n));
+  }
+  exchange(comm, sends, srcs, stream);
+  if (size(me) > 0) {
+    kernels::reduce_slots(stream, team, comm.rank(), dtype, op, block(me), x.base, x.slot_bytes,
+                          out, size(me));
+  }
 }
 
 }  // namespace
@@ -83,6 +121,62 @@ void exchange_all_to_all(Comm& comm, const gshmem_team_t& team, const void* in, 
   }
   local_copy(at(out, me * block), at(in, me * block), block, stream);
   exchange(comm, sends, srcs, stream);
+}
+
+void exchange_reduce_scatter(Comm& comm, const gshmem_team_t& team, const void* in, void* out,
+                             size_t count, gshmem_dtype_t dtype, gshmem_redop_t op,
+                             cudaStream_t stream) {
+  const char* what = "reduce_scatter_on_stream";
+  const ExchangeSlots& x = slots_of(comm, what);
+  const size_t e = element_size(dtype, what);
+  const size_t per = x.slot_bytes / e;  // elements of each member's block a piece moves
+  for (size_t off = 0; off < count; off += per) {
+    const size_t len = std::min(per, count - off);
+    scatter_and_reduce(
+        comm, team, x, [&](int t) { return at(in, (t * count + off) * e); },
+        [&](int) { return len; }, e, at(out, off * e), dtype, op, stream);
+  }
+}
+
+void exchange_all_reduce(Comm& comm, const gshmem_team_t& team, const void* in, void* out,
+                         size_t count, gshmem_dtype_t dtype, gshmem_redop_t op,
+                         cudaStream_t stream) {
+  const char* what = "all_reduce_on_stream";
+  const ExchangeSlots& x = slots_of(comm, what);
+  const size_t e = element_size(dtype, what);
+  const int n = team.size, me = team.my_pe;
+  const size_t per = x.slot_bytes / e * n;  // a piece: a shard of at most one slot per member
+  for (size_t off = 0; off < count; off += per) {
+    const size_t len = std::min(per, count - off);
+    const size_t shard = (len + n - 1) / n;
+    const char* piece = at(in, off * e);
+    char* result = at(out, off * e);
+    const auto lo = [&](int t) { return std::min(len, static_cast<size_t>(t) * shard); };
+    const auto size = [&](int t) { return std::min(len, lo(t) + shard) - lo(t); };
+    scatter_and_reduce(
+        comm, team, x, [&](int t) { return piece + lo(t) * e; }, size, e, result + lo(me) * e,
+        dtype, op, stream);
+    // Phase two: this PE's reduced shard to every member's slot; theirs copied out of its slots
+    // (the exchange's announcements come after the reduction on this stream: the slots are free).
+    char* my_slot = x.base + static_cast<size_t>(comm.rank()) * x.slot_bytes;
+    std::vector<ExchangeSend> sends;
+    std::vector<int> srcs;
+    for (int k = 1; k < n; ++k) {
+      if (size(me) > 0) {
+        sends.push_back({world(team, (me + k) % n), result + lo(me) * e, my_slot, size(me) * e});
+      }
+      const int from = (me - k + n) % n;
+      if (size(from) > 0) srcs.push_back(world(team, from));
+    }
+    exchange(comm, sends, srcs, stream);
+    for (int t = 0; t < n; ++t) {
+      if (t == me || size(t) == 0) continue;
+      cuda::check(cudaMemcpyAsync(result + lo(t) * e,
+                                  x.base + static_cast<size_t>(world(team, t)) * x.slot_bytes,
+                                  size(t) * e, cudaMemcpyDeviceToDevice, stream),
+                  "cudaMemcpyAsync (an all_reduce's shard out of its exchange slot)");
+    }
+  }
 }
 
 void exchange_broadcast(Comm& comm, const gshmem_team_t& team, const void* in, void* out,

@@ -45,6 +45,12 @@ void reduce_scatter_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t
 // out[i] = op over members of in[me * stride + i], i < count (at most slot_bytes).
 void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
                     void* out, size_t count, size_t stride);
+// The reductions through the proxy (exchange.cpp): out[i] = op over `team`'s members, in team
+// order, of `own`[i] for this PE and slots + q * slot_bytes [i] for world PE q, i < count. No
+// synchronisation of its own: the exchange's flags ordered the slots' data on `stream`.
+void reduce_slots(cudaStream_t stream, const gshmem_team_t& team, int my_pe,
+                  gshmem_dtype_t dtype, gshmem_redop_t op, const void* own, const char* slots,
+                  uint64_t slot_bytes, void* out, size_t count);
 
 // ---- moving (bytes; staged: at most slot_bytes per member pair; direct: `out` is a symmetric
 // heap object on every member, any size, stored into without staging) ----

@@ -2,6 +2,8 @@
 // one-shot); the packet kernel serves both. One kernel per (algorithm, element type): 4 x 5
 // instantiations; the operator is a run-time switch (reduce.cuh). Synchronisation and staging:
 // protocol.cuh.
+#include <algorithm>
+
 #include "coll/kernels.h"
 #include "coll/protocol.cuh"
 #include "coll/reduce.cuh"
@@ -152,6 +154,21 @@ __global__ void __launch_bounds__(kThreads)
   end_call(s, dev, team, 1);
 }
 
+// ---- the reductions through the proxy (exchange.cpp): every other member's block already in
+// this PE's exchange slots, by world PE; a plain local reduction, no synchronisation.
+template <class E>
+__global__ void __launch_bounds__(kThreads)
+    reduce_slots_kernel(Team team, int my_pe, const typename E::U* own, const char* slots,
+                        uint64_t slot_bytes, typename E::U* out, size_t count, int op) {
+  using U = typename E::U;
+  const Range r = cta_range(count, kUnit<E>, blockIdx.x, gridDim.x);
+  auto source = [&](int t) -> const U* {
+    const int q = world(team, t);
+    return q == my_pe ? own : reinterpret_cast<const U*>(slots + q * slot_bytes);
+  };
+  reduce_range<E>(out, team.size, source, r.lo, r.hi, op);
+}
+
 // Calls f(E{}) with the element type of `dtype` (validated by the caller).
 template <class F>
 void with_type(gshmem_dtype_t dtype, F&& f) {
@@ -220,6 +237,19 @@ void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, co
   cuda::check_launch("launching the reduce_scatter kernel");
 }
 
+void reduce_slots(cudaStream_t stream, const gshmem_team_t& team, int my_pe,
+                  gshmem_dtype_t dtype, gshmem_redop_t op, const void* own, const char* slots,
+                  uint64_t slot_bytes, void* out, size_t count) {
+  constexpr size_t kPerCta = 8 << 10;  // elements a CTA reduces, at most kMaxCtas CTAs
+  const int ctas = static_cast<int>(std::min<size_t>(kMaxCtas, (count + kPerCta - 1) / kPerCta));
+  with_type(dtype, [&](auto e) {
+    using E = decltype(e);
+    reduce_slots_kernel<E><<<ctas, kThreads, 0, stream>>>(team, my_pe, as<E>(own), slots,
+                                                         slot_bytes, as<E>(out), count, op);
+  });
+  cuda::check_launch("launching the exchange's reduce kernel");
+}
+
 void preload_reduce() {
   for (gshmem_dtype_t dtype : {GSHMEM_FLOAT32, GSHMEM_BFLOAT16, GSHMEM_FLOAT16, GSHMEM_INT32,
                                GSHMEM_INT64}) {
@@ -228,6 +258,7 @@ void preload_reduce() {
       cuda::preload(reduce_packet_kernel<E>, "loading the collective kernels");
       cuda::preload(all_reduce_one_shot_kernel<E>, "loading the collective kernels");
       cuda::preload(all_reduce_two_shot_kernel<E>, "loading the collective kernels");
+      cuda::preload(reduce_slots_kernel<E>, "loading the collective kernels");
       cuda::preload(reduce_scatter_kernel<E>, "loading the collective kernels");
     });
   }

@@ -117,6 +117,10 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     comm.nccl()->all_reduce(in, out, count, dtype, op, stream);
     return;
   }
+  if (c.algo == Algo::Exchange) {
+    exchange_all_reduce(comm, team, in, out, count, dtype, op, stream);
+    return;
+  }
   const size_t n = static_cast<size_t>(team.size);
   // Two-shot's second phase stores into a heap `out` directly at no extra cost (kernels_reduce.cu),
   // whatever the size.
@@ -136,7 +140,7 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
                                      at(in, off * e), at(out, off * e), len);
       });
       break;
-    default: {  // TwoShot (Nccl is not reached)
+    default: {  // TwoShot (Nccl and Exchange are not reached)
       const size_t unit = 16 / e;
       chunks(count, n * (l.sync.slot_bytes / 2 / e), [&](size_t off, size_t len) {
         const size_t shard = ((len + n - 1) / n + unit - 1) / unit * unit;
@@ -204,6 +208,10 @@ void reduce_scatter(Comm& comm, const gshmem_team_t* team_arg, const void* in, v
   cuda::DeviceGuard current(comm.device());
   if (c.backend == Backend::Nccl) {
     comm.nccl()->reduce_scatter(in, out, count, dtype, op, stream);
+    return;
+  }
+  if (c.algo == Algo::Exchange) {
+    exchange_reduce_scatter(comm, team, in, out, count, dtype, op, stream);
     return;
   }
   const kernels::Launch l =

@@ -41,6 +41,14 @@ struct PermuteFlags {
   uint64_t* arrived;
 };
 
+// Where the reductions through the proxy land (exchange.cpp): slot q holds what world PE q sent
+// this PE, `slot_bytes` each, n_pes slots; its own region of the zeroed allocation, made only on
+// comms with a proxy path (every PE has one or none), else base is null.
+struct ExchangeSlots {
+  char* base;
+  uint64_t slot_bytes;
+};
+
 struct PermuteSync {
   char* packets;
   uint64_t* credits;

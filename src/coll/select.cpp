@@ -202,12 +202,17 @@ void log_once(const Query& q, const Choice& c) {
                c.reason.c_str());
 }
 
-// Whether Algo::Exchange can run the call: an operation that only moves bytes, into a symmetric
-// `out` (not `in`, for all_to_all: Query::out_symmetric says so).
+bool moves_bytes(gshmem_coll_t op) {
+  return op == GSHMEM_COLL_ALL_GATHER || op == GSHMEM_COLL_BROADCAST ||
+         op == GSHMEM_COLL_ALL_TO_ALL;
+}
+
+// Whether Algo::Exchange can run a call beyond reach: an operation that only moves bytes, into a
+// symmetric `out` (not `in`, for all_to_all: Query::out_symmetric says so); or a reduction, which
+// stages through the slots a comm with a proxy path has (any `out`).
 bool exchange_capable(const Query& q) {
-  const bool moves = q.op == GSHMEM_COLL_ALL_GATHER || q.op == GSHMEM_COLL_BROADCAST ||
-                     q.op == GSHMEM_COLL_ALL_TO_ALL;
-  return moves && q.out_symmetric;
+  const bool reduces = q.op == GSHMEM_COLL_ALL_REDUCE || q.op == GSHMEM_COLL_REDUCE_SCATTER;
+  return (moves_bytes(q.op) && q.out_symmetric) || (reduces && q.proxy);
 }
 
 // Algo::Exchange asked for by name: only into a symmetric `out`.
@@ -237,14 +242,13 @@ Choice beyond_reach(const Query& q, const Defaults& d, Want want, const std::str
   if (q.proxy && exchange_capable(q)) {
     return {Backend::Gshmem, Algo::Exchange,
             (want == Want::Gshmem ? who + ": " : std::string()) +
-                "a member beyond load/store reach: puts through the proxy into the symmetric out"};
+                "a member beyond load/store reach: puts through the proxy" +
+                (moves_bytes(q.op) ? " into the symmetric out" : ", reduced here")};
   }
   std::string how;
-  const bool moves = q.op == GSHMEM_COLL_ALL_GATHER || q.op == GSHMEM_COLL_BROADCAST ||
-                     q.op == GSHMEM_COLL_ALL_TO_ALL;
   if (!q.proxy) {
     how = "this comm has no proxy path (docs/network.md)";
-  } else if (moves) {
+  } else if (moves_bytes(q.op)) {
     how = "through the proxy it needs a symmetric out (comm.empty), other than in";
   } else {
     how = "gshmem has no " + std::string(name(q.op)) + " through the proxy yet";

@@ -31,7 +31,8 @@ struct Query {
   // Some member is beyond load/store reach (another host, or P2P off). gshmem's kernels run on
   // loads and stores, so such a team takes NCCL (its own network path) when it is enabled, else
   // Algo::Exchange where the comm has a proxy path and the call allows it (all_gather,
-  // broadcast and all_to_all into a symmetric `out`), else a usage error saying what to do.
+  // broadcast and all_to_all into a symmetric `out`; all_reduce and reduce_scatter), else a
+  // usage error saying what to do.
   bool beyond_reach = false;
   bool proxy = false;  // the comm has a proxy path (docs/network.md)
 };

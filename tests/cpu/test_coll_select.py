@@ -310,11 +310,15 @@ def test_members_on_the_proxy_path_take_the_exchange_without_nccl(op, monkeypatc
     assert choose(op, 8 * MiB, 4, False, symmetric=True, proxy=True)[1] != "exchange"
 
 
-def test_reductions_through_the_proxy_need_nccl(monkeypatch):
+def test_reductions_through_the_proxy(monkeypatch):
+    # all_reduce and reduce_scatter stage through the proxy comm's exchange slots: any out
     for op in ("all_reduce", "reduce_scatter"):
-        assert choose(op, 8, 4, True, symmetric=True, beyond_reach=True, proxy=True)[0] == "nccl"
-        with pytest.raises(gshmem.UsageError, match=f"no {op} through the proxy yet"):
-            choose(op, 8, 4, False, symmetric=True, beyond_reach=True, proxy=True)
+        for symmetric in (False, True):
+            b, a, why = choose(op, 8 * MiB, 4, False, symmetric, beyond_reach=True, proxy=True)
+            assert (b, a) == ("gshmem", "exchange") and "reduced here" in why, (op, symmetric)
+        assert choose(op, 8, 4, True, beyond_reach=True, proxy=True)[0] == "nccl"
+        with pytest.raises(gshmem.UsageError, match=f"{op}: .*no proxy path.*enable_nccl"):
+            choose(op, 8, 4, False, beyond_reach=True, proxy=False)
     with pytest.raises(gshmem.UsageError, match="all_to_allv: .* NCCL has none"):
         choose("all_to_allv", 8, 4, True, beyond_reach=True, proxy=True)
     monkeypatch.setenv("GSHMEM_COLL_BACKEND", "nccl")

@@ -41,8 +41,10 @@ def test_put_signal_and_get_through_the_proxy(scenario):
                                for n in (2, 4)])  # fmt: skip
 def test_collectives_and_permutes_through_the_proxy(n):
     # all_gather, all_to_all, broadcast and permute into symmetric outputs as exchanges through
-    # the proxy (no NCCL), a graph replayed; other outputs and reductions are clear errors
-    launch_pes(n, str(SCRIPTS / "coll_check.py"), "exchange", timeout=300, **PROXY)
+    # the proxy (no NCCL), a graph replayed, other outputs refused; all_reduce and
+    # reduce_scatter staged through the exchange slots, in several pieces (small scratch)
+    launch_pes(n, str(SCRIPTS / "coll_check.py"), "exchange", timeout=300,
+               GSHMEM_COLL_SCRATCH_BYTES="1M", **PROXY)  # fmt: skip
 
 
 @pytest.mark.gpu

@@ -738,13 +738,44 @@ def scenario_exchange(comm: gshmem.Comm) -> str:
     plain = torch.zeros(count * n, dtype=torch.int32, device=d)
     expect_usage(lambda: comm.all_gather(x, out=plain), "needs a symmetric out")
     if proxy:
-        expect_usage(lambda: comm.all_reduce(x), "no all_reduce through the proxy", "enable_nccl")
         expect_usage(lambda: comm.permute(x, (me + 1) % n, (me - 1) % n, out=x), "proxy path")
+        _exchange_reductions(comm, data)
     comm.barrier()
     comm.free(out)
     comm.free(x)
-    where = "through the proxy" if proxy else "by GSHMEM_COLL_<OP>_ALGO=exchange"
+    where = "through the proxy, and the reductions" if proxy else "by GSHMEM_COLL_<OP>_ALGO"
     return f"all_gather, all_to_all, broadcast, permute {where}: {len(counts)} sizes, a graph"
+
+
+def _exchange_reductions(comm: gshmem.Comm, data) -> None:
+    """all_reduce and reduce_scatter through the proxy (staged in the exchange slots: run with a
+    small GSHMEM_COLL_SCRATCH_BYTES, so that large calls go in several pieces and a piece's
+    shards may be empty): int32 sum and max, exact; into ordinary and symmetric outputs, in place
+    and not, counts smaller than the team and not divisible by it."""
+    n, me, d = comm.nranks, comm.rank, f"cuda:{comm.device}"
+    for rnd, count in enumerate((1, 2, 1001, 300_007)):
+        for op in ("sum", "max"):
+            # |values| < 2^22: sums of up to 512 members stay exact in int32
+            inputs = [data(500 + rnd, q, count * n) >> 8 for q in range(n)]
+            stacked = torch.stack([t.long() for t in inputs])
+            whole = stacked.sum(0) if op == "sum" else stacked.max(0).values
+            length = count * n - (n - 1)  # not a multiple of n: the last shards short or empty
+            mine = inputs[me][:length].clone()
+            out = torch.full_like(mine, -7)
+            comm.all_reduce(mine, out=out, op=op)
+            torch.cuda.synchronize()
+            assert torch.equal(out.long(), whole[:length]), f"all_reduce {op} of {length}"
+            sym = comm.empty((count * n,), torch.int32)
+            sym.copy_(inputs[me])
+            comm.all_reduce(sym, op=op)  # in place, symmetric
+            torch.cuda.synchronize()
+            assert torch.equal(sym.long(), whole), f"all_reduce {op} in place"
+            part = torch.full((count,), -7, dtype=torch.int32, device=d)
+            comm.reduce_scatter(inputs[me], out=part, op=op)
+            torch.cuda.synchronize()
+            assert torch.equal(part.long(), whole[me * count : (me + 1) * count]), "reduce_scatter"
+            comm.barrier()
+            comm.free(sym)
 
 
 def scenario_badargs(comm: gshmem.Comm) -> str:
