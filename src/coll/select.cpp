@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -293,15 +294,11 @@ Choice decide(const Query& q) {
   const char* algo_value = getenv_nonempty(algo_var);
 
   // Members beyond load/store reach: NCCL, or puts through the proxy, whatever the size.
-  const Algo* asked = nullptr;
-  Algo parsed{};
-  if (algo_value) {
-    parsed = parse_algo(algo_var, algo_value, d);
-    asked = &parsed;
-  }
+  std::optional<Algo> asked;
+  if (algo_value) asked = parse_algo(algo_var, algo_value, d);
   const std::string algo_who = algo_value ? algo_var + "=" + algo_value : "";
   if (q.beyond_reach) {
-    return beyond_reach(q, d, want, who, algo_who, asked && *asked == Algo::Exchange);
+    return beyond_reach(q, d, want, who, algo_who, asked == Algo::Exchange);
   }
   if (asked) {
     if (want == Want::Nccl && getenv_nonempty(op_var)) {

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gshmem.bench import __main__ as cli
-from gshmem.bench import coll, report
+from gshmem.bench import coll, options, report
 
 
 def test_bus_factors_are_nccl_tests():
@@ -47,6 +47,20 @@ def test_options():
         with pytest.raises(SystemExit) as e:
             coll.parse_args(bad)
         assert e.value.code == 2
+
+
+def test_proxy_path_option_and_its_environment(monkeypatch, capsys):
+    # --path proxy: the launcher sets the proxy path's environment; a rank without it refuses
+    assert coll.parse_args([]).path == "direct"
+    o = coll.parse_args(["--path", "proxy", "--only", "all_gather"])
+    assert o.path == "proxy"
+    for k in options.PROXY_ENV:
+        monkeypatch.delenv(k, raising=False)
+    assert coll.run(o) == 2
+    err = capsys.readouterr().err
+    assert "GSHMEM_TRANSPORT=proxy" in err and "NCCL_SHM_DISABLE=1" in err, err
+    with pytest.raises(SystemExit):
+        coll.parse_args(["--path", "carrier-pigeon"])
 
 
 def test_table_and_json():

@@ -12,6 +12,9 @@ previous; nccl-tests' sendrecv, bus factor 1). Baselines: ``nccl`` is torch.dist
 (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, and
 batch_isend_irecv for the permute); ``torch_symm`` is torch SymmetricMemory's
 one_shot/two_shot all-reduce (best of the two; all_reduce only), with multicast off.
+``--path proxy`` runs the job with every peer through the proxy (GSHMEM_TRANSPORT=proxy): the
+gshmem column is then the exchanges (docs/collectives.md), NCCL's its network path
+(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1), as ``bench p2p --path proxy``.
 
 Options, the table and the JSON are pure Python (tests/cpu/test_bench_coll.py); ``run(opts)`` is
 the GPU part every rank of a launched job calls (collective).
@@ -31,7 +34,14 @@ from typing import Any
 
 from gshmem import _C
 from gshmem.bench.nccl_group import join_nccl
-from gshmem.bench.options import choices, parse_size, size_range
+from gshmem.bench.options import (
+    PATH_HELP,
+    PATHS,
+    choices,
+    parse_size,
+    proxy_env_missing,
+    size_range,
+)
 from gshmem.bench.report import Row, bus_bandwidth, fmt_value, median
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permute")
@@ -58,6 +68,7 @@ class CollOptions:
     json: str | None = None
     quick: bool = False
     nprocs: int = 4
+    path: str = "direct"
     timeout: float = 1500.0
 
     def sizes(self) -> list[int]:
@@ -180,6 +191,7 @@ def parser() -> argparse.ArgumentParser:
     )
     a("--quick", action="store_true", help="a short run (8 B .. 256 M by 16x, fewer iterations)")
     a("--np", type=int, default=4, help="PEs to launch when not already launched (default 4)")
+    a("--path", choices=PATHS, default="direct", help=PATH_HELP)
     a("--timeout", type=float, default=None, help="launcher timeout, s (default 1500; 300 quick)")
     return p
 
@@ -207,7 +219,7 @@ def parse_args(argv: Sequence[str]) -> CollOptions:
         factor=given(ns.stepfactor, 16 if q else 2), iters=given(ns.iters, 10 if q else 20),
         warmup=given(ns.warmup_iters, 2 if q else 5), repeats=given(ns.repeats, 3 if q else 5),
         ops=ops, dtype=ns.datatype, redop=ns.op, compare=compare, graph_max=ns.graph_max,
-        buffers=ns.buffers, json=ns.json, quick=q, nprocs=ns.np,
+        buffers=ns.buffers, json=ns.json, quick=q, nprocs=ns.np, path=ns.path,
         timeout=ns.timeout or (300.0 if q else 1500.0),
     )  # fmt: skip
     if o.nprocs < 2:
@@ -258,9 +270,14 @@ class CollBench:
         self.comm.barrier()
 
     def slowest(self, t: float | None) -> float | None:
-        v = float("nan") if t is None else t
+        """The largest of every PE's ``t`` (collective). On-stream puts carry it, so it works
+        on the direct and the proxy path alike."""
+        mine = self.box[self.rank : self.rank + 1]
+        mine.fill_(float("nan") if t is None else t)
         for q in range(self.n):
-            self.comm.peer_tensor(self.box, q)[self.rank] = v
+            if q != self.rank:
+                self.comm.put(mine, mine, q)
+        self.comm.quiet()
         self.sync()
         vals = [x for x in self.box.tolist() if not math.isnan(x)]
         self.comm.barrier()
@@ -310,7 +327,9 @@ class CollBench:
 
     def permute_path(self, size: int) -> str:
         """The path comm.permute takes for `size` bytes into this bench's outputs."""
-        return _C.permute_path(size, self.o.buffers == "symmetric").replace("_", " ")
+        proxy = self.o.path == "proxy"
+        path = _C.permute_path(size, self.o.buffers == "symmetric", proxy=proxy)
+        return path.replace("_", " ") + (" / proxy" if proxy and path != "packets" else "")
 
     def ring(self) -> tuple[int, int]:
         """(the next PE, the previous PE): the permute's shift."""
@@ -445,7 +464,12 @@ def default_json_path() -> Path:
 
 
 def run(o: CollOptions) -> int:
-    """Every rank of a launched job (collective). 0 done, 1 failed, 3 no GPU/torch."""
+    """Every rank of a launched job (collective). 0 done, 1 failed, 2 the proxy path's
+    environment missing, 3 no GPU/torch."""
+    missing = proxy_env_missing(o.path)
+    if missing:
+        sys.stderr.write(f"gshmem.bench: {missing}\n")
+        return 2
     import gshmem
     from gshmem.bench import report
 
@@ -461,11 +485,15 @@ def run(o: CollOptions) -> int:
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     comm = gshmem.init()
     try:
-        try:
-            comm.enable_nccl()  # lets the selector hand large sizes to NCCL, as users get
-        except gshmem.UsageError as e:
-            if comm.rank == 0:
-                print(f"gshmem.bench: NCCL backend off: {str(e).splitlines()[0]}", flush=True)
+        # Lets the selector hand large sizes to NCCL, as users get; not on the proxy path, where
+        # it would take every call (a team beyond reach prefers NCCL): there the gshmem column
+        # is the exchanges through the proxy, and --compare nccl is NCCL's network path.
+        if o.path != "proxy":
+            try:
+                comm.enable_nccl()
+            except gshmem.UsageError as e:
+                if comm.rank == 0:
+                    print(f"gshmem.bench: NCCL backend off: {str(e).splitlines()[0]}", flush=True)
         bench = CollBench(comm, o)
         bench.run_all()
         rows = list(bench.rows)
@@ -484,8 +512,9 @@ def run(o: CollOptions) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report.to_json(rows, meta, (), suite="coll"))
         print(f"gshmem.bench: results written to {path}\n")
+        path = ", every peer through the proxy" if o.path == "proxy" else ""
         title = (f"gshmem coll on {meta['gpu']} ({meta['nranks']} PEs, {o.dtype}, {o.redop}, "
-                 f"{o.buffers} buffers)")  # fmt: skip
+                 f"{o.buffers} buffers{path})")  # fmt: skip
         print(format_table(rows, o.compare, title=title), flush=True)
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +25,23 @@ PROXY_ENV = {
     "NCCL_P2P_DISABLE": "1",
     "NCCL_SHM_DISABLE": "1",
 }
+PATH_HELP = (
+    "direct: loads, stores and copy engines to every peer (default); proxy: every peer through "
+    "the proxy and UCX (GSHMEM_TRANSPORT=proxy), and --compare nccl then measures NCCL's "
+    "network path (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)"
+)
+
+
+def proxy_env_missing(path: str) -> str:
+    """'' when a rank of a launched job on `path` has the environment it needs; else what to
+    set (the launcher sets PROXY_ENV; a job launched by hand must)."""
+    wrong = {k: v for k, v in PROXY_ENV.items() if path == "proxy" and os.environ.get(k) != v}
+    if not wrong:
+        return ""
+    needed = " ".join(f"{k}={v}" for k, v in wrong.items())
+    return f"--path proxy inside a launched job needs {needed} in every rank's environment"
+
+
 # (CTAs, threads) of the proxy path's thread- and warp-scope rows: every thread or warp posts its
 # own descriptor there, so 32 x 1024 threads (the direct path's row) measure the proxy thread's
 # descriptor rate ~30000 times per launch, not the link; the rate rows take this shape too.
@@ -154,14 +172,7 @@ def parser() -> argparse.ArgumentParser:
     a("--perf-lines", action="store_true", help="also print '&&&& PERF' lines")
     a("--quick", action="store_true", help="a short run (sizes 1M,16M,256M, fewer configs)")
     a("--np", type=int, default=2, help="PEs to launch when not already launched (default 2)")
-    a(
-        "--path",
-        choices=PATHS,
-        default="direct",
-        help="direct: loads, stores and copy engines to every peer (default); proxy: every "
-        "peer through the proxy and UCX (GSHMEM_TRANSPORT=proxy), and --compare nccl then "
-        "measures NCCL's network path (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)",
-    )
+    a("--path", choices=PATHS, default="direct", help=PATH_HELP)
     a(
         "--timeout",
         type=float,

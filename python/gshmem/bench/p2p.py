@@ -29,7 +29,7 @@ from typing import Any
 
 from gshmem.bench.nccl_group import join_nccl
 from gshmem.bench.nvshmem import nvshmem_rows
-from gshmem.bench.options import PROXY_CONFIG, PROXY_ENV, Options, iters_for, slots_for
+from gshmem.bench.options import PROXY_CONFIG, Options, iters_for, proxy_env_missing, slots_for
 from gshmem.bench.report import Row, bandwidth_gbps, median
 
 KERNELS = Path(__file__).resolve().parent / "kernels.cu"
@@ -650,13 +650,9 @@ def run(o: Options) -> int:
     """Runs the suite on this PE of a launched job (collective); rank 0 prints the table and
     writes the JSON. Returns the exit code: 0, 1 (a measurement failed), 3 (no GPU / torch /
     CuPy)."""
-    wrong = {k: v for k, v in PROXY_ENV.items() if o.path == "proxy" and os.environ.get(k) != v}
-    if wrong:
-        _say(
-            "--path proxy inside a launched job needs "
-            + " ".join(f"{k}={v}" for k, v in wrong.items())
-            + " in every rank's environment"
-        )
+    missing = proxy_env_missing(o.path)
+    if missing:
+        _say(missing)
         return 2
     import gshmem
 
