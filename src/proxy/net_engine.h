@@ -16,7 +16,7 @@
 //     through its atomic sink (CPU atomics on host memory by default; a kernel for GPU memory)
 //     and answers with the old value, so an atomic is complete once its answer is back;
 //   - a put may carry a signal, applied at the target once the put's data is there (for the
-//     small-message path: put, fence, signal; for bulk: one message, no fence);
+//     small-message path: put, a flush of that peer, signal; for bulk: one message, no fence);
 //   - a put's `done` callback runs once the source buffer may be reused (local completion), a
 //     get's once the data is in the local buffer;
 //   - puts and gets of at least `bulk_bytes` (make_ucx_engine) travel as rendezvous active

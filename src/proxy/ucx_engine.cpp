@@ -190,7 +190,9 @@ void UcxEngine::put(int pe, const void* src, size_t bytes, int region, uint64_t 
                                       &param);
   track(req, pe, done, arg, tag, "put");
   if (signal == nullptr) return;
-  fence_locked();  // the signal must not overtake its data
+  // The signal must not overtake its data: everything to `pe` complete first. Only `pe`: a
+  // small put_signal does not wait for other peers' transfers (a bulk put elsewhere, say).
+  flush_locked(pe);
   send_signal(pe, to_wire(*signal));
 }
 
@@ -302,18 +304,18 @@ ucs_status_ptr_t UcxEngine::send(int pe, unsigned id, const void* header, size_t
 // receives when it gets to it. Everything issued before is complete before anything after.
 void UcxEngine::fence_locked() { flush_locked(); }
 
-void UcxEngine::flush_locked() {
+void UcxEngine::flush_locked(int only) {
   // One flush per peer, so that a timeout can name the peers that did not finish.
   std::vector<void*> flushes(nranks_, nullptr);
   try {
     for (int r = 0; r < nranks_; ++r) {
-      if (r == rank_) continue;
+      if (r == rank_ || (only >= 0 && r != only)) continue;
       ucp_request_param_t param{};
       ucs_status_ptr_t req = api_.ep_flush_nbx(eps_[r], &param);
       if (UCS_PTR_IS_ERR(req)) fail_peer(r, UCS_PTR_STATUS(req), "flush");
       flushes[r] = req;
     }
-    wait_flushes(flushes);
+    wait_flushes(flushes, only);
   } catch (...) {
     for (void* f : flushes) {
       if (f != nullptr) api_.request_free(f);
@@ -490,7 +492,7 @@ void UcxEngine::close() {
 // Progresses until every flush request, every pending operation, every bulk get and every
 // bulk put's ack is done; frees the done flush requests (nulling them); throws on a failed
 // peer or at the deadline, naming the peers waited for.
-void UcxEngine::wait_flushes(std::vector<void*>& flushes) {
+void UcxEngine::wait_flushes(std::vector<void*>& flushes, int only) {
   const Deadline deadline(timeout_);
   for (;;) {
     progress_locked();
@@ -511,6 +513,11 @@ void UcxEngine::wait_flushes(std::vector<void*>& flushes) {
     for (const auto& [id, f] : fetches_) waiting[f.pe] = true;
     for (const auto& [id, c] : atomic_calls_) waiting[c.pe] = true;
     for (const Pending& p : pending_) waiting[p.pe] = true;
+    if (only >= 0) {  // what other peers still have in flight does not hold this flush up
+      const bool theirs = waiting[only];
+      std::fill(waiting.begin(), waiting.end(), false);
+      waiting[only] = theirs;
+    }
     if (std::find(waiting.begin(), waiting.end(), true) == waiting.end()) return;
     if (deadline.passed()) {
       std::string names;

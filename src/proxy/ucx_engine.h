@@ -181,12 +181,13 @@ class UcxEngine final : public NetEngine {
   ucs_status_ptr_t send(int pe, unsigned id, const void* header, size_t header_bytes,
                         const void* data, size_t bytes);
   void fence_locked();
-  void flush_locked();
+  // Returns once every operation issued so far to peer `only` (every peer: -1) is complete.
+  void flush_locked(int only = -1);
   uint64_t unacked() const;
   bool progress_locked();
   void open();
   void close();
-  void wait_flushes(std::vector<void*>& flushes);
+  void wait_flushes(std::vector<void*>& flushes, int only);
   // A template defined and used in ucx_engine.cpp only.
   template <typename F>
   void progress_during(std::unique_lock<std::mutex>& lock, F&& exchange);
