@@ -22,8 +22,9 @@
 //   - puts and gets of at least `bulk_bytes` (make_ucx_engine) travel as rendezvous active
 //     messages that the target receives into the region itself, so UCX may choose a zero-copy
 //     protocol for them (CUDA IPC, RDMA) where its one-sided put/get into GPU memory would be a
-//     software emulation. The target acknowledges each bulk put once its data landed and its
-//     signal went to the sink; fence() and flush() wait for those acks;
+//     software emulation; larger than `part_bytes`, as several such messages. The target
+//     acknowledges each bulk put once all its data landed and its signal went to the sink;
+//     fence() and flush() wait for those acks;
 //   - flush() returns once every operation issued so far is complete at its target.
 // Every wait is bounded by the engine's timeout; a failed peer is named in the error.
 #pragma once
@@ -158,11 +159,20 @@ class NetEngine {
 // both a fragmented copy through host memory (~0.4 GB/s measured for either).
 constexpr size_t kDefaultBulkBytes = size_t{64} << 10;
 
+// A bulk transfer larger than this travels as several rendezvous messages of at most this size
+// (the target counts them; a put's signal and ack follow the last to land). UCX 1.22 moves GPU
+// memory between two GPUs of a host by CUDA IPC only up to 4 MiB per rendezvous: above that it
+// chose TCP copy-in/copy-out, and an 8 MiB put through the proxy took 32 ms against 0.19 ms for
+// 4 MiB (2 x H100, UCX_PROTO_INFO=y). Parts also let the transports pipeline one transfer.
+constexpr size_t kDefaultPartBytes = size_t{4} << 20;
+
 // Collective over `bs`: a UCX context and worker on this rank and endpoints to every other rank;
-// `timeout` bounds every blocking call; transfers of at least `bulk_bytes` (> 0) are bulk.
+// `timeout` bounds every blocking call; transfers of at least `bulk_bytes` (> 0) are bulk, and
+// go in parts of at most `part_bytes` (> 0; staged memory: in parts of one staging chunk).
 // Throws GSHMEM_ERROR_SYSTEM when UCX cannot be loaded or this build has no UCX support.
 std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap& bs, double timeout,
-                                           size_t bulk_bytes = kDefaultBulkBytes);
+                                           size_t bulk_bytes = kDefaultBulkBytes,
+                                           size_t part_bytes = kDefaultPartBytes);
 // Empty when make_ucx_engine can load UCX here; else why not. Local, cheap after the first call.
 std::string ucx_unavailable();
 

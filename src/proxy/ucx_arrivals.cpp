@@ -81,10 +81,11 @@ bool UcxEngine::advance_unguarded() {
   serving.swap(serves_);
   for (const Serve& s : serving) {
     wire::GetReply reply{s.id, s.bytes > 0 ? 1u : 0u, 0, 1};
-    if (s.bytes > 0 && staging_ != nullptr && staging_->staged(s.src)) {
-      reply.parts = parts_of(s.bytes);
-      outgoing_.push_back({s.pe, wire::kGetReply, {}, reply, static_cast<const char*>(s.src),
-                           s.bytes, nullptr, nullptr, 0});
+    const bool staged = s.bytes > 0 && staging_ != nullptr && staging_->staged(s.src);
+    if (staged || s.bytes > part_bytes_) {
+      reply.parts = parts_of(s.bytes, staged);
+      send_in_parts({s.pe, wire::kGetReply, {}, reply, static_cast<const char*>(s.src), s.bytes,
+                     nullptr, nullptr, 0, staged});
     } else {
       send_quietly(s.pe, wire::kGetReply, &reply, sizeof reply, s.src, s.bytes);
     }

@@ -5,7 +5,7 @@
 // This file: the engine set up and torn down, regions registered and their keys exchanged, the
 // operations NetEngine offers (put, put_value, get, signal, fence, flush, progress) and the
 // bookkeeping they share. The class is declared in ucx_engine.h; what arrives from peers is
-// handled in ucx_arrivals.cpp, staged bulk transfers go out in ucx_staged.cpp.
+// handled in ucx_arrivals.cpp, bulk transfers in parts go out in ucx_parts.cpp.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -77,15 +77,17 @@ void UcxEngine::progress_during(std::unique_lock<std::mutex>& lock, F&& exchange
   if (failure) std::rethrow_exception(failure);
 }
 
-UcxEngine::UcxEngine(Bootstrap& bs, double timeout, size_t bulk_bytes)
+UcxEngine::UcxEngine(Bootstrap& bs, double timeout, size_t bulk_bytes, size_t part_bytes)
     : api_(ucx_api()),
       bs_(bs),
       timeout_(timeout),
       bulk_bytes_(bulk_bytes),
+      part_bytes_(part_bytes),
       rank_(bs.rank()),
       nranks_(bs.nranks()),
       unacked_(nranks_, 0) {
   GSHMEM_REQUIRE(bulk_bytes > 0, "the network engine's bulk size must be positive");
+  GSHMEM_REQUIRE(part_bytes > 0, "the network engine's part size must be positive");
   try {
     open();
   } catch (...) {
@@ -174,10 +176,11 @@ void UcxEngine::put(int pe, const void* src, size_t bytes, int region, uint64_t 
     wire::BulkPut header{static_cast<uint64_t>(rank_), static_cast<uint64_t>(region), offset,
                          next_message_++, 1, {wire::kNoSignal, 0, 0, 0}};
     if (signal != nullptr) header.signal = to_wire(*signal);
-    if (staging_ != nullptr && staging_->staged(src)) {
-      header.parts = parts_of(bytes);
-      outgoing_.push_back({pe, wire::kBulkPut, header, {}, static_cast<const char*>(src), bytes,
-                           done, arg, tag});
+    const bool staged = staging_ != nullptr && staging_->staged(src);
+    if (staged || bytes > part_bytes_) {
+      header.parts = parts_of(bytes, staged);
+      send_in_parts({pe, wire::kBulkPut, header, {}, static_cast<const char*>(src), bytes, done,
+                     arg, tag, staged});
     } else {
       track(send(pe, wire::kBulkPut, &header, sizeof header, src, bytes), pe, done, arg, tag,
             "put", nullptr, true);
@@ -338,13 +341,15 @@ bool UcxEngine::progress_locked() {
     what.swap(arrival_error_);  // raised once; the engine stays usable
     throw_error(GSHMEM_ERROR_SYSTEM, what);
   }
+  if (!refusal_.empty()) {
+    std::string what;
+    what.swap(refusal_);
+    throw_error(GSHMEM_ERROR_USAGE, what);
+  }
   moved = reap(pending_, [&](const Pending& finished, ucs_status_t st) {
     if (st != UCS_OK && finished.bulk_put) {
       --unacked_[finished.pe];  // refused: no ack will come
-      if (st == kNoRegion) {
-        throw_error(GSHMEM_ERROR_USAGE, "rank " + std::to_string(finished.pe) +
-                                            " has no region for a bulk put (deregistered?)");
-      }
+      if (st == kNoRegion) throw_error(GSHMEM_ERROR_USAGE, no_region(finished.pe));
     }
     if (st != UCS_OK) fail_peer(finished.pe, st, "operation");
     if (finished.done != nullptr) finished.done(finished.arg, finished.tag);
@@ -649,8 +654,9 @@ std::string ucx_unavailable() {
   }
 }
 
-std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap& bs, double timeout, size_t bulk_bytes) {
-  return std::make_unique<ucx::UcxEngine>(bs, timeout, bulk_bytes);
+std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap& bs, double timeout, size_t bulk_bytes,
+                                           size_t part_bytes) {
+  return std::make_unique<ucx::UcxEngine>(bs, timeout, bulk_bytes, part_bytes);
 }
 
 }  // namespace gshmem::proxy

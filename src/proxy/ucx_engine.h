@@ -3,7 +3,7 @@
 // its members, which the build compiles only when it found UCX's headers:
 //   ucx_engine.cpp    set-up and teardown, regions and their key exchange, the operations
 //   ucx_arrivals.cpp  the active-message handlers and what progress does with what arrived
-//   ucx_staged.cpp    staged bulk transfers out, part by part through outgoing chunks
+//   ucx_parts.cpp     bulk transfers out in parts (staged ones through outgoing chunks)
 //   ucx_atomics.cpp   atomics: sent as messages, applied by the target's atomic sink, answered
 #pragma once
 
@@ -71,8 +71,9 @@ struct Arrival {
   void* chunk = nullptr;    // the staging chunk it lands in first (staged memory)
 };
 
-// A bulk transfer of staged memory on its way out (a put, or the reply to a peer's get): its
-// parts are copied into outgoing chunks and sent as chunks come free.
+// A bulk transfer on its way out in parts (a put, or the reply to a peer's get): staged memory
+// in parts of one chunk, copied into outgoing chunks and sent as chunks come free; other memory
+// in parts of at most part_bytes_, all sent at once from where the data is.
 struct Outgoing {
   int pe;
   unsigned id;  // wire::kBulkPut or wire::kGetReply
@@ -83,13 +84,15 @@ struct Outgoing {
   Done done;  // local completion, once every part was sent
   void* arg;
   uint64_t tag;
+  bool staged;
   uint64_t next = 0;       // bytes handed to parts so far
   uint64_t in_flight = 0;  // parts sent and not complete
+  bool refused = false;    // a part of a put found no region at the target
 };
 
-// A part of an Outgoing transfer: being copied into its chunk, then sent from it.
+// A part of an Outgoing transfer: being copied into its chunk (staged), or being sent.
 struct PartCopy {
-  void* chunk;
+  void* chunk;  // null: not staged, sent from the transfer's own memory
   Outgoing* transfer;
   uint64_t offset;  // in the transfer
   uint64_t bytes;
@@ -97,7 +100,7 @@ struct PartCopy {
 
 struct PartSend {
   void* request;
-  void* chunk;
+  void* chunk;  // null: not staged
   Outgoing* transfer;
 };
 
@@ -139,7 +142,7 @@ struct AtomicArrival {
 
 class UcxEngine final : public NetEngine {
  public:
-  UcxEngine(Bootstrap& bs, double timeout, size_t bulk_bytes);
+  UcxEngine(Bootstrap& bs, double timeout, size_t bulk_bytes, size_t part_bytes);
   ~UcxEngine() override;
 
   int rank() const override { return rank_; }
@@ -234,10 +237,13 @@ class UcxEngine final : public NetEngine {
   static ucs_status_t on_atomic_reply(void* arg, const void* header, size_t header_bytes, void*,
                                       size_t, const ucp_am_recv_param_t*);
 
-  // ucx_staged.cpp
-  uint64_t parts_of(uint64_t bytes) const;
+  // ucx_parts.cpp
+  uint64_t parts_of(uint64_t bytes, bool staged) const;
+  void send_in_parts(Outgoing t);
+  void start_parts(Outgoing& t);
   bool send_parts();
   void send_part(const PartCopy& c);
+  std::string no_region(int pe) const;
 
   // Templates used by more than one of those files, hence defined here.
 
@@ -294,6 +300,7 @@ class UcxEngine final : public NetEngine {
   Bootstrap& bs_;
   double timeout_;
   size_t bulk_bytes_;
+  size_t part_bytes_;
   int rank_;
   int nranks_;
   ucp_context_h context_ = nullptr;
@@ -320,6 +327,7 @@ class UcxEngine final : public NetEngine {
   SignalSink sink_ = &cpu_signal_sink;
   void* sink_arg_ = nullptr;
   std::string arrival_error_;  // what went wrong with something that arrived, for progress()
+  std::string refusal_;        // a bulk put in parts that a target refused, for progress()
   std::unordered_map<uint64_t, AtomicCall> atomic_calls_;  // this rank's atomics, by id
   uint64_t next_atomic_ = 0;
   std::deque<AtomicArrival> atomic_arrivals_;  // peers' atomics, in arrival order

@@ -52,12 +52,15 @@ SIGNALS = 64
 
 def engine(bs, **kw):
     """The engine under test. $NET_BULK_BYTES (set by the test) moves the size from which puts
-    and gets travel as rendezvous messages: 1 sends every transfer that way. $NET_STAGING_CHUNK
+    and gets travel as rendezvous messages: 1 sends every transfer that way. $NET_BULK_PART
+    splits bulk transfers into rendezvous messages of at most that many bytes. $NET_STAGING_CHUNK
     stages every buffer through two chunks per direction of that many bytes (the protocol a comm
     uses for GPU memory, on host memory)."""
     bulk = os.environ.get("NET_BULK_BYTES")
+    part = os.environ.get("NET_BULK_PART")
     chunk = os.environ.get("NET_STAGING_CHUNK")
     return _C.NetEngine(bs, bulk_bytes=int(bulk) if bulk else None,
+                        part_bytes=int(part) if part else None,
                         staging_chunk=int(chunk) if chunk else None, **kw)  # fmt: skip
 
 

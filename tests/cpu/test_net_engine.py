@@ -19,12 +19,14 @@ pytestmark = pytest.mark.skipif(
 
 
 # Every transfer one-sided (the default for the test's sizes), every one a rendezvous message,
+# every one a rendezvous in parts of 1000 bytes (most transfers several parts, the last short),
 # or every one staged through 4 KiB chunks (two per direction: pools run dry, parts wait).
 BULK = pytest.mark.parametrize(
     "bulk",
-    [{}, {"NET_BULK_BYTES": "1"}, {"NET_BULK_BYTES": "1", "NET_STAGING_CHUNK": "4096"}],
-    ids=["rma", "bulk", "staged"],
-)
+    [{}, {"NET_BULK_BYTES": "1"}, {"NET_BULK_BYTES": "1", "NET_BULK_PART": "1000"},
+     {"NET_BULK_BYTES": "1", "NET_STAGING_CHUNK": "4096"}],
+    ids=["rma", "bulk", "parts", "staged"],
+)  # fmt: skip
 
 
 @BULK
