@@ -68,6 +68,11 @@ def test_defaults_and_quick():
     proxy = options.parse_args(["--quick", "--path", "proxy"])
     assert proxy.configs("thread") == proxy.configs("warp") == [options.PROXY_CONFIG]
     assert proxy.configs("block") == q.configs("block")
+    assert q.rate_configs() == [(32, 1024)] and (8, 1024) in o.rate_configs()
+    # the rate rows through the proxy keep to a few threads whatever -c/-t give the bw rows
+    sized = ["--path", "proxy", "-c", "1,8", "-t", "1024"]
+    assert options.parse_args(sized).rate_configs() == [options.PROXY_CONFIG]
+    assert options.parse_args(sized[2:]).rate_configs() == [(1, 1024), (8, 1024)]
     # a quick proxy run: block scope, one direction, unless asked otherwise
     assert (proxy.scopes, proxy.directions) == (["block"], ["uni"])
     asked = options.parse_args(["--quick", "--path", "proxy", "--scope", "all", "--dir", "bidir"])

@@ -97,6 +97,16 @@ class Options:
             )
         return [(32, 1024)]
 
+    def rate_configs(self) -> list[tuple[int, int]]:
+        """(CTAs, threads) pairs for the message-rate rows."""
+        # Through the proxy every operation is a descriptor (a round trip for a fetch): a few
+        # threads, whatever -c/-t ask of the bandwidth rows (8 x 1024 outran a minute's wait).
+        if self.path == "proxy":
+            return [PROXY_CONFIG]
+        if self.ctas or self.threads:
+            return self.configs("block")
+        return [(32, 1024)] if self.quick else [(8, 1024), (32, 1024)]
+
 
 def parse_size(text: str) -> int:
     """'8' -> 8, '64K' -> 65536, '1M'/'1MiB' -> 1048576, '2G' -> 2 << 30 (the runtime's size

@@ -29,7 +29,7 @@ from typing import Any
 
 from gshmem.bench.nccl_group import join_nccl
 from gshmem.bench.nvshmem import nvshmem_rows
-from gshmem.bench.options import PROXY_CONFIG, Options, iters_for, proxy_env_missing, slots_for
+from gshmem.bench.options import Options, iters_for, proxy_env_missing, slots_for
 from gshmem.bench.report import Row, bandwidth_gbps, median
 
 KERNELS = Path(__file__).resolve().parent / "kernels.cu"
@@ -265,13 +265,6 @@ class Bench:
         return self.torch.equal(self.dst[:size], self.peer_src[:size])
 
     # -- message rates ----------------------------------------------------------------------------
-    def rate_configs(self) -> list[tuple[int, int]]:
-        if self.o.ctas or self.o.threads:
-            return self.o.configs("block")
-        if self.o.path == "proxy":  # one round trip per fetching thread: fewer threads
-            return [PROXY_CONFIG]
-        return [(32, 1024)] if self.o.quick else [(8, 1024), (32, 1024)]
-
     def rate(self, op: str, ctas: int, threads: int) -> None:
         np, torch = self.np, self.torch
         active, _ = self.roles("uni")
@@ -522,7 +515,7 @@ class Bench:
                                 self.device_bw(scope, ctas, threads, direction, op, size)
         if "rate" in o.tests:
             for op in RATE_OPS:
-                for ctas, threads in self.rate_configs():
+                for ctas, threads in o.rate_configs():
                     self.rate(op, ctas, threads)
         if "latency" in o.tests:
             for scope in o.scopes:
