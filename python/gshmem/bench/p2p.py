@@ -117,7 +117,7 @@ class Bench:
         # What the peer's src holds: every check reads only this PE's memory, so it works on
         # every path (the proxy path has no load/store view of a peer).
         self.peer_src = self.random(1234 + self.peer, self.cap) if self.paired else self.src
-        nthreads = max(c * t for c, t in self.rate_configs())
+        nthreads = max(c * t for c, t in self.o.rate_configs())
         self.rbuf = comm.zeros((8 * nthreads,), torch.int64)
         self.sync("setup")
 
