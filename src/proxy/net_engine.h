@@ -145,6 +145,13 @@ class NetEngine {
   // the target's engine); throws GSHMEM_ERROR_FAULT
   // naming the peer that failed, or GSHMEM_ERROR_TIMEOUT naming those that did not finish.
   virtual void flush() = 0;
+  // Non-blocking flush: starts one over every operation issued so far and returns its token;
+  // operations issued after it are not waited for. The caller drives progress().
+  virtual uint64_t flush_start() = 0;
+  // Whether flush `token` finished: every operation issued before its flush_start is complete
+  // at its target (the token is then spent). Throws as flush() does, the timeout counted from
+  // flush_start.
+  virtual bool flushed(uint64_t token) = 0;
   // Advances outstanding operations; returns whether anything happened. Throws once a peer fails.
   virtual bool progress() = 0;
   // Whether anything is in flight (issued and not complete, or arriving here): a caller that

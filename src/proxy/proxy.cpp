@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <deque>
+#include <utility>
 #include <fstream>
 #include <sstream>
 
@@ -143,7 +145,7 @@ void Proxy::execute(const Command& c, uint64_t ticket) {
     case Op::kFence:
       engine_.fence();
       return;
-    case Op::kQuiet:  // run() holds quiets back and flushes once per batch
+    case Op::kQuiet:  // run() holds quiets back and starts one flush per batch
       return;
     case Op::kAtomic: {  // the engine refuses an unknown or misaligned atomic
       const Atomic a{c.amo, c.amo_type, c.local, c.compare};
@@ -168,6 +170,10 @@ void Proxy::execute(const Command& c, uint64_t ticket) {
 void Proxy::run(int device) {
   uint64_t next = __atomic_load_n(queue_.head, __ATOMIC_ACQUIRE);
   int idle = 0;
+  // Quiets retire when a flush started after them finishes: (flush token, tickets it covers),
+  // oldest first. Later descriptors are issued meanwhile, so blocking puts from many GPU
+  // threads (a put and a quiet each) overlap their flushes instead of taking turns.
+  std::deque<std::pair<uint64_t, uint64_t>> flushing;
   try {
     if (device >= 0) cuda::check(cudaSetDevice(device), "cudaSetDevice (proxy thread)");
     while (!stop_.load(std::memory_order_acquire)) {
@@ -176,25 +182,32 @@ void Proxy::run(int device) {
       uint64_t words[kPayloadWords];
       while (taken < kBatch && try_pop(queue_, next, words)) {
         const Command c = decode(words);
-        // Quiets coalesce: one flush after the batch completes everything before each of
-        // them, so a batch of blocking puts from many GPU threads (a put and a quiet each)
-        // costs one flush, not one per thread. Issuing what follows a quiet before that flush
-        // is sound: a producer pushes nothing that must follow its quiet before the quiet
-        // retired (proxy_quiet waits for it), and retired stays at the first held quiet.
+        // Quiets coalesce: one flush started after the batch completes everything before
+        // each of them. Issuing what follows a quiet before that flush finished is sound: a
+        // producer pushes nothing that must follow its quiet before the quiet retired
+        // (proxy_quiet waits for it), and retired stays at the first quiet not yet flushed.
         if (c.op == Op::kQuiet) {
           quiet_held = true;
         } else {
           execute(c, next - 1);
         }
-        if (!quiet_held) __atomic_store_n(completion_.retired, next, __ATOMIC_RELEASE);
+        if (!quiet_held && flushing.empty()) {
+          __atomic_store_n(completion_.retired, next, __ATOMIC_RELEASE);
+        }
         ++taken;
       }
-      if (quiet_held) {
-        engine_.flush();
-        __atomic_store_n(completion_.retired, next, __ATOMIC_RELEASE);
-      }
+      if (quiet_held) flushing.emplace_back(engine_.flush_start(), next);
       const bool moved = engine_.progress();
-      if (taken > 0 || moved || engine_.busy()) {
+      bool retired = false;
+      while (!flushing.empty() && engine_.flushed(flushing.front().first)) {
+        const uint64_t covered = flushing.front().second;
+        flushing.pop_front();
+        // Past every descriptor taken when no quiet waits any more; else up to the next one.
+        __atomic_store_n(completion_.retired, flushing.empty() ? next : covered,
+                         __ATOMIC_RELEASE);
+        retired = true;
+      }
+      if (taken > 0 || moved || retired || !flushing.empty() || engine_.busy()) {
         idle = 0;
       } else if (++idle > kSpinsBeforeSleep) {
         // Idle (nothing queued, nothing in flight): give the core back, at the price of up to

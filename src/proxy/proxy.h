@@ -4,8 +4,9 @@
 //   retired    descriptors taken and issued, in ticket order; a kQuiet descriptor retires only
 //              once every earlier operation is complete at its target, so "retired > t" after a
 //              quiet with ticket t means everything before it has landed (the quiets of one
-//              batch of descriptors share one flush at its end, and retired stays at the first
-//              of them until then);
+//              batch of descriptors share one flush started at its end, which does not block:
+//              later descriptors are issued meanwhile, and retired stays at the first quiet
+//              whose flush has not finished);
 //   counters   local completion counts (gshmem/proxy_queue.h, word 6), added to by the CPU
 //              (host memory) or through `counter_sink` (GPU memory, which the CPU cannot add
 //              to atomically: GpuSink's kernel);

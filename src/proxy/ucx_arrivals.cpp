@@ -70,10 +70,11 @@ bool UcxEngine::advance_unguarded() {
     staging_->give_back(a.chunk, false);
     landed(a);
   }) || moved;
-  std::vector<std::pair<int, bool>> acks;
+  std::vector<wire::BulkPutAck> acks;
   acks.swap(acks_);
-  for (const auto& [sender, landed] : acks) {
-    const wire::BulkPutAck ack{static_cast<uint64_t>(rank_), landed ? 1u : 0u};
+  for (wire::BulkPutAck& ack : acks) {
+    const int sender = static_cast<int>(ack.from);
+    ack.from = static_cast<uint64_t>(rank_);
     send_quietly(sender, wire::kBulkPutAck, &ack, sizeof ack, nullptr, 0);
     moved = true;
   }
@@ -120,7 +121,7 @@ void UcxEngine::landed(const Arrival& a) {
   if (a.parts > 1 && ++parts_landed_[key] < a.parts) return;
   parts_landed_.erase(key);
   if (a.header.signal.region != wire::kNoSignal) apply_signal(a.header.signal);
-  acknowledge(static_cast<int>(a.header.from), true);
+  acknowledge(static_cast<int>(a.header.from), a.header.message, true);
 }
 
 // Rendezvous data that could not be received: this rank raises `what`; the sender of a put
@@ -128,14 +129,16 @@ void UcxEngine::landed(const Arrival& a) {
 void UcxEngine::failed(const Arrival& a, const std::string& what) {
   note_arrival_error(what);
   if (a.put) {
-    acknowledge(static_cast<int>(a.header.from), false);
+    acknowledge(static_cast<int>(a.header.from), a.header.message, false);
   } else {
     fetches_.erase(a.get_id);
   }
 }
 
 // Queued: it may be called from a UCX callback; advance() sends it.
-void UcxEngine::acknowledge(int sender, bool landed) { acks_.push_back({sender, landed}); }
+void UcxEngine::acknowledge(int sender, uint64_t message, bool landed) {
+  acks_.push_back({static_cast<uint64_t>(sender), message, landed ? 1u : 0u});
+}
 
 // A send from advance(): a failure marks the peer failed instead of throwing.
 void UcxEngine::send_quietly(int pe, unsigned id, const void* header, size_t header_bytes,
@@ -144,7 +147,7 @@ void UcxEngine::send_quietly(int pe, unsigned id, const void* header, size_t hea
   if (UCS_PTR_IS_ERR(req)) {
     peer_errors_[pe] = UCS_PTR_STATUS(req);
   } else if (req != nullptr) {
-    pending_.push_back({req, pe, nullptr, nullptr, 0, nullptr, false});
+    pending_.push_back({req, pe, nullptr, nullptr, 0, nullptr, issued_++});
   }
 }
 
@@ -201,14 +204,15 @@ ucs_status_t UcxEngine::on_bulk_put(void* arg, const void* header, size_t header
                                     void* data, size_t bytes, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxEngine*>(arg);
   wire::BulkPut msg;
-  if (!read_header(header, header_bytes, msg) || msg.from >= self->unacked_.size()) {
+  if (!read_header(header, header_bytes, msg) ||
+      msg.from >= static_cast<uint64_t>(self->nranks_)) {
     return UCS_OK;
   }
   const PeerRegion* mine = self->landing(msg.region, msg.offset, bytes);
   if (!rendezvous(param)) {  // UCX was told to send it by rendezvous: not expected
     self->note_arrival_error("a bulk put of " + std::to_string(bytes) + " bytes from rank " +
                              std::to_string(msg.from) + " arrived without rendezvous");
-    self->acknowledge(static_cast<int>(msg.from), false);
+    self->acknowledge(static_cast<int>(msg.from), msg.message, false);
     return UCS_OK;
   }
   if (mine == nullptr) return kNoRegion;  // the sender's request fails with it: its error
@@ -221,9 +225,7 @@ ucs_status_t UcxEngine::on_bulk_put_ack(void* arg, const void* header, size_t he
                                         void*, size_t, const ucp_am_recv_param_t*) {
   auto* self = static_cast<UcxEngine*>(arg);
   wire::BulkPutAck msg;
-  if (read_header(header, header_bytes, msg) && msg.from < self->unacked_.size() &&
-      self->unacked_[msg.from] > 0) {
-    --self->unacked_[msg.from];
+  if (read_header(header, header_bytes, msg) && self->unacked_.erase(msg.message) > 0) {
     if (msg.landed == 0) {
       self->note_arrival_error("a bulk put to rank " + std::to_string(msg.from) +
                                " failed there (it could not receive the data)");

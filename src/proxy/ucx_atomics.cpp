@@ -28,7 +28,7 @@ void UcxEngine::atomic(int pe, int region, uint64_t offset, const Atomic& a, Fet
   const uint64_t id = next_atomic_++;
   const wire::AtomicRequest msg{static_cast<uint64_t>(rank_), id, static_cast<uint64_t>(region),
                                 offset, op, type, a.operand, a.compare};
-  atomic_calls_[id] = {pe, fetched, arg, tag};
+  atomic_calls_[id] = {pe, fetched, arg, tag, issued_++};
   try {
     track(send(pe, wire::kAtomic, &msg, sizeof msg, nullptr, 0), pe, nullptr, nullptr, 0,
           "atomic");

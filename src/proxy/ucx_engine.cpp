@@ -84,8 +84,7 @@ UcxEngine::UcxEngine(Bootstrap& bs, double timeout, size_t bulk_bytes, size_t pa
       bulk_bytes_(bulk_bytes),
       part_bytes_(part_bytes),
       rank_(bs.rank()),
-      nranks_(bs.nranks()),
-      unacked_(nranks_, 0) {
+      nranks_(bs.nranks()) {
   GSHMEM_REQUIRE(bulk_bytes > 0, "the network engine's bulk size must be positive");
   GSHMEM_REQUIRE(part_bytes > 0, "the network engine's part size must be positive");
   try {
@@ -173,8 +172,9 @@ void UcxEngine::put(int pe, const void* src, size_t bytes, int region, uint64_t 
   const PeerRegion& target = reach(pe, region, offset, bytes, "put");
   if (signal != nullptr) reach_signal(pe, signal->region, signal->offset);
   if (bytes >= bulk_bytes_) {
+    const uint64_t message = next_message_++;
     wire::BulkPut header{static_cast<uint64_t>(rank_), static_cast<uint64_t>(region), offset,
-                         next_message_++, 1, {wire::kNoSignal, 0, 0, 0}};
+                         message, 1, {wire::kNoSignal, 0, 0, 0}};
     if (signal != nullptr) header.signal = to_wire(*signal);
     const bool staged = staging_ != nullptr && staging_->staged(src);
     if (staged || bytes > part_bytes_) {
@@ -183,9 +183,9 @@ void UcxEngine::put(int pe, const void* src, size_t bytes, int region, uint64_t 
                      arg, tag, staged});
     } else {
       track(send(pe, wire::kBulkPut, &header, sizeof header, src, bytes), pe, done, arg, tag,
-            "put", nullptr, true);
+            "put", nullptr, message);
     }
-    ++unacked_[pe];
+    unacked_[message] = pe;
     return;
   }
   ucp_request_param_t param{};
@@ -220,7 +220,7 @@ void UcxEngine::get(int pe, void* dst, size_t bytes, int region, uint64_t offset
     const uint64_t id = next_fetch_++;
     const wire::GetRequest request{static_cast<uint64_t>(rank_), id,
                                    static_cast<uint64_t>(region), offset, bytes};
-    fetches_[id] = {pe, dst, bytes, done, arg, tag};
+    fetches_[id] = {pe, dst, bytes, done, arg, tag, issued_++};
     try {
       track(send(pe, wire::kGetRequest, &request, sizeof request, nullptr, 0), pe, nullptr,
             nullptr, 0, "get");
@@ -269,10 +269,21 @@ bool UcxEngine::progress() {
   return progress_locked();
 }
 
+uint64_t UcxEngine::flush_start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return start_flush(-1);
+}
+
+bool UcxEngine::flushed(uint64_t token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return flush_done(token);
+}
+
 bool UcxEngine::busy() const {
   std::lock_guard<std::mutex> lock(mu_);
   return !pending_.empty() || !arrivals_.empty() || !receiving_.empty() || !serves_.empty() ||
-         !acks_.empty() || !fetches_.empty() || unacked() > 0 || !outgoing_.empty() ||
+         !acks_.empty() || !fetches_.empty() || !unacked_.empty() || !outgoing_.empty() ||
+         !flushes_.empty() ||
          !copying_in_.empty() || !atomic_calls_.empty() || !atomic_arrivals_.empty();
 }
 
@@ -308,29 +319,91 @@ ucs_status_ptr_t UcxEngine::send(int pe, unsigned id, const void* header, size_t
 void UcxEngine::fence_locked() { flush_locked(); }
 
 void UcxEngine::flush_locked(int only) {
-  // One flush per peer, so that a timeout can name the peers that did not finish.
-  std::vector<void*> flushes(nranks_, nullptr);
+  const uint64_t token = start_flush(only);
   try {
-    for (int r = 0; r < nranks_; ++r) {
-      if (r == rank_ || (only >= 0 && r != only)) continue;
-      ucp_request_param_t param{};
-      ucs_status_ptr_t req = api_.ep_flush_nbx(eps_[r], &param);
-      if (UCS_PTR_IS_ERR(req)) fail_peer(r, UCS_PTR_STATUS(req), "flush");
-      flushes[r] = req;
-    }
-    wait_flushes(flushes, only);
+    do {
+      progress_locked();
+    } while (!flush_done(token));
   } catch (...) {
-    for (void* f : flushes) {
-      if (f != nullptr) api_.request_free(f);
-    }
+    const auto it = flushes_.find(token);
+    if (it != flushes_.end()) drop_flush(it);
     throw;
   }
 }
 
-uint64_t UcxEngine::unacked() const {
-  uint64_t n = 0;
-  for (uint64_t u : unacked_) n += u;
-  return n;
+// One UCX endpoint flush per peer, so that a timeout can name the peers that did not finish;
+// with the acks, answers and replies of what was issued before, flush_done waits for them.
+uint64_t UcxEngine::start_flush(int only) {
+  const uint64_t token = next_flush_++;
+  Flush& f = flushes_.emplace(token, Flush{only, issued_, next_message_,
+                                           std::vector<void*>(nranks_, nullptr),
+                                           Deadline(timeout_)})
+                 .first->second;
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_ || (only >= 0 && r != only)) continue;
+    ucp_request_param_t param{};
+    ucs_status_ptr_t req = api_.ep_flush_nbx(eps_[r], &param);
+    if (UCS_PTR_IS_ERR(req)) {
+      drop_flush(flushes_.find(token));
+      fail_peer(r, UCS_PTR_STATUS(req), "flush");
+    }
+    f.requests[r] = req;
+  }
+  return token;
+}
+
+bool UcxEngine::flush_done(uint64_t token) {
+  const auto it = flushes_.find(token);
+  GSHMEM_REQUIRE(it != flushes_.end(), "no network flush " + std::to_string(token) + " under way");
+  Flush& f = it->second;
+  std::vector<bool> waiting(nranks_, false);
+  for (int r = 0; r < nranks_; ++r) {
+    void*& req = f.requests[r];
+    if (req == nullptr) continue;
+    const ucs_status_t st = api_.request_check_status(req);
+    if (st == UCS_INPROGRESS) {
+      waiting[r] = true;
+      continue;
+    }
+    api_.request_free(req);
+    req = nullptr;
+    if (st != UCS_OK) {
+      drop_flush(it);
+      fail_peer(r, st, "flush");
+    }
+  }
+  for (const auto& [message, pe] : unacked_) {  // by id: those issued before come first
+    if (message >= f.message) break;
+    waiting[pe] = true;
+  }
+  for (const auto& [id, g] : fetches_) waiting[g.pe] = waiting[g.pe] || g.seq < f.seq;
+  for (const auto& [id, c] : atomic_calls_) waiting[c.pe] = waiting[c.pe] || c.seq < f.seq;
+  for (const Pending& p : pending_) waiting[p.pe] = waiting[p.pe] || p.seq < f.seq;
+  if (f.only >= 0) {  // what other peers still have in flight does not hold this flush up
+    const bool theirs = waiting[f.only];
+    std::fill(waiting.begin(), waiting.end(), false);
+    waiting[f.only] = theirs;
+  }
+  if (std::find(waiting.begin(), waiting.end(), true) == waiting.end()) {
+    drop_flush(it);
+    return true;
+  }
+  if (!f.deadline.passed()) return false;
+  std::string names;
+  for (int r = 0; r < nranks_; ++r) {
+    if (waiting[r]) names += (names.empty() ? "" : ", ") + std::to_string(r);
+  }
+  drop_flush(it);
+  throw_error(GSHMEM_ERROR_TIMEOUT, "network flush did not finish within " +
+                                        std::to_string(timeout_) +
+                                        " s (GSHMEM_TIMEOUT); still waiting for rank(s) " + names);
+}
+
+void UcxEngine::drop_flush(std::map<uint64_t, Flush>::iterator it) {
+  for (void* req : it->second.requests) {
+    if (req != nullptr) api_.request_free(req);
+  }
+  flushes_.erase(it);
 }
 
 bool UcxEngine::progress_locked() {
@@ -347,8 +420,8 @@ bool UcxEngine::progress_locked() {
     throw_error(GSHMEM_ERROR_USAGE, what);
   }
   moved = reap(pending_, [&](const Pending& finished, ucs_status_t st) {
-    if (st != UCS_OK && finished.bulk_put) {
-      --unacked_[finished.pe];  // refused: no ack will come
+    if (st != UCS_OK && finished.bulk_message != kNoMessage) {
+      unacked_.erase(finished.bulk_message);  // refused: no ack will come
       if (st == kNoRegion) throw_error(GSHMEM_ERROR_USAGE, no_region(finished.pe));
     }
     if (st != UCS_OK) fail_peer(finished.pe, st, "operation");
@@ -438,6 +511,7 @@ void UcxEngine::open() {
 
 void UcxEngine::close() {
   // Requests and announced data first: they may still name memory of the regions.
+  while (!flushes_.empty()) drop_flush(flushes_.begin());
   for (Pending& p : pending_) api_.request_free(p.request);
   pending_.clear();
   for (Arrival& a : arrivals_) api_.am_data_release(worker_, a.desc);
@@ -492,49 +566,6 @@ void UcxEngine::close() {
   worker_ = nullptr;
   if (context_ != nullptr) api_.cleanup(context_);
   context_ = nullptr;
-}
-
-// Progresses until every flush request, every pending operation, every bulk get and every
-// bulk put's ack is done; frees the done flush requests (nulling them); throws on a failed
-// peer or at the deadline, naming the peers waited for.
-void UcxEngine::wait_flushes(std::vector<void*>& flushes, int only) {
-  const Deadline deadline(timeout_);
-  for (;;) {
-    progress_locked();
-    std::vector<bool> waiting(nranks_, false);
-    for (int r = 0; r < nranks_; ++r) {
-      void*& f = flushes[r];
-      if (f == nullptr) continue;
-      const ucs_status_t st = api_.request_check_status(f);
-      if (st == UCS_INPROGRESS) {
-        waiting[r] = true;
-        continue;
-      }
-      api_.request_free(f);
-      f = nullptr;
-      if (st != UCS_OK) fail_peer(r, st, "flush");
-    }
-    for (int r = 0; r < nranks_; ++r) waiting[r] = waiting[r] || unacked_[r] > 0;
-    for (const auto& [id, f] : fetches_) waiting[f.pe] = true;
-    for (const auto& [id, c] : atomic_calls_) waiting[c.pe] = true;
-    for (const Pending& p : pending_) waiting[p.pe] = true;
-    if (only >= 0) {  // what other peers still have in flight does not hold this flush up
-      const bool theirs = waiting[only];
-      std::fill(waiting.begin(), waiting.end(), false);
-      waiting[only] = theirs;
-    }
-    if (std::find(waiting.begin(), waiting.end(), true) == waiting.end()) return;
-    if (deadline.passed()) {
-      std::string names;
-      for (int r = 0; r < nranks_; ++r) {
-        if (waiting[r]) names += (names.empty() ? "" : ", ") + std::to_string(r);
-      }
-      throw_error(GSHMEM_ERROR_TIMEOUT,
-                  "network flush did not finish within " + std::to_string(timeout_) +
-                      " s (GSHMEM_TIMEOUT); still waiting for rank(s) " +
-                      names);
-    }
-  }
 }
 
 // Maps [base, base + bytes) and returns the blob peers need: base, bytes, packed remote key.
@@ -607,7 +638,7 @@ const PeerRegion& UcxEngine::reach(int pe, int region, uint64_t offset, size_t b
 }
 
 void UcxEngine::track(ucs_status_ptr_t req, int pe, Done done, void* arg, uint64_t tag,
-                      const char* op, std::shared_ptr<uint64_t> value, bool bulk_put) {
+                      const char* op, std::shared_ptr<uint64_t> value, uint64_t bulk_message) {
   if (UCS_PTR_IS_ERR(req)) {
     const ucs_status_t st = UCS_PTR_STATUS(req);
     if (st == UCS_ERR_UNSUPPORTED || st == UCS_ERR_INVALID_PARAM) {
@@ -622,7 +653,7 @@ void UcxEngine::track(ucs_status_ptr_t req, int pe, Done done, void* arg, uint64
     if (done != nullptr) done(arg, tag);
     return;
   }
-  pending_.push_back({req, pe, done, arg, tag, std::move(value), bulk_put});
+  pending_.push_back({req, pe, done, arg, tag, std::move(value), issued_++, bulk_message});
 }
 
 void UcxEngine::on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "bootstrap/socket.h"  // Deadline
 #include "proxy/cpu_sink.h"
 #include "proxy/net_engine.h"
 #include "proxy/staging.h"
@@ -45,6 +46,8 @@ struct Region {
 // with it, which the sender raises as its own usage error.
 constexpr ucs_status_t kNoRegion = UCS_ERR_NO_ELEM;
 
+constexpr uint64_t kNoMessage = ~uint64_t{0};
+
 // An operation UCX has not finished yet: a put or get (with its completion callback), a
 // signal, a bulk put's ack or a get's reply.
 struct Pending {
@@ -54,7 +57,8 @@ struct Pending {
   void* arg;
   uint64_t tag;
   std::shared_ptr<uint64_t> value;  // a put_value's source, kept until UCX is done with it
-  bool bulk_put = false;            // its ack is counted in unacked_
+  uint64_t seq;                     // issue order (flushes wait for what was issued before them)
+  uint64_t bulk_message = kNoMessage;  // a bulk put: its id in unacked_
 };
 
 // Rendezvous data announced to this rank (a bulk put into one of its regions, or the reply to
@@ -112,6 +116,7 @@ struct Fetch {
   Done done;
   void* arg;
   uint64_t tag;
+  uint64_t seq;
   uint64_t landed = 0;  // parts of the reply
 };
 
@@ -129,6 +134,16 @@ struct AtomicCall {
   Fetched fetched;
   void* arg;
   uint64_t tag;
+  uint64_t seq;
+};
+
+// A flush under way: what it waits for is what was issued before it started.
+struct Flush {
+  int only;          // -1: every peer
+  uint64_t seq;      // operations with a smaller seq
+  uint64_t message;  // bulk puts with a smaller id (acknowledged)
+  std::vector<void*> requests;  // per peer: UCX's endpoint flush, null once done
+  Deadline deadline;
 };
 
 // A peer's atomic: started through the atomic sink in arrival order, answered once done.
@@ -168,6 +183,8 @@ class UcxEngine final : public NetEngine {
   void set_atomic_sink(AtomicSink* sink) override;
   void fence() override;
   void flush() override;
+  uint64_t flush_start() override;
+  bool flushed(uint64_t token) override;
   bool progress() override;
   bool busy() const override;
 
@@ -186,11 +203,15 @@ class UcxEngine final : public NetEngine {
   void fence_locked();
   // Returns once every operation issued so far to peer `only` (every peer: -1) is complete.
   void flush_locked(int only = -1);
-  uint64_t unacked() const;
+  // Starts a flush of what was issued so far to `only` (every peer: -1); its token.
+  uint64_t start_flush(int only);
+  // Whether flush `token` is done (then forgotten); throws on a failed peer or at its deadline,
+  // naming the peers waited for (and forgets it).
+  bool flush_done(uint64_t token);
+  void drop_flush(std::map<uint64_t, Flush>::iterator it);
   bool progress_locked();
   void open();
   void close();
-  void wait_flushes(std::vector<void*>& flushes, int only);
   // A template defined and used in ucx_engine.cpp only.
   template <typename F>
   void progress_during(std::unique_lock<std::mutex>& lock, F&& exchange);
@@ -200,7 +221,7 @@ class UcxEngine final : public NetEngine {
   const Region& live_region(int region) const;
   const PeerRegion& reach(int pe, int region, uint64_t offset, size_t bytes, const char* op);
   void track(ucs_status_ptr_t req, int pe, Done done, void* arg, uint64_t tag, const char* op,
-             std::shared_ptr<uint64_t> value = nullptr, bool bulk_put = false);
+             std::shared_ptr<uint64_t> value = nullptr, uint64_t bulk_message = kNoMessage);
   static void on_peer_error(void* arg, ucp_ep_h, ucs_status_t status);
   void check_peers();
   [[noreturn]] void fail_peer(int pe, ucs_status_t status, const char* op);
@@ -211,7 +232,7 @@ class UcxEngine final : public NetEngine {
   void received(const Arrival& a);
   void landed(const Arrival& a);
   void failed(const Arrival& a, const std::string& what);
-  void acknowledge(int sender, bool landed);
+  void acknowledge(int sender, uint64_t message, bool landed);
   void send_quietly(int pe, unsigned id, const void* header, size_t header_bytes,
                     const void* data, size_t bytes);
   void note_arrival_error(const std::string& what);
@@ -310,14 +331,17 @@ class UcxEngine final : public NetEngine {
   std::vector<ucs_status_t> peer_errors_;
   std::vector<Region> regions_;
   std::vector<Pending> pending_;
-  std::vector<uint64_t> unacked_;  // per peer: bulk puts sent and not yet acknowledged
+  std::map<uint64_t, int> unacked_;  // bulk puts sent and not yet acknowledged: id -> peer
   std::vector<Arrival> arrivals_;  // rendezvous data announced, not yet being received
   std::vector<Arrival> receiving_;
   std::vector<Serve> serves_;
-  std::vector<std::pair<int, bool>> acks_;  // (sender, landed) owed a BulkPutAck
+  std::vector<wire::BulkPutAck> acks_;  // owed to senders (`from`: the sender here)
   std::unordered_map<uint64_t, Fetch> fetches_;  // this rank's bulk gets, by id
   uint64_t next_fetch_ = 0;
   uint64_t next_message_ = 0;  // ids of this rank's bulk puts
+  uint64_t issued_ = 0;        // seq of the next operation (Pending, Fetch, AtomicCall)
+  std::map<uint64_t, Flush> flushes_;  // by token
+  uint64_t next_flush_ = 0;
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> parts_landed_;  // (sender, message)
   Staging* staging_ = nullptr;
   std::list<Outgoing> outgoing_;  // a list: parts in flight point at their transfer

@@ -75,7 +75,7 @@ bool UcxEngine::send_parts() {
     const Outgoing finished = t;
     it = outgoing_.erase(it);
     if (finished.refused) {  // no ack will come for it
-      if (unacked_[finished.pe] > 0) --unacked_[finished.pe];
+      unacked_.erase(finished.put.message);
       refusal_ = no_region(finished.pe);
     }
     if (finished.done != nullptr) finished.done(finished.arg, finished.tag);

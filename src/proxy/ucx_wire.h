@@ -38,7 +38,8 @@ struct BulkPut {
 
 struct BulkPutAck {
   uint64_t from;
-  uint64_t landed;  // 0: the target could not receive the data (it says why on its side)
+  uint64_t message;  // the sender's id for the transfer (BulkPut::message)
+  uint64_t landed;   // 0: the target could not receive the data (it says why on its side)
 };
 
 struct GetRequest {

@@ -1,8 +1,8 @@
 // gshmem._C, for the CPU tests: what the proxy thread asks of its network engine for a given
 // sequence of descriptors, in order, with the retired word it had published at each call. The
 // engine records instead of moving data, and holds its first call until every descriptor is
-// queued, so the proxy takes the rest in one batch: the batching and the quiets' retirement are
-// then deterministic to test (tests/cpu/test_proxy_queue.py).
+// queued, so the proxy takes the rest in one batch; its flushes finish at their second poll: the
+// batching and the quiets' retirement are then deterministic to test (test_proxy_queue.py).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -84,6 +84,19 @@ class RecordingEngine final : public gshmem::proxy::NetEngine {
   void set_staging(gshmem::proxy::Staging*) override {}
   void fence() override { record("fence"); }
   void flush() override { record("flush"); }
+  // A flush finishes at its second poll, so a proxy that polls without blocking shows it
+  // issues what comes next before a quiet retires.
+  uint64_t flush_start() override {
+    record("flush_start");
+    polls_.push_back(0);
+    return polls_.size() - 1;
+  }
+  bool flushed(uint64_t token) override {
+    GSHMEM_REQUIRE(token < polls_.size() && polls_[token] < 2, "flush token spent or unknown");
+    if (++polls_[token] < 2) return false;
+    record("flushed");
+    return true;
+  }
   bool progress() override { return false; }
   bool busy() const override { return false; }
 
@@ -100,6 +113,7 @@ class RecordingEngine final : public gshmem::proxy::NetEngine {
   bool held_ = true;
   const uint64_t* retired_ = nullptr;
   Trace trace_;
+  std::vector<int> polls_;  // per flush token (proxy thread only)
 };
 
 // The engine calls the proxy makes for descriptors of `ops` (codes of PROXY_OPS, to PE 1,

@@ -62,12 +62,23 @@ def test_a_descriptor_is_seven_words():
 
 def test_quiets_of_one_batch_share_one_flush():
     # Blocking puts from many GPU threads arrive as put, quiet, put, quiet, ...: the proxy issues
-    # every put of the batch, then flushes once; retired stays at the first quiet (ticket 1)
-    # until that flush, then covers the whole batch.
+    # every put of the batch, then starts one flush; retired stays at the first quiet (ticket 1)
+    # until that flush finished, then covers the whole batch.
     ops = _C.PROXY_OPS
     trace, retired = _C.proxy_trace([ops["put"], ops["quiet"]] * 4)
-    assert trace == [("put", 0)] + [("put", 1)] * 3 + [("flush", 1)]
+    assert trace == [("put", 0)] + [("put", 1)] * 3 + [("flush_start", 1), ("flushed", 1)]
     assert retired == 8
+
+
+def test_descriptors_after_a_quiet_go_out_while_its_flush_is_under_way():
+    # The first quiet is a batch of its own; its flush is still under way when the next batch's
+    # puts are issued (retired held at 0, the quiet's ticket); the second quiet's flush starts
+    # before the first finished; retired then moves to 1 (the next quiet), then past all.
+    ops = _C.PROXY_OPS
+    trace, retired = _C.proxy_trace([ops["quiet"], ops["put"], ops["put"], ops["quiet"]])
+    assert trace == [("flush_start", 0), ("put", 0), ("put", 0), ("flush_start", 0),
+                     ("flushed", 0), ("flushed", 1)]  # fmt: skip
+    assert retired == 4
 
 
 def test_a_batch_without_quiets_retires_each_descriptor_as_it_goes():
@@ -81,4 +92,4 @@ def test_a_signal_after_a_held_quiet_still_fences_first():
     # a signal orders itself behind everything before it with its own fence, quiet or not
     ops = _C.PROXY_OPS
     trace, _ = _C.proxy_trace([ops["put"], ops["quiet"], ops["signal"], ops["quiet"]])
-    assert trace == [("put", 0), ("fence", 1), ("signal", 1), ("flush", 1)]
+    assert trace == [("put", 0), ("fence", 1), ("signal", 1), ("flush_start", 1), ("flushed", 1)]
