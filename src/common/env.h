@@ -27,6 +27,11 @@ uint64_t proxy_queue();
 // GSHMEM_PROXY_STAGING: the proxy path stages GPU memory through pinned host chunks
 // (src/proxy/staging.h; default 0: UCX moves GPU memory itself).
 bool proxy_staging();
+// GSHMEM_PROXY_BULK_MIN: transfers of at least this many bytes travel as rendezvous messages
+// (1: every transfer); GSHMEM_PROXY_PART: larger ones in parts of at most this many bytes. Both
+// positive; the defaults are the engine's (src/proxy/net_engine.h).
+uint64_t proxy_bulk_min(uint64_t fallback);
+uint64_t proxy_part(uint64_t fallback);
 // GSHMEM_HEAP_RESERVE: bytes of address space per PE heap (default: the device's memory).
 uint64_t heap_reserve(uint64_t fallback);
 // GSHMEM_HEAP_INITIAL: bytes mapped at init (default 64 MiB).

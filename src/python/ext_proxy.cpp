@@ -414,6 +414,12 @@ void bind_proxy(nb::module_& m) {
   m.def("proxy_staging", [] {
         return call_internal([] { return gshmem::env::proxy_staging(); });
       }, "GSHMEM_PROXY_STAGING as a comm created now would read it (default off).");
+  m.def("proxy_bulk_sizes", [] {
+        return call_internal([] {
+          return std::make_tuple(gshmem::env::proxy_bulk_min(gshmem::proxy::kDefaultBulkBytes),
+                                gshmem::env::proxy_part(gshmem::proxy::kDefaultPartBytes));
+        });
+      }, "(GSHMEM_PROXY_BULK_MIN, GSHMEM_PROXY_PART) as a comm created now would read them.");
   m.def("ucx_unavailable", [] { return gshmem::proxy::ucx_unavailable(); },
         "Empty when the proxy path's UCX loads in this process; else why not.");
 }

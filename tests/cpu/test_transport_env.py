@@ -1,5 +1,6 @@
-"""GSHMEM_TRANSPORT, GSHMEM_PROXY_QUEUE and GSHMEM_PROXY_STAGING as a comm reads them
-(docs/network.md), and whether the proxy path's UCX loads here."""
+"""GSHMEM_TRANSPORT, GSHMEM_PROXY_QUEUE, GSHMEM_PROXY_STAGING, GSHMEM_PROXY_BULK_MIN and
+GSHMEM_PROXY_PART as a comm reads them (docs/network.md), and whether the proxy path's UCX loads
+here."""
 
 from __future__ import annotations
 
@@ -51,6 +52,24 @@ def test_bad_proxy_staging_is_a_usage_error(monkeypatch):
     monkeypatch.setenv("GSHMEM_PROXY_STAGING", "sometimes")
     with pytest.raises(gshmem.UsageError, match="'sometimes' is not a boolean"):
         _C.proxy_staging()
+
+
+@pytest.mark.parametrize(
+    ("bulk", "part", "expected"),
+    [(None, None, (64 << 10, 4 << 20)), ("1", "1M", (1, 1 << 20)),
+     ("256K", None, (256 << 10, 4 << 20))],
+)  # fmt: skip
+def test_proxy_bulk_sizes_from_env(set_env, bulk, part, expected):
+    set_env("GSHMEM_PROXY_BULK_MIN", bulk)
+    set_env("GSHMEM_PROXY_PART", part)
+    assert _C.proxy_bulk_sizes() == expected
+
+
+@pytest.mark.parametrize("name", ["GSHMEM_PROXY_BULK_MIN", "GSHMEM_PROXY_PART"])
+def test_proxy_bulk_sizes_must_be_positive(monkeypatch, name):
+    monkeypatch.setenv(name, "0")
+    with pytest.raises(gshmem.UsageError, match=f"{name}=0: needs at least 1 byte"):
+        _C.proxy_bulk_sizes()
 
 
 def test_ucx_unavailable_names_the_library():
