@@ -243,6 +243,10 @@ class EngineHandle {
   void fence() { call_internal([&] { engine().fence(); }); }
   void barrier() { call_internal([&] { engine().barrier(); }); }
   void flush() { call_internal([&] { engine().flush(); }); }
+  uint64_t flush_start() { return call_internal([&] { return engine().flush_start(); }); }
+  bool flushed(uint64_t token) {
+    return call_internal([&] { return engine().flushed(token); });
+  }
   bool progress() { return call_internal([&] { return engine().progress(); }); }
   void close() { engine_.reset(); }
 
@@ -362,6 +366,8 @@ void bind_proxy(nb::module_& m) {
       .def("fence", &EngineHandle::fence)
       .def("barrier", &EngineHandle::barrier)
       .def("flush", &EngineHandle::flush)
+      .def("flush_start", &EngineHandle::flush_start)
+      .def("flushed", &EngineHandle::flushed, "token"_a)
       .def("progress", &EngineHandle::progress)
       .def("close", &EngineHandle::close);
 

@@ -9,6 +9,9 @@ Scenarios (several run one after another on the same bootstrap; the result is th
             namespace, $GSHMEM_FAKE_HOST) over the bootstrap
   rma       puts, gets and atomic adds between every pair of ranks into regions of different
             sizes per rank, checked byte for byte; an overrun and a self-put are refused
+  flushes   non-blocking flushes: a round of puts into every peer, a flush started, a second
+            round over half of the first, a second flush; both finish while progressing, the
+            peers' slots then hold the second round over the first; a spent token is refused
   proxy     the same traffic through a proxy thread fed by host producer threads: put_signal
             of random sizes, signals, put_value of 1-8 bytes, counters and quiet, while regions
             are registered and deregistered; every byte and count checked
@@ -152,6 +155,43 @@ def rma(bs, rank: int, n: int) -> dict:
     eng.deregister(signals)
     eng.close()
     return {"errors": errors, "refused": refused, "sizes": sizes}
+
+
+def flushes(bs, rank: int, n: int) -> dict:
+    eng = engine(bs)
+    mem = np.zeros(region_bytes(rank), np.uint8)
+    data = eng.register(addr(mem), mem.nbytes)
+    slot = REGION_BASE // n
+    peers = [q for q in range(n) if q != rank]
+    first = {q: pattern(rank, q, slot) for q in peers}
+    second = {q: pattern(rank + n, q, slot // 2) for q in peers}  # another pattern, half a slot
+    for q in peers:
+        eng.put(q, addr(first[q]), slot, data, slot * rank)
+    tokens = [eng.flush_start()]
+    for q in peers:
+        eng.put(q, addr(second[q]), slot // 2, data, slot * rank)
+    tokens.append(eng.flush_start())
+    pending, deadline = set(tokens), time.monotonic() + 30
+    while pending and time.monotonic() < deadline:
+        eng.progress()
+        pending -= {t for t in sorted(pending) if eng.flushed(t)}
+    errors = [f"flush {t} never finished" for t in sorted(pending)]
+    try:
+        eng.flushed(tokens[0])
+        spent = "accepted"
+    except Error as e:
+        spent = f"{type(e).__name__}: {e}"
+    eng.barrier()  # every rank's flushes finished: its puts are in place
+    for q in peers:
+        got = mem[slot * q : slot * (q + 1)]
+        half = slot // 2
+        want = np.concatenate([pattern(q + n, rank, half), pattern(q, rank, slot)[half:]])
+        if not np.array_equal(got, want):
+            errors.append(f"slot of rank {q} wrong")
+    eng.barrier()
+    eng.deregister(data)
+    eng.close()
+    return {"errors": errors, "spent": spent}
 
 
 def put_values(rank: int) -> list[tuple[int, int, int]]:
@@ -565,6 +605,7 @@ def where(bs, rank: int, n: int) -> dict:
 SCENARIOS = {
     "where": where,
     "rma": rma,
+    "flushes": flushes,
     "proxy": proxy,
     "atomics": atomics,
     "die": die,

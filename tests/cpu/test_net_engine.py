@@ -44,6 +44,15 @@ def test_put_get_signal_between_processes(nranks, bulk):
 
 @BULK
 @pytest.mark.parametrize("nranks", [2, 3])
+def test_non_blocking_flushes_finish_and_cover_what_came_before(nranks, bulk):
+    for rank, res in enumerate(run_ranks("flushes", nranks, env=bulk)):
+        assert res["ok"], (rank, res)
+        assert res["result"]["errors"] == [], (rank, res)
+        assert res["result"]["spent"].startswith("UsageError: no network flush"), res
+
+
+@BULK
+@pytest.mark.parametrize("nranks", [2, 3])
 def test_proxy_thread_executes_host_descriptors(nranks, bulk):
     for rank, res in enumerate(run_ranks("proxy", nranks, env=bulk)):
         assert res["ok"], (rank, res)
