@@ -93,34 +93,38 @@ void exchange(Comm& comm, const std::vector<ExchangeSend>& sends, const std::vec
   }
 }
 
-// Members in ring order from this PE (me + 1, me + 2, ...), so that the n - 1 sends of every
-// member start at different receivers.
-void exchange_all_gather(Comm& comm, const gshmem_team_t& team, const void* in, void* out,
-                         size_t bytes, cudaStream_t stream) {
+namespace {
+
+// Every member gets `bytes` from this PE at block `me` of its `out`: member t gets src(t) (this
+// PE's own block copied locally). Members in ring order from this PE (me + 1, me + 2, ...), so
+// that the n - 1 sends of every member start at different receivers.
+template <class Src>
+void ring_exchange(Comm& comm, const gshmem_team_t& team, Src src, void* out, size_t bytes,
+                   cudaStream_t stream) {
   const int n = team.size, me = team.my_pe;
   char* own = at(out, me * bytes);
   std::vector<ExchangeSend> sends;
   std::vector<int> srcs;
   for (int k = 1; k < n; ++k) {
-    sends.push_back({world(team, (me + k) % n), in, own, bytes});
+    const int to = (me + k) % n;
+    sends.push_back({world(team, to), src(to), own, bytes});
     srcs.push_back(world(team, (me - k + n) % n));
   }
-  local_copy(own, in, bytes, stream);
+  local_copy(own, src(me), bytes, stream);
   exchange(comm, sends, srcs, stream);
+}
+
+}  // namespace
+
+void exchange_all_gather(Comm& comm, const gshmem_team_t& team, const void* in, void* out,
+                         size_t bytes, cudaStream_t stream) {
+  ring_exchange(comm, team, [&](int) { return in; }, out, bytes, stream);
 }
 
 void exchange_all_to_all(Comm& comm, const gshmem_team_t& team, const void* in, void* out,
                          size_t block, cudaStream_t stream) {
-  const int n = team.size, me = team.my_pe;
-  std::vector<ExchangeSend> sends;
-  std::vector<int> srcs;
-  for (int k = 1; k < n; ++k) {
-    const int to = (me + k) % n;
-    sends.push_back({world(team, to), at(in, to * block), at(out, me * block), block});
-    srcs.push_back(world(team, (me - k + n) % n));
-  }
-  local_copy(at(out, me * block), at(in, me * block), block, stream);
-  exchange(comm, sends, srcs, stream);
+  ring_exchange(
+      comm, team, [&](int t) -> const void* { return at(in, t * block); }, out, block, stream);
 }
 
 void exchange_reduce_scatter(Comm& comm, const gshmem_team_t& team, const void* in, void* out,

@@ -33,6 +33,12 @@ uint64_t get_size(const char* name, uint64_t fallback) {
   return v ? parse_size(v, name) : fallback;
 }
 
+uint64_t positive_size(const char* name, uint64_t fallback) {
+  const uint64_t n = get_size(name, fallback);
+  if (n == 0) throw_error(GSHMEM_ERROR_USAGE, std::string(name) + "=0: needs at least 1 byte");
+  return n;
+}
+
 }  // namespace
 
 uint64_t parse_size(const std::string& text, const char* what) {
@@ -70,14 +76,6 @@ bool watchdog() { return get_bool("GSHMEM_WATCHDOG", true); }
 bool check_alloc() { return get_bool("GSHMEM_CHECK_ALLOC", true); }
 bool disable_p2p() { return get_bool("GSHMEM_DISABLE_P2P", false); }
 bool proxy_staging() { return get_bool("GSHMEM_PROXY_STAGING", false); }
-
-namespace {
-uint64_t positive_size(const char* name, uint64_t fallback) {
-  const uint64_t n = get_size(name, fallback);
-  if (n == 0) throw_error(GSHMEM_ERROR_USAGE, std::string(name) + "=0: needs at least 1 byte");
-  return n;
-}
-}  // namespace
 
 uint64_t proxy_bulk_min(uint64_t fallback) {
   return positive_size("GSHMEM_PROXY_BULK_MIN", fallback);
