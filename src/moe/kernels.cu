@@ -13,12 +13,18 @@
 //             and writes each of its pairs there into the pair's final expert-major slot
 //             (routing.expert_slots is the reference): the receiver sorts nothing. Then each
 //             block adds 1 to `arrived[me]` at every receiver.
+//   check     (a dispatch that does not synchronise the host) every rank's counts, once
+//             exchanged: stops the kernels (a device trap, with a message) if any rank's routing
+//             held an expert index out of range, or this rank receives more pairs than the
+//             caller's bound.
 //   return    receiver: one float per received pair back to its sender's (token, choice) (the
-//             router weights' gradient), then `returned` signals like the others.
+//             router weights' gradient; pairs whose sender is -1, padding, are skipped), then
+//             `returned` signals like the others.
 //   reduce    receiver: each received row's sum of its experts' output rows (times their
 //             weights), written into this rank's symmetric combine buffer (pull) or into the
-//             row's sender's, at (this rank, token) (push); each block then adds 1 to
-//             `ready[me]` at every sender.
+//             row's sender's, at (this rank, token) (push), for the rows that arrived (the
+//             counts say how many; the host's row count may be an upper bound); each block
+//             then adds 1 to `ready[me]` at every sender.
 //   pull      sender: waits until every rank's `ready` counter reached the call's target, then
 //             each warp reads its tokens' rows from every rank it sent them to and sums them
 //             (pull: NVLink loads), or from its own combine buffer where they were pushed
@@ -205,9 +211,30 @@ __global__ void return_kernel(gshmem::Device dev, const int32_t* pes, int world,
                               uint64_t* returned) {
   for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < pairs;
        p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (src_rank[p] < 0) continue;  // padding past the received pairs
     gshmem::ptr(dev, dest, pes[src_rank[p]])[src_code[p]] = values[p];
   }
   add_to_all(dev, pes, world, me, returned);
+}
+
+// One thread: what a dispatch without a host synchronisation cannot raise on the host.
+__global__ void check_kernel(Route r, int64_t worst_pairs) {
+  const int per_rank = r.num_experts / r.world;
+  int64_t pairs = 0;
+  for (int s = 0; s < r.world; ++s) {
+    const int bad = r.count(s, r.columns());
+    if (bad > 0) {
+      printf("gshmem.moe dispatch: rank %d's topk_idx holds %d expert indices outside [-1, %d)\n",
+             s, bad, r.num_experts);
+      __trap();
+    }
+    for (int e = r.me * per_rank; e < (r.me + 1) * per_rank; ++e) pairs += r.count(s, r.world + e);
+  }
+  if (pairs > worst_pairs) {
+    printf("gshmem.moe dispatch: rank %d receives %lld rows, more than num_worst_rows=%lld\n",
+           r.me, static_cast<long long>(pairs), static_cast<long long>(worst_pairs));
+    __trap();
+  }
 }
 
 __global__ void wait_kernel(gshmem::Device dev, const int32_t* pes, const uint64_t* counters,
@@ -234,7 +261,10 @@ __global__ void reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_
                               uint64_t* ready) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
-  for (int64_t row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; row < rows;
+  int64_t arrived_rows = 0;  // the slots of rows past them are not this dispatch's
+  for (int s = 0; s < r.world; ++s) arrived_rows += r.count(s, r.me);
+  const int64_t bound = arrived_rows < rows ? arrived_rows : rows;
+  for (int64_t row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; row < bound;
        row += warps) {
     const int mine = lane < k ? slot[row * k + lane] : -1;
     const float mine_w = mine >= 0 && pair_weight ? pair_weight[mine] : 1.0f;
@@ -378,6 +408,14 @@ int gshmem_moe_return(const gshmem_device_t* dev, const int32_t* pes, int world,
   return check(cudaGetLastError(), "moe return");
 }
 
+// all_counts: every rank's totals (the exchange); worst_pairs: the most pairs this rank may receive.
+int gshmem_moe_check(const int32_t* all_counts, int world, int me, int num_experts,
+                     int64_t worst_pairs, cudaStream_t stream) {
+  const Route r{nullptr, nullptr, nullptr, all_counts, world, me, num_experts, 0};
+  check_kernel<<<1, 1, 0, stream>>>(r, worst_pairs);
+  return check(cudaGetLastError(), "moe check");
+}
+
 int gshmem_moe_wait(const gshmem_device_t* dev, const int32_t* pes, const uint64_t* counters,
                     int world, uint64_t target, cudaStream_t stream) {
   wait_kernel<<<1, kWarp, 0, stream>>>(*dev, pes, counters, world, target);
@@ -386,8 +424,10 @@ int gshmem_moe_wait(const gshmem_device_t* dev, const int32_t* pes, const uint64
 
 // dtype: 0 bfloat16, 1 float16. `pair_weight` may be null (an unweighted sum). push: pair_src_rank
 // and pair_src (each pair's sender and token * 8 + choice there) not null, max_tokens the rows of
-// each rank's block in the senders' combine buffers (pull: null, null, 0).
-int gshmem_moe_reduce(const gshmem_device_t* dev, const int32_t* pes, int world, int me,
+// each rank's block in the senders' combine buffers (pull: null, null, 0). `rows`: the received
+// rows, or an upper bound (the kernel stops at the count all_counts gives).
+int gshmem_moe_reduce(const gshmem_device_t* dev, const int32_t* pes, const int32_t* all_counts,
+                      int world, int me, int num_experts,
                       int dtype, const void* y, int64_t y_stride_bytes, const int32_t* slot,
                       const float* pair_weight, int k, int64_t rows, int64_t row_bytes,
                       void* comb, const int32_t* pair_src_rank, const int32_t* pair_src,
@@ -395,7 +435,7 @@ int gshmem_moe_reduce(const gshmem_device_t* dev, const int32_t* pes, int world,
   if ((pair_src_rank == nullptr) != (pair_src == nullptr) || (pair_src_rank && max_tokens < 1)) {
     return check(cudaErrorInvalidValue, "moe reduce: push takes both source arrays and max_tokens");
   }
-  const Route r{pes, nullptr, nullptr, nullptr, world, me, 0, 0};
+  const Route r{pes, nullptr, nullptr, all_counts, world, me, num_experts, 0};
   const PushTo push{pair_src_rank, pair_src, max_tokens};
   auto* kernel = dtype == 0 ? reduce_kernel<__nv_bfloat16> : reduce_kernel<__half>;
   kernel<<<blocks, kThreads, 0, stream>>>(*dev, r, static_cast<const int4*>(y),

@@ -90,6 +90,41 @@ def test_pairs_are_expert_major_and_slots_invert_them():
     assert int((p.slot >= 0).sum()) == 8
 
 
+@pytest.mark.parametrize("n", [0, 6, 10])
+def test_padded_pairs_keep_what_arrived_and_mark_the_rest(n):
+    # a dispatch without a host synchronisation: the count stays a tensor; past it, row 0,
+    # weight 0 and sources -1 (the return kernel skips sender -1), dtypes kept
+    g = torch.Generator().manual_seed(n)
+    row = torch.randint(0, 50, (10,), generator=g, dtype=torch.int32)
+    weight = torch.rand(10, generator=g)
+    src_rank = torch.randint(0, 4, (10,), generator=g, dtype=torch.int32)
+    src_code = torch.randint(0, 800, (10,), generator=g, dtype=torch.int32)
+    p = arrange.padded(row, weight, src_rank, src_code, torch.tensor(n))
+    assert p.row.dtype == torch.int64 and p.weight.dtype == torch.float32
+    assert p.src_rank.dtype == p.src_code.dtype == torch.int32
+    assert torch.equal(p.row[:n], row[:n].long()) and torch.equal(p.weight[:n], weight[:n])
+    assert torch.equal(p.src_rank[:n], src_rank[:n]) and torch.equal(p.src_code[:n], src_code[:n])
+    assert (p.row[n:] == 0).all() and (p.weight[n:] == 0).all()
+    assert (p.src_rank[n:] == -1).all() and (p.src_code[n:] == -1).all()
+
+
+def test_worst_rows_bound_the_pairs_a_rank_can_receive():
+    from gshmem.moe.context import Context
+
+    ctx = Context(None, None, 4, 0, 8, 10, 16, torch.bfloat16, 1, None, b"")  # type: ignore[arg-type]
+    assert ctx.most_pairs() == 10 * 4 * 4  # every token of 4 ranks to each of 4 local experts
+    ctx.worst_rows_ok(0)
+    ctx.worst_rows_ok(160)
+    for bad in (161, -1):
+        with pytest.raises(UsageError, match=rf"num_worst_rows={bad} is outside \[0, 160\]"):
+            ctx.worst_rows_ok(bad)
+    for bad in (3.0, True, "8"):
+        with pytest.raises(UsageError, match="num_worst_rows must be an int"):
+            ctx.worst_rows_ok(bad)  # type: ignore[arg-type]
+    wide = Context(None, None, 2, 0, 8, 10, 64, torch.bfloat16, 1, None, b"")  # type: ignore[arg-type]
+    assert wide.most_pairs() == 10 * 2 * 8  # 32 local experts, top-8 at most
+
+
 def test_checks_name_the_problem():
     idx, w = random_routing(4, 2, 8, 1)
     with pytest.raises(UsageError, match="top-k"):

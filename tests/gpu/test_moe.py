@@ -16,7 +16,7 @@ PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (1, 2, 4
 
 
 @pytest.mark.parametrize("n", PES)
-@pytest.mark.parametrize("scenario", ["values", "grad", "fp8", "badargs"])
+@pytest.mark.parametrize("scenario", ["values", "grad", "fp8", "badargs", "worst"])
 def test_moe(n, scenario):
     launch_pes(n, str(SCRIPTS / "moe_check.py"), scenario, timeout=300)
 
@@ -45,3 +45,17 @@ def test_moe_low_latency_bad_expert_stops_every_rank(n):
     out = proc.stdout + proc.stderr
     assert proc.returncode not in (0, 124), out
     assert "topk_idx[3][1]" in out and "outside [-1," in out, out
+
+
+@pytest.mark.parametrize("n", PES)
+def test_moe_dispatch_over_its_bound_stops_every_rank(n):
+    """A dispatch without a host synchronisation whose ranks receive more rows than the caller's
+    num_worst_rows stops the kernels with a message naming the count and the bound, and the
+    launcher stops every rank: nothing is silently dropped, nothing hangs."""
+    cmd = [sys.executable, "-m", "gshmem.run", "-n", str(n), "--timeout", "100",
+           str(SCRIPTS / "moe_check.py"), "overflow"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150,
+                          env={**os.environ, "GSHMEM_TIMEOUT": "60"})  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode not in (0, 124), out
+    assert "more than num_worst_rows=3" in out, out

@@ -18,8 +18,10 @@ from pathlib import Path
 from statistics import median
 
 # gshmem: high throughput, push combine (the default); gshmem-pull: its pull combine;
-# gshmem-ll: the low-latency mode, up to 256 tokens
-IMPLS = ("gshmem", "gshmem-pull", "gshmem-ll", "nccl")
+# gshmem-nosync: high throughput given num_worst_rows (the received rows rounded up to 128), so no
+# host synchronisation; gshmem-ll: the low-latency mode, up to 256 tokens
+IMPLS = ("gshmem", "gshmem-pull", "gshmem-nosync", "gshmem-ll", "nccl")
+WORST_ROUND = 128
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -116,8 +118,10 @@ class GshmemMoe:
     def __init__(self, buf) -> None:
         self.buf, self.sms = buf, buf.ctx.blocks
 
+    worst: int | None = None  # num_worst_rows (gshmem-nosync)
+
     def dispatch(self, x, idx, weights):
-        d = self.buf.dispatch(x, idx, weights)
+        d = self.buf.dispatch(x, idx, weights, num_worst_rows=self.worst)
         return d.x, d.handle, d.tokens_per_expert
 
     def combine(self, y, handle):
@@ -138,7 +142,7 @@ class GshmemLowLatencyMoe(GshmemMoe):
         return self.buf.low_latency_combine(y, handle)
 
 
-def make_side(impl: str, comm, o: argparse.Namespace, tokens: int):
+def make_side(impl: str, comm, o: argparse.Namespace, tokens: int, worst: int):
     from gshmem.moe import Buffer
 
     if impl == "nccl":
@@ -147,12 +151,18 @@ def make_side(impl: str, comm, o: argparse.Namespace, tokens: int):
     combine = None if low else ("pull" if impl == "gshmem-pull" else "push")
     buf = Buffer(comm, o.hidden, tokens, o.experts, blocks=o.blocks, low_latency=low,
                  combine=combine)  # fmt: skip
-    return GshmemLowLatencyMoe(buf) if low else GshmemMoe(buf)
+    if low:
+        return GshmemLowLatencyMoe(buf)
+    side = GshmemMoe(buf)
+    if impl == "gshmem-nosync":
+        side.worst = min(-(-worst // WORST_ROUND) * WORST_ROUND, buf.ctx.most_pairs())
+    return side
 
 
 def expert_outputs(rows, per_expert, scale, first):
     """The experts' stand-in: row x scale[e], bf16 (``per_expert`` None: the low-latency layout,
-    one slab of rows per local expert)."""
+    one slab of rows per local expert; a tensor: rows padded past its sum, which stays on the
+    GPU)."""
     import torch
 
     if isinstance(rows, tuple):  # FP8: e4m3 rows and a scale per 128 elements
@@ -160,7 +170,11 @@ def expert_outputs(rows, per_expert, scale, first):
         rows = values.float() * scales.repeat_interleave(values.shape[-1] // scales.shape[-1], -1)
     if per_expert is None:
         return (rows.float() * scale[first][:, None, None]).to(torch.bfloat16)
-    e = torch.repeat_interleave(first, torch.as_tensor(per_expert, device="cuda"))
+    counts = torch.as_tensor(per_expert, device="cuda")
+    if torch.is_tensor(per_expert):  # padded: the rest of the rows as one more expert
+        counts = torch.cat([counts, (rows.shape[0] - counts.sum()).view(1)])
+        first = torch.cat([first, first[-1:]])
+    e = torch.repeat_interleave(first, counts, output_size=rows.shape[0])
     return (rows.float() * scale[e][:, None]).to(torch.bfloat16)
 
 
@@ -243,12 +257,13 @@ def run(o: argparse.Namespace) -> int:
     for tokens in o.tokens:
         x = torch.randn(tokens, o.hidden, device="cuda").to(torch.bfloat16)
         idx, weights = routing_of(tokens, o.experts, o.topk, 1 + me)
-        nbytes = recv_bytes(comm, idx, per, o.hidden)  # DeepEP's accounting
+        rows, pairs = received(comm, idx, per)
+        nbytes = float(rows) * o.hidden * 2  # DeepEP's accounting: the token rows received
         first = None
         for impl in o.compare:
             if impl == "gshmem-ll" and tokens > LOW_LATENCY_TOKENS:
                 continue
-            side = make_side(impl, comm, o, tokens)
+            side = make_side(impl, comm, o, tokens, pairs)
             ways = [(impl, measure, False)]
             if impl == "gshmem-ll":
                 ways += [("ll+graph", measure_graphed, False), ("ll-fp8+g", measure_graphed, True)]
@@ -285,13 +300,22 @@ def run(o: argparse.Namespace) -> int:
     return 0
 
 
-def recv_bytes(comm, idx, per: int, hidden: int) -> float:
-    """Bytes of the token rows this rank receives: one row per (token, this rank) pair, over
-    every sender (collective: one all-gather of a count)."""
+def sent_counts(idx, per: int, world: int):
+    """``[2, world]`` int64: the token rows (one per token and rank it goes to) and the (token,
+    expert) pairs that routing ``idx`` (-1: none) sends to each rank."""
     import torch
 
-    mine = ((idx // per) == comm.rank).any(1).sum().view(1).to(torch.int64)
-    return float(comm.all_gather(mine).sum().item()) * hidden * 2
+    dest = torch.where(idx >= 0, idx // per, world)  # [tokens, k]: a choice's rank, or none
+    hits = torch.nn.functional.one_hot(dest, world + 1)[..., :world]  # [tokens, k, world]
+    return torch.stack([hits.any(1).sum(0), hits.sum((0, 1))]).to(torch.int64)
 
 
-__all__ = ["parse_args", "run"]
+def received(comm, idx, per: int) -> tuple[int, int]:
+    """(token rows, pairs) this rank receives over every sender (collective: one all-gather)."""
+    world = comm.nranks
+    every = comm.all_gather(sent_counts(idx, per, world).flatten()).view(world, 2, world)
+    rows, pairs = every[:, :, comm.rank].sum(0).tolist()
+    return rows, pairs
+
+
+__all__ = ["parse_args", "run", "sent_counts"]

@@ -129,7 +129,8 @@ class Buffer:
 
     # -- high throughput -------------------------------------------------------------------------
     def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, *,
-                 use_fp8: bool = False) -> Dispatched:  # fmt: skip
+                 use_fp8: bool = False,
+                 num_worst_rows: int | None = None) -> Dispatched:  # fmt: skip
         """Collective over the team: sends each token of ``x`` (``[tokens, hidden]``) to the
         ranks of its ``topk_idx`` experts (``[tokens, k]``, k <= 8, -1: none; ``topk_weights``
         float32 of the same shape) and returns what this rank received, one row per (token,
@@ -139,8 +140,19 @@ class Buffer:
         every rank's expert indices: a bad index anywhere raises on every rank, before anything
         is sent). The next call on this buffer must be ``combine``. ``use_fp8``: the rows travel
         as e4m3 with a float32 scale per 128 elements (as in ``low_latency_dispatch``); ``x`` is
-        then float8_e4m3fn, ``scales`` ``[pairs, hidden / 128]``, and not differentiable."""
-        return self._mode(False).dispatch(x, topk_idx, topk_weights, use_fp8)
+        then float8_e4m3fn, ``scales`` ``[pairs, hidden / 128]``, and not differentiable.
+
+        ``num_worst_rows`` (an upper bound on the rows this rank receives, at most
+        ``max_tokens × world × min(local experts, 8)``): never synchronises the host. ``x``,
+        ``weights``, ``src_rank`` and ``src_token`` then have exactly that many rows; past the
+        received ones ``x`` is undefined, ``weights`` 0 and the sources -1, and
+        ``tokens_per_expert`` is an int64 tensor on the GPU (its sum: the rows received). An
+        expert index outside [-1, num_experts) on any rank, or more rows than the bound, stops
+        the kernels with a message naming it (a device trap: the CUDA context is lost; there is
+        no host synchronisation to raise from). The router weights' gradient flows when this
+        rank's ``topk_weights`` need one, which must then be so on every rank (without the
+        synchronisation the ranks cannot learn it from each other)."""
+        return self._mode(False).dispatch(x, topk_idx, topk_weights, use_fp8, num_worst_rows)
 
     def combine(self, y: torch.Tensor, handle: Handle) -> torch.Tensor:
         """Collective over the team: ``out[t]`` = the sum over token t's top-k choices of the

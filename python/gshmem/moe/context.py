@@ -73,6 +73,19 @@ class Context:
             raise UsageError("moe: topk_idx must have one row per token of x")
         return x.contiguous(), topk_idx.long().contiguous(), topk_weights.contiguous()
 
+    def most_pairs(self) -> int:
+        """The most (token, expert) pairs one rank can receive in a dispatch: every token of
+        every rank, once per local expert (at most top-k of them)."""
+        return self.max_tokens * self.world * min(self.per_rank, routing.MAX_TOPK)
+
+    def worst_rows_ok(self, worst: int) -> None:
+        """A dispatch's ``num_worst_rows``: an int from 0 to most_pairs()."""
+        if isinstance(worst, bool) or not isinstance(worst, int):
+            raise UsageError(f"moe: num_worst_rows must be an int, got {worst!r}")
+        if not 0 <= worst <= self.most_pairs():
+            raise UsageError(f"moe: num_worst_rows={worst} is outside [0, {self.most_pairs()}] "
+                             "(the most rows a rank can receive)")  # fmt: skip
+
     def tokens_in(self, x: torch.Tensor) -> None:
         """``x`` must be ``[tokens, hidden]`` with at most ``max_tokens`` tokens."""
         self.rows_in("x", x, None)

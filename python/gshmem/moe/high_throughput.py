@@ -18,7 +18,10 @@ directions move data with SM loads and stores over NVLink from ``blocks`` thread
 
 Host synchronisation: one per dispatch, after the count exchange: how many rows will arrive (to
 size the outputs) and whether any rank's routing held a bad expert index (every rank raises
-alike, before anything is sent). Combines never synchronise.
+alike, before anything is sent). With ``num_worst_rows`` (an upper bound on the pairs this rank
+receives) none: the outputs have that many rows, padded past the received ones
+(arrange.padded), and a kernel checks the exchanged counts instead (kernels.check: a device
+trap). Combines never synchronise.
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ class Handle:
 class Dispatched(NamedTuple):
     x: torch.Tensor  # [pairs, hidden]: the received tokens, rows per local expert in order
     weights: torch.Tensor  # [pairs] float32: each row's router weight
-    tokens_per_expert: list[int]  # rows of each local expert
+    # rows of each local expert: a list, or (num_worst_rows given) an int64 tensor on the GPU
+    tokens_per_expert: list[int] | torch.Tensor
     src_rank: torch.Tensor  # [pairs] int64: the rank each row came from
     src_token: torch.Tensor  # [pairs] int64: its token index there
     handle: Handle
@@ -143,42 +147,72 @@ class HighThroughput:
         return self.weight_grad[: tokens * routing.MAX_TOPK].view(tokens, -1)[:, :k].clone()
 
     def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
-                 use_fp8: bool = False) -> Dispatched:  # fmt: skip
+                 use_fp8: bool = False,
+                 num_worst_rows: int | None = None) -> Dispatched:  # fmt: skip
         """Collective over the team: sends each token of ``x`` (``[tokens, hidden]``) to the
         ranks of its ``topk_idx`` experts (``[tokens, k]``, -1: none) and returns what this rank
         received, one row per (token, local expert) pair, rows of expert 0 first. Differentiable
-        in ``x`` (its backward is a combine). Synchronises the host once (the received count);
-        the next call on this buffer must be ``combine``."""
+        in ``x`` (its backward is a combine). Synchronises the host once (the received count),
+        or never with ``num_worst_rows`` (outputs padded to it); the next call on this buffer
+        must be ``combine``."""
         self._expect("dispatch")
         c = self.ctx
         x, topk, weights = c.dispatch_args(x, topk_idx, topk_weights, use_fp8)
+        if num_worst_rows is not None:
+            c.worst_rows_ok(num_worst_rows)
         wants = torch.is_grad_enabled() and topk_weights.requires_grad
         layout = kernels.layout(topk, c.num_experts, c.world, self.finished, int(wants))
         route = kernels.Route(c.device_bytes, c.pes, c.me, c.num_experts, layout)
         route.all_counts = c.comm.all_gather(route.layout.totals, team=c.team)
-        self.counts_host.copy_(route.all_counts.view(-1), non_blocking=True)
-        torch.cuda.current_stream().synchronize()  # the one host synchronisation
-        all_counts = self.counts_host.view(c.world, -1)
-        routing.check_counts(all_counts, c.num_experts)  # every rank raises alike
-        router_grad = bool(all_counts[:, -1].any())  # the flag: the same answer on every rank
-        self._send(route, x.detach(), topk, weights, use_fp8)
-        rows = int(all_counts[:, c.me].sum())
-        per_expert = routing.pairs_per_expert(all_counts, c.me, c.world, c.num_experts)
-        n, k = int(per_expert.sum()), topk.shape[1]
-        slot, row, weight, src_rank, src_code = self.recv[1:]
-        pairs = arrange.Pairs(row[:n].long(), weight[:n].clone(), per_expert.long(),
-                              slot[: rows * k].view(rows, k).clone())  # fmt: skip
-        src = (src_rank[:n].clone(), src_code[:n].clone())
+        if num_worst_rows is None:
+            self.counts_host.copy_(route.all_counts.view(-1), non_blocking=True)
+            torch.cuda.current_stream().synchronize()  # the one host synchronisation
+            all_counts = self.counts_host.view(c.world, -1)
+            routing.check_counts(all_counts, c.num_experts)  # every rank raises alike
+            router_grad = bool(all_counts[:, -1].any())  # the flag: the same answer on every rank
+            self._send(route, x.detach(), topk, weights, use_fp8)
+            rows = int(all_counts[:, c.me].sum())
+            per_expert = routing.pairs_per_expert(all_counts, c.me, c.world, c.num_experts)
+            pairs, src = self._pairs(rows, int(per_expert.sum()), topk.shape[1], per_expert)
+            tokens_per_expert: list[int] | torch.Tensor = per_expert.tolist()
+        else:
+            kernels.check(route, num_worst_rows)  # what the host cannot raise without a sync
+            router_grad = wants  # the caller's promise: the same on every rank
+            self._send(route, x.detach(), topk, weights, use_fp8)
+            all_counts = route.all_counts.view(c.world, -1)
+            per_expert = routing.pairs_per_expert(all_counts, c.me, c.world, c.num_experts)
+            rows = min(num_worst_rows, c.max_tokens * c.world)  # rows are at most pairs
+            pairs, src = self._padded_pairs(rows, num_worst_rows, topk.shape[1], per_expert)
+            tokens_per_expert = pairs.per_expert
         handle = Handle(route, topk, weights, pairs, rows, self.dispatches, src, router_grad)
         src_rank, src_token = src[0].long(), src[1].long() >> 3
         if use_fp8:  # each row's slot: e4m3 values, then its scales (not differentiable)
             raw = self.recv[0].view(torch.uint8)
             values = raw[:, : c.hidden].view(torch.float8_e4m3fn).index_select(0, pairs.row)
             scales = raw[:, c.hidden : c.hidden + c.hidden // FP8_GROUP * 4].view(torch.float32)
-            return Dispatched(values, pairs.weight, per_expert.tolist(), src_rank, src_token,
+            return Dispatched(values, pairs.weight, tokens_per_expert, src_rank, src_token,
                               handle, scales.index_select(0, pairs.row))  # fmt: skip
         recv_x = _Dispatch.apply(x, self, handle)
-        return Dispatched(recv_x, pairs.weight, per_expert.tolist(), src_rank, src_token, handle)
+        return Dispatched(recv_x, pairs.weight, tokens_per_expert, src_rank, src_token, handle)
+
+    def _pairs(self, rows: int, n: int, k: int, per_expert: torch.Tensor):
+        """The received pairs (``n`` of them, ``rows`` rows), copied out of the receive buffers
+        (the next dispatch overwrites them), and each pair's (sender, token * 8 + choice)."""
+        slot, row, weight, src_rank, src_code = self.recv[1:]
+        pairs = arrange.Pairs(row[:n].long(), weight[:n].clone(), per_expert.long(),
+                              slot[: rows * k].view(rows, k).clone())  # fmt: skip
+        return pairs, (src_rank[:n].clone(), src_code[:n].clone())
+
+    def _padded_pairs(self, rows: int, worst: int, k: int, per_expert: torch.Tensor):
+        """``_pairs`` for ``worst`` pairs whatever arrived (arrange.padded), the count staying on
+        the GPU; the slots of ``rows`` rows (an upper bound: the combine's kernel stops at the
+        rows that arrived)."""
+        slot, row, weight, src_rank, src_code = self.recv[1:]
+        n = per_expert.sum()
+        p = arrange.padded(row[:worst], weight[:worst], src_rank[:worst], src_code[:worst], n)
+        pairs = arrange.Pairs(p.row, p.weight, per_expert.long(),
+                              slot[: rows * k].view(rows, k).clone())  # fmt: skip
+        return pairs, (p.src_rank, p.src_code)
 
     def combine(self, y: torch.Tensor, handle: Handle) -> torch.Tensor:
         """Collective over the team: ``out[t]`` = the sum over token t's top-k choices of the

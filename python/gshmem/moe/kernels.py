@@ -23,8 +23,9 @@ _SIGNATURES = {
     "gshmem_moe_dispatch": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _P, _I, _I, _P, _L, _P, _P, _I, _I,
                             _P, _P, _P, _P, _P, _P, _P, _I, _P],
     "gshmem_moe_wait": [_P, _P, _P, _I, _U, _P],
-    "gshmem_moe_reduce": [_P, _P, _I, _I, _I, _P, _L, _P, _P, _I, _L, _L, _P, _P, _P, _L, _P, _I,
-                          _P],
+    "gshmem_moe_check": [_P, _I, _I, _I, _L, _P],
+    "gshmem_moe_reduce": [_P, _P, _P, _I, _I, _I, _I, _P, _L, _P, _P, _I, _L, _L, _P, _P, _P, _L,
+                          _P, _I, _P],
     "gshmem_moe_pull": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _I, _P, _L, _P, _P, _U, _L, _I, _P],
     "gshmem_moe_ll_send": [_P, _P, _I, _I, _I, _I, _P, _L, _I, _P, _I, _I, _I, _I, _P, _P, _P, _P,
                            _I, _P],
@@ -135,8 +136,17 @@ def dispatch(r: Route, x, topk, weights, per_rank: int, recv, arrived, blocks: i
           _stream(x.device.index))  # fmt: skip
 
 
+def check(r: Route, worst_pairs: int) -> None:
+    """Queues a check of every rank's exchanged counts that stops the kernels (a device trap
+    with a message) if a rank's routing held an expert index out of range or this rank receives
+    more than ``worst_pairs`` pairs: a dispatch without a host synchronisation cannot raise."""
+    _call("gshmem_moe_check", r.all_counts.data_ptr(), r.world, r.me, r.num_experts,
+          worst_pairs, _stream(r.pes.device.index))  # fmt: skip
+
+
 def return_values(r: Route, values, src_rank, src_code, dest, returned, blocks: int) -> None:
-    """``values[p]`` (float32) to rank ``src_rank[p]``'s ``dest[src_code[p]]``; then signals."""
+    """``values[p]`` (float32) to rank ``src_rank[p]``'s ``dest[src_code[p]]`` (none where
+    ``src_rank[p]`` is -1); then signals."""
     _call("gshmem_moe_return", _dev(r.device), r.pes.data_ptr(), r.world, r.me,
           values.data_ptr(), src_rank.data_ptr(), src_code.data_ptr(), values.numel(),
           dest.data_ptr(), returned.data_ptr(), blocks, _stream(values.device.index))  # fmt: skip
@@ -153,9 +163,11 @@ def reduce(r: Route, y, slot, pair_weight, rows: int, comb, ready, blocks: int,
            push: tuple[torch.Tensor, torch.Tensor, int] | None = None) -> None:  # fmt: skip
     """Each received row's (weighted) sum of its pairs' rows of ``y`` into ``comb``: this rank's
     (pull), or with ``push`` = (each pair's sender, its token * 8 + choice there, max_tokens)
-    the row's sender's, at row (this rank) * max_tokens + token."""
+    the row's sender's, at row (this rank) * max_tokens + token. ``rows``: the received rows or
+    an upper bound (the kernel stops at the count ``r.all_counts`` gives)."""
     src_rank, src_code, max_tokens = push if push is not None else (None, None, 0)
-    _call("gshmem_moe_reduce", _dev(r.device), r.pes.data_ptr(), r.world, r.me, _dtype_code(y),
+    _call("gshmem_moe_reduce", _dev(r.device), r.pes.data_ptr(), r.all_counts.data_ptr(),
+          r.world, r.me, r.num_experts, _dtype_code(y),
           y.data_ptr(), y.stride(0) * y.element_size(), slot.data_ptr(),
           None if pair_weight is None else pair_weight.data_ptr(), slot.shape[1], rows,
           y.shape[1] * y.element_size(), comb.data_ptr(),

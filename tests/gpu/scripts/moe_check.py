@@ -13,7 +13,13 @@ Usage: moe_check.py SCENARIO
            from (groups of magnitudes 10^-3..10^3), the combine of dequantized experts within
            the summed bound
   badargs  clear UsageErrors: dtype, shapes, too many tokens, expert index out of range (on
-           one rank: every rank raises), calls out of order
+           one rank: every rank raises), calls out of order, num_worst_rows out of range
+  worst    dispatch with num_worst_rows (no host synchronisation): against the synchronised
+           dispatch of the same inputs, its rows, weights and sources, padded (weights 0,
+           sources -1) up to a tight and a loose bound; the combine's output and the gradients
+           of x and of the router weights equal the synchronised ones
+  overflow (run alone: it stops the kernels) a bound below what a rank receives traps with a
+           message naming the count and the bound
 Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
 """
 
@@ -205,6 +211,57 @@ def fp8(comm) -> None:
         check_fp8_combine(buf.combine(y, d.handle), x, idx, w, experts)
 
 
+def worst(comm) -> None:
+    world, me = comm.nranks, comm.rank
+    for seed, (tokens, k, per, kind) in enumerate(CASES):
+        experts = per * world
+        k = min(k, experts)
+        buf = Buffer(comm, HIDDEN, tokens, experts)
+        everyone = [inputs(r, tokens, k, experts, kind, 80 + seed) for r in range(world)]
+        x, idx, w = everyone[me]
+        want_x, want_w, want_src, want_tok, want_per = expected_received(me, world, per, everyone)
+        n = len(want_w)
+        g = torch.randn(tokens, HIDDEN, device="cuda")
+        results = []
+        for bound in (None, n + 5, buf.ctx.most_pairs()):
+            xr = x.detach().requires_grad_()
+            wr = w.detach().requires_grad_()
+            d = buf.dispatch(xr, idx, wr, num_worst_rows=bound)
+            if bound is None:
+                assert d.tokens_per_expert == want_per
+            else:
+                assert d.x.shape[0] == d.weights.shape[0] == d.src_rank.shape[0] == bound
+                assert torch.is_tensor(d.tokens_per_expert)
+                assert d.tokens_per_expert.tolist() == want_per
+                assert (d.weights[n:] == 0).all() and (d.src_rank[n:] == -1).all()
+                assert (d.src_token[n:] < 0).all()
+            assert torch.equal(d.x[:n], want_x), "received rows differ"
+            assert d.weights[:n].tolist() == want_w
+            assert d.src_rank[:n].tolist() == want_src and d.src_token[:n].tolist() == want_tok
+            e = torch.repeat_interleave(torch.arange(per, device="cuda") + me * per,
+                                        torch.tensor(want_per, device="cuda"))  # fmt: skip
+            factor = torch.ones(d.x.shape[0], device="cuda")  # padding rows: any experts' output
+            factor[:n] = scales(experts)[e]
+            y = d.x * factor[:, None].to(torch.bfloat16)
+            out = buf.combine(y, d.handle)
+            (out.float() * g).sum().backward()
+            results.append((out, xr.grad, wr.grad))
+        for out, gx, gw in results[1:]:  # the same bits as the synchronised dispatch
+            assert torch.equal(out, results[0][0]), "combine differs without the sync"
+            assert torch.equal(gx, results[0][1]) and torch.equal(gw, results[0][2])
+        del buf
+
+
+def overflow(comm) -> None:
+    world, me = comm.nranks, comm.rank
+    experts = 2 * world
+    buf = Buffer(comm, HIDDEN, 64, experts)
+    x, idx, w = inputs(me, 64, 2, experts, "random", 9)
+    d = buf.dispatch(x, idx, w, num_worst_rows=3)  # every rank receives more than 3 rows
+    buf.combine(d.x, d.handle)
+    torch.cuda.synchronize()  # the check traps here (every rank: each receives more)
+
+
 def badargs(comm) -> None:
     world, me = comm.nranks, comm.rank
     experts = 2 * world
@@ -220,6 +277,9 @@ def badargs(comm) -> None:
     if me == 0:
         bad[5, 0] = experts  # out of range on rank 0 only: every rank must raise
     expect_usage(lambda: buf.dispatch(x, bad, w), "outside", "[0]")
+    most = buf.ctx.most_pairs()
+    expect_usage(lambda: buf.dispatch(x, idx, w, num_worst_rows=most + 1), "num_worst_rows")
+    expect_usage(lambda: buf.dispatch(x, idx, w, num_worst_rows=-1), "num_worst_rows")
     d = buf.dispatch(x, idx, w)  # the buffer still works after the refusals
     expect_usage(lambda: buf.dispatch(x, idx, w), "alternate")
     expect_usage(lambda: buf.combine(d.x[:, :8], d.handle), "must be")
@@ -238,7 +298,8 @@ def badargs(comm) -> None:
         expect_usage(lambda: Buffer(comm, HIDDEN, 8, experts, combine=mixed), "different combines")
 
 
-SCENARIOS = {"values": values, "grad": grad, "fp8": fp8, "badargs": badargs}
+SCENARIOS = {"values": values, "grad": grad, "fp8": fp8, "badargs": badargs, "worst": worst,
+             "overflow": overflow}  # fmt: skip
 
 
 def main(scenarios: dict = SCENARIOS) -> None:
