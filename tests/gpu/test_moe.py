@@ -15,6 +15,18 @@ SCRIPTS = Path(__file__).parent / "scripts"
 PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (1, 2, 4)]
 
 
+def stopped_job(n: int, script: str, scenario: str) -> str:
+    """The output of ``scenario`` run on ``n`` PEs, which must stop with an error (a device trap
+    on some rank) rather than pass or outrun the launcher's limit (a hang)."""
+    cmd = [sys.executable, "-m", "gshmem.run", "-n", str(n), "--timeout", "100",
+           str(SCRIPTS / script), scenario]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150,
+                          env={**os.environ, "GSHMEM_TIMEOUT": "60"})  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode not in (0, 124), out
+    return out
+
+
 @pytest.mark.parametrize("n", PES)
 @pytest.mark.parametrize("scenario", ["values", "grad", "fp8", "badargs", "worst"])
 def test_moe(n, scenario):
@@ -38,12 +50,7 @@ def test_moe_low_latency(n, scenario):
 def test_moe_low_latency_bad_expert_stops_every_rank(n):
     """A bad expert index in low-latency mode (no host synchronisation to raise from) stops the
     kernel with a message naming the entry, and the launcher stops every rank: no hang."""
-    cmd = [sys.executable, "-m", "gshmem.run", "-n", str(n), "--timeout", "100",
-           str(SCRIPTS / "moe_ll_check.py"), "trap"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150,
-                          env={**os.environ, "GSHMEM_TIMEOUT": "60"})  # fmt: skip
-    out = proc.stdout + proc.stderr
-    assert proc.returncode not in (0, 124), out
+    out = stopped_job(n, "moe_ll_check.py", "trap")
     assert "topk_idx[3][1]" in out and "outside [-1," in out, out
 
 
@@ -52,10 +59,5 @@ def test_moe_dispatch_over_its_bound_stops_every_rank(n):
     """A dispatch without a host synchronisation whose ranks receive more rows than the caller's
     num_worst_rows stops the kernels with a message naming the count and the bound, and the
     launcher stops every rank: nothing is silently dropped, nothing hangs."""
-    cmd = [sys.executable, "-m", "gshmem.run", "-n", str(n), "--timeout", "100",
-           str(SCRIPTS / "moe_check.py"), "overflow"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150,
-                          env={**os.environ, "GSHMEM_TIMEOUT": "60"})  # fmt: skip
-    out = proc.stdout + proc.stderr
-    assert proc.returncode not in (0, 124), out
+    out = stopped_job(n, "moe_check.py", "overflow")
     assert "more than num_worst_rows=3" in out, out
