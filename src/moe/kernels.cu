@@ -408,7 +408,8 @@ int gshmem_moe_return(const gshmem_device_t* dev, const int32_t* pes, int world,
   return check(cudaGetLastError(), "moe return");
 }
 
-// all_counts: every rank's totals (the exchange); worst_pairs: the most pairs this rank may receive.
+// all_counts: every rank's totals (the exchange); worst_pairs: the most pairs this rank may
+// receive.
 int gshmem_moe_check(const int32_t* all_counts, int world, int me, int num_experts,
                      int64_t worst_pairs, cudaStream_t stream) {
   const Route r{nullptr, nullptr, nullptr, all_counts, world, me, num_experts, 0};

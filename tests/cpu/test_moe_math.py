@@ -111,7 +111,11 @@ def test_padded_pairs_keep_what_arrived_and_mark_the_rest(n):
 def test_worst_rows_bound_the_pairs_a_rank_can_receive():
     from gshmem.moe.context import Context
 
-    ctx = Context(None, None, 4, 0, 8, 10, 16, torch.bfloat16, 1, None, b"")  # type: ignore[arg-type]
+    def context(world: int, experts: int) -> Context:  # hidden 8, max_tokens 10: no comm needed
+        return Context(None, None, world, 0, 8, 10, experts,  # type: ignore[arg-type]
+                       torch.bfloat16, 1, None, b"")  # fmt: skip
+
+    ctx = context(4, 16)
     assert ctx.most_pairs() == 10 * 4 * 4  # every token of 4 ranks to each of 4 local experts
     ctx.worst_rows_ok(0)
     ctx.worst_rows_ok(160)
@@ -121,7 +125,7 @@ def test_worst_rows_bound_the_pairs_a_rank_can_receive():
     for bad in (3.0, True, "8"):
         with pytest.raises(UsageError, match="num_worst_rows must be an int"):
             ctx.worst_rows_ok(bad)  # type: ignore[arg-type]
-    wide = Context(None, None, 2, 0, 8, 10, 64, torch.bfloat16, 1, None, b"")  # type: ignore[arg-type]
+    wide = context(2, 64)
     assert wide.most_pairs() == 10 * 2 * 8  # 32 local experts, top-8 at most
 
 
