@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <type_traits>
 
 #include "gshmem/device.cuh"
 
@@ -59,19 +60,57 @@ __device__ inline void add_to_all(const gshmem::Device& dev, const int32_t* pes,
   }
 }
 
-// A warp's copy of one row of 16-byte vectors, 8 loads per lane in flight (a few thousand bytes
-// per warp: with a few hundred warps, enough to cover the latency of local or NVLink memory).
-__device__ inline void copy_row(int4* dst, const int4* src, int64_t row_vecs, int lane) {
+// A warp's shuffle of any 4- or 8-byte value, pointers included (every lane takes src's).
+template <class V>
+__device__ inline V shfl(V v, int src) {
+  if constexpr (std::is_pointer_v<V>) {
+    const auto bits = reinterpret_cast<unsigned long long>(v);
+    return reinterpret_cast<V>(__shfl_sync(0xffffffffu, bits, src));
+  } else {
+    return __shfl_sync(0xffffffffu, v, src);
+  }
+}
+
+// The values `mine` of the lanes set in `held` (at most kMaxTopk of them), in lane order, into
+// out[0, popc(held)); `none` after them. Every lane of the warp gets them, in registers when the
+// caller indexes `out` in unrolled loops.
+template <class V>
+__device__ inline void gather_lanes(V mine, unsigned held, V none, V (&out)[kMaxTopk]) {
+#pragma unroll
+  for (int c = 0; c < kMaxTopk; ++c) {
+    const V v = shfl(mine, held ? __ffs(held) - 1 : 0);
+    out[c] = held ? v : none;
+    held &= held - 1;
+  }
+}
+
+// A warp's copy of one row of 16-byte vectors to dst[0, n) (n <= kMaxTopk places: a token's
+// receivers), each vector loaded once: 8 loads per lane in flight (a few thousand bytes per
+// warp: with a few hundred warps, enough to cover the latency of local or NVLink memory), then
+// stored to every place. The row's tail is one predicated round, not a loop of single loads.
+__device__ inline void copy_row_to(int4* const (&dst)[kMaxTopk], int n, const int4* src,
+                                   int64_t row_vecs, int lane) {
   constexpr int kDepth = 8;
-  int64_t i = lane;
-  for (; i + (kDepth - 1) * kWarp < row_vecs; i += kDepth * kWarp) {
+  for (int64_t base = lane; base < row_vecs; base += kDepth * kWarp) {
     int4 v[kDepth];
 #pragma unroll
-    for (int j = 0; j < kDepth; ++j) v[j] = __ldg(src + i + j * kWarp);
+    for (int j = 0; j < kDepth; ++j) {
+      if (base + j * kWarp < row_vecs) v[j] = __ldg(src + base + j * kWarp);
+    }
 #pragma unroll
-    for (int j = 0; j < kDepth; ++j) dst[i + j * kWarp] = v[j];
+    for (int c = 0; c < kMaxTopk; ++c) {
+      if (c >= n) break;
+#pragma unroll
+      for (int j = 0; j < kDepth; ++j) {
+        if (base + j * kWarp < row_vecs) dst[c][base + j * kWarp] = v[j];
+      }
+    }
   }
-  for (; i < row_vecs; i += kWarp) dst[i] = __ldg(src + i);
+}
+
+__device__ inline void copy_row(int4* dst, const int4* src, int64_t row_vecs, int lane) {
+  int4* const one[kMaxTopk] = {dst};
+  copy_row_to(one, 1, src, row_vecs, lane);
 }
 
 // How many of flat[0, end) equal e (the whole warp gets the answer).
@@ -143,6 +182,47 @@ struct Vec8<__half> {
     return v;
   }
 };
+
+// dst[v] = the sum over c < n of w[c] * src[c][v] for every vector v of a row, by one warp: fp32
+// accumulation in c's order, one rounding. kRows * kUnroll = 8 loads per lane in flight: fewer
+// rows, more vectors at once (a row of the combine has ~2 pairs at 4 GPUs, top-8 of 256).
+template <class T, int kRows, int kUnroll>
+__device__ inline void sum_rows_by(int4* dst, const int4* const (&src)[kMaxTopk],
+                                   const float (&w)[kMaxTopk], int n, int64_t row_vecs, int lane) {
+  for (int64_t base = lane; base < row_vecs; base += kUnroll * kWarp) {
+    int4 v[kRows][kUnroll];
+#pragma unroll
+    for (int c = 0; c < kRows; ++c) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (c < n && base + u * kWarp < row_vecs) v[c][u] = src[c][base + u * kWarp];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * kWarp >= row_vecs) break;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+      for (int c = 0; c < kRows; ++c) {
+        if (c < n) Vec8<T>::add(acc, v[c][u], w[c]);
+      }
+      dst[base + u * kWarp] = Vec8<T>::pack(acc);
+    }
+  }
+}
+
+// sum_rows_by for n <= kMaxTopk rows (zeros when n is 0).
+template <class T>
+__device__ inline void sum_rows(int4* dst, const int4* const (&src)[kMaxTopk],
+                                const float (&w)[kMaxTopk], int n, int64_t row_vecs, int lane) {
+  if (n <= 2) {
+    sum_rows_by<T, 2, 4>(dst, src, w, n, row_vecs, lane);
+  } else if (n <= 4) {
+    sum_rows_by<T, 4, 2>(dst, src, w, n, row_vecs, lane);
+  } else {
+    sum_rows_by<T, 8, 1>(dst, src, w, n, row_vecs, lane);
+  }
+}
 
 // A warp's FP8 copy of one row of T (row_vecs vectors of 8): e4m3 values (8 bytes per vector)
 // in dst's first row_vecs * 8 bytes, then one float scale per 128 elements (16 vectors, half a

@@ -72,10 +72,10 @@ __device__ inline int64_t row_at(const Route& r, const int* row_offset, int64_t 
   return row_offset[q] + r.tile_base[(t / kTile) * r.columns() + q] + pos;
 }
 
-__global__ void layout_kernel(const int64_t* topk, int64_t tokens, int k, int num_experts,
-                              int world, int per_rank, int flag, int32_t* token_pos,
-                              int32_t* pair_pos, int32_t* tile_counts, int32_t* totals,
-                              uint32_t* finished) {
+__global__ void __launch_bounds__(kThreads)
+    layout_kernel(const int64_t* topk, int64_t tokens, int k, int num_experts, int world,
+                  int per_rank, int flag, int32_t* token_pos, int32_t* pair_pos,
+                  int32_t* tile_counts, int32_t* totals, uint32_t* finished) {
   __shared__ int32_t flat[kTile * kMaxTopk];
   __shared__ int hist[kMaxWorld + kMaxExperts];
   __shared__ uint32_t goes[kTile];  // bit q: the token goes to rank q
@@ -149,12 +149,12 @@ __global__ void layout_kernel(const int64_t* topk, int64_t tokens, int k, int nu
 // plus the earlier senders' pairs of e) + the earlier tiles' pairs of e + the pair's position in
 // its tile.
 template <class T, bool kFp8>
-__global__ void dispatch_kernel(gshmem::Device dev, Route r, const int32_t* pair_pos,
-                                const int4* x, int64_t row_vecs, const int64_t* topk,
-                                const float* weights, int k, int per_rank, int4* recv_x,
-                                int32_t* recv_slot, int32_t* pair_row, float* pair_weight,
-                                int32_t* pair_src_rank, int32_t* pair_src,
-                                uint64_t* arrived) {
+__global__ void __launch_bounds__(kThreads)
+    dispatch_kernel(gshmem::Device dev, Route r, const int32_t* pair_pos, const int4* x,
+                    int64_t row_vecs, const int64_t* topk, const float* weights, int k,
+                    int per_rank, int4* recv_x, int32_t* recv_slot, int32_t* pair_row,
+                    float* pair_weight, int32_t* pair_src_rank, int32_t* pair_src,
+                    uint64_t* arrived) {
   __shared__ int row_offset[kMaxWorld];
   __shared__ int total[kMaxExperts];
   __shared__ int slot_base[kMaxExperts + 1];
@@ -178,17 +178,29 @@ __global__ void dispatch_kernel(gshmem::Device dev, Route r, const int32_t* pair
        t += warps) {
     const int32_t* tile = r.tile_base + (t / kTile) * r.columns();
     const int64_t e = lane < k ? topk[t * k + lane] : -1;
-    for (int q = 0; q < r.world; ++q) {
-      const int64_t row = row_at(r, row_offset, t, q);
-      if (row < 0) continue;
-      const int pe = r.pes[q];
-      int4* dst = gshmem::ptr(dev, recv_x, pe) + row * row_vecs;
-      if (kFp8) {
-        quantize_row<T>(reinterpret_cast<uint8_t*>(dst), x + t * row_vecs, row_vecs, lane);
-      } else {
-        copy_row(dst, x + t * row_vecs, row_vecs, lane);
+    // Lane q < world: the token's row at rank q (-1: it does not go there) and its address.
+    const int64_t my_row = lane < r.world ? row_at(r, row_offset, t, lane) : -1;
+    int4* my_dst =
+        my_row >= 0 ? gshmem::ptr(dev, recv_x, r.pes[lane]) + my_row * row_vecs : nullptr;
+    const unsigned to = __ballot_sync(0xffffffffu, my_row >= 0);  // at most k ranks
+    int4* dst[kMaxTopk];
+    gather_lanes(my_dst, to, static_cast<int4*>(nullptr), dst);
+    const int receivers = __popc(to);
+    if (kFp8) {
+#pragma unroll
+      for (int c = 0; c < kMaxTopk; ++c) {
+        if (c < receivers) {
+          quantize_row<T>(reinterpret_cast<uint8_t*>(dst[c]), x + t * row_vecs, row_vecs, lane);
+        }
       }
+    } else {
+      copy_row_to(dst, receivers, x + t * row_vecs, row_vecs, lane);  // loaded once
+    }
+    for (unsigned m = to; m; m &= m - 1) {
+      const int q = __ffs(m) - 1;
+      const int64_t row = shfl(my_row, q);
       if (lane < k) {
+        const int pe = r.pes[q];
         const bool here = e >= 0 && e / per_rank == q;
         const int slot = here ? total[e] + tile[r.world + e] + pair_pos[t * k + lane] : -1;
         gshmem::ptr(dev, recv_slot, pe)[row * k + lane] = slot;
@@ -205,10 +217,10 @@ __global__ void dispatch_kernel(gshmem::Device dev, Route r, const int32_t* pair
 }
 
 // One thread per value: to its pair's sender, at (token * 8 + choice) of `dest` there.
-__global__ void return_kernel(gshmem::Device dev, const int32_t* pes, int world, int me,
-                              const float* values, const int32_t* src_rank,
-                              const int32_t* src_code, int64_t pairs, float* dest,
-                              uint64_t* returned) {
+__global__ void __launch_bounds__(kThreads)
+    return_kernel(gshmem::Device dev, const int32_t* pes, int world, int me, const float* values,
+                  const int32_t* src_rank, const int32_t* src_code, int64_t pairs, float* dest,
+                  uint64_t* returned) {
   for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < pairs;
        p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (src_rank[p] < 0) continue;  // padding past the received pairs
@@ -252,13 +264,13 @@ struct PushTo {
 };
 
 // One warp per received row: the sum of its pairs' rows of y (weighted), in fp32, stored once.
-// Lane j < k holds choice j's pair and weight; every lane takes them from there once per row, so
-// the loads of one vector's k rows are independent and in flight together.
+// Lane j < k holds choice j's pair and weight; every lane takes the row's pairs from there
+// (sum_rows: 8 loads per lane in flight however few pairs the row has).
 template <class T>
-__global__ void reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_t y_stride_vecs,
-                              const int32_t* slot, const float* pair_weight, int k,
-                              int64_t rows, int64_t row_vecs, int4* comb, PushTo push,
-                              uint64_t* ready) {
+__global__ void __launch_bounds__(kThreads)
+    reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_t y_stride_vecs,
+                  const int32_t* slot, const float* pair_weight, int k, int64_t rows,
+                  int64_t row_vecs, int4* comb, PushTo push, uint64_t* ready) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
   int64_t arrived_rows = 0;  // the slots of rows past them are not this dispatch's
@@ -267,69 +279,51 @@ __global__ void reduce_kernel(gshmem::Device dev, Route r, const int4* y, int64_
   for (int64_t row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; row < bound;
        row += warps) {
     const int mine = lane < k ? slot[row * k + lane] : -1;
-    const float mine_w = mine >= 0 && pair_weight ? pair_weight[mine] : 1.0f;
-    int pair[kMaxTopk];
+    const unsigned held = __ballot_sync(0xffffffffu, mine >= 0);
+    if (!held) continue;  // cannot happen: a row is sent only for a pair here
+    const int4* my_src = mine >= 0 ? y + mine * y_stride_vecs : nullptr;
+    const int4* src[kMaxTopk];
     float weight[kMaxTopk];
-#pragma unroll
-    for (int j = 0; j < kMaxTopk; ++j) {
-      pair[j] = __shfl_sync(0xffffffffu, mine, j);
-      weight[j] = __shfl_sync(0xffffffffu, mine_w, j);
-    }
+    gather_lanes(my_src, held, static_cast<const int4*>(nullptr), src);
+    gather_lanes(mine >= 0 && pair_weight ? pair_weight[mine] : 1.0f, held, 0.0f, weight);
     int4* dst = comb + row * row_vecs;
     if (push.src_rank) {  // every pair of a row comes from the same (sender, token)
-      const unsigned held = __ballot_sync(0xffffffffu, mine >= 0);
-      const int any = __shfl_sync(0xffffffffu, mine, held ? __ffs(held) - 1 : 0);
-      if (any < 0) continue;  // cannot happen: a row is sent only for a pair here
+      const int any = shfl(mine, __ffs(held) - 1);
       const int64_t token = push.src_code[any] / kMaxTopk;
       dst = gshmem::ptr(dev, comb, r.pes[push.src_rank[any]]) +
             (r.me * push.max_tokens + token) * row_vecs;
     }
-    for (int64_t i = lane; i < row_vecs; i += kWarp) {
-      int4 v[kMaxTopk];
-#pragma unroll
-      for (int j = 0; j < kMaxTopk; ++j) {
-        if (pair[j] >= 0) v[j] = __ldg(y + pair[j] * y_stride_vecs + i);
-      }
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll
-      for (int j = 0; j < kMaxTopk; ++j) {
-        if (pair[j] >= 0) Vec8<T>::add(acc, v[j], weight[j]);
-      }
-      dst[i] = Vec8<T>::pack(acc);
-    }
+    sum_rows<T>(dst, src, weight, __popc(held), row_vecs, lane);
   }
   add_to_all(dev, r.pes, r.world, r.me, ready);
 }
 
 // One warp per token: the sum of its rows from every rank it was sent to (zeros if none). Lane q
-// finds the token's row from rank q (world <= 32) and leaves its address in shared memory: at
-// rank q's combine buffer (pull), or in this rank's at q's block of max_tokens rows (push,
-// max_tokens > 0).
+// finds the token's row from rank q (world <= 32): at rank q's combine buffer (pull), or in this
+// rank's at q's block of max_tokens rows (push, max_tokens > 0).
 template <class T>
-__global__ void pull_kernel(gshmem::Device dev, Route r, const int4* comb, int64_t row_vecs,
-                            int4* out, const uint64_t* ready, uint64_t target,
-                            int64_t max_tokens) {
+__global__ void __launch_bounds__(kThreads)
+    pull_kernel(gshmem::Device dev, Route r, const int4* comb, int64_t row_vecs, int4* out,
+                const uint64_t* ready, uint64_t target, int64_t max_tokens) {
   __shared__ int row_offset[kMaxWorld];
   row_offsets(r, row_offset);
   wait_counters(dev, r.pes, ready, r.world, target);
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
   const bool pushed = max_tokens > 0;
-  const int4* base = lane >= r.world ? nullptr : pushed ? comb : gshmem::ptr(dev, comb, r.pes[lane]);
-  __shared__ const int4* rows_of[kThreads / kWarp][kWarp];  // per warp: the token's row per rank
-  const int4** rows = rows_of[threadIdx.x / kWarp];
+  const int4* base = lane >= r.world ? nullptr
+                    : pushed           ? comb
+                                       : gshmem::ptr(dev, comb, r.pes[lane]);
+  const float ones[kMaxTopk] = {1, 1, 1, 1, 1, 1, 1, 1};
   for (int64_t t = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; t < r.tokens;
        t += warps) {
     int64_t row = lane < r.world ? row_at(r, row_offset, t, lane) : -1;
     if (pushed && row >= 0) row = lane * max_tokens + t;
-    __syncwarp();  // the previous token's reads of rows[] are done
-    rows[lane] = row >= 0 ? base + row * row_vecs : nullptr;
-    const unsigned sent = __ballot_sync(0xffffffffu, row >= 0);  // also orders rows[] writes
-    for (int64_t i = lane; i < row_vecs; i += kWarp) {
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (unsigned m = sent; m; m &= m - 1) Vec8<T>::add(acc, rows[__ffs(m) - 1][i], 1.0f);
-      out[t * row_vecs + i] = Vec8<T>::pack(acc);
-    }
+    const unsigned sent = __ballot_sync(0xffffffffu, row >= 0);  // at most k ranks
+    const int4* src[kMaxTopk];
+    gather_lanes(row >= 0 ? base + row * row_vecs : nullptr, sent,
+                 static_cast<const int4*>(nullptr), src);  // fmt: skip
+    sum_rows<T>(out + t * row_vecs, src, ones, __popc(sent), row_vecs, lane);
   }
 }
 

@@ -62,10 +62,10 @@ __device__ inline void finish_call(uint64_t* calls, uint32_t* finished, uint64_t
 }
 
 template <class T, bool kFp8>
-__global__ void send_kernel(gshmem::Device dev, Team team, const int4* x, int64_t row_vecs,
-                            int64_t stage_vecs, int tokens, const int64_t* topk, int k,
-                            int num_experts, int locals, int max_tokens, int4* stage,
-                            int32_t* src, int32_t* count, uint64_t* arrived) {
+__global__ void __launch_bounds__(kThreads)
+    send_kernel(gshmem::Device dev, Team team, const int4* x, int64_t row_vecs, int64_t stage_vecs,
+                int tokens, const int64_t* topk, int k, int num_experts, int locals, int max_tokens,
+                int4* stage, int32_t* src, int32_t* count, uint64_t* arrived) {
   __shared__ int32_t flat[kMaxLowLatencyTokens * kMaxTopk];
   const int pairs = tokens * k;
   for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
@@ -111,11 +111,12 @@ __global__ void send_kernel(gshmem::Device dev, Team team, const int4* x, int64_
 
 // One warp per received row: the rows of every (expert, sender) segment, one after the other.
 // A staged row is out_vecs vectors for `out`, then (FP8) `groups` float scales for out_scales.
-__global__ void recv_kernel(gshmem::Device dev, const int32_t* pes, int world, int locals,
-                            int max_tokens, int64_t stage_vecs, int64_t out_vecs, int groups,
-                            const int4* stage, const int32_t* src, const int32_t* count, const uint64_t* arrived, uint64_t* calls,
-                            uint32_t* finished, int4* out, float* out_scales, int32_t* out_src,
-                            int32_t* out_count) {
+__global__ void __launch_bounds__(kThreads)
+    recv_kernel(gshmem::Device dev, const int32_t* pes, int world, int locals, int max_tokens,
+                int64_t stage_vecs, int64_t out_vecs, int groups, const int4* stage,
+                const int32_t* src, const int32_t* count, const uint64_t* arrived, uint64_t* calls,
+                uint32_t* finished, int4* out, float* out_scales, int32_t* out_src,
+                int32_t* out_count) {
   __shared__ int start[kMaxExperts + 1];  // by (local expert, sender)
   const uint64_t call = *calls + 1;
   wait_counters(dev, pes, arrived, world, call * gridDim.x);
@@ -146,9 +147,10 @@ __global__ void recv_kernel(gshmem::Device dev, const int32_t* pes, int world, i
 
 // One warp per packed row of y that holds an expert output: back to its sender's slot for
 // (token, choice).
-__global__ void combine_send_kernel(gshmem::Device dev, Team team, int locals, int max_tokens,
-                                    int64_t row_vecs, const int4* y, const int32_t* out_src,
-                                    const int32_t* out_count, int4* comb, uint64_t* ready) {
+__global__ void __launch_bounds__(kThreads)
+    combine_send_kernel(gshmem::Device dev, Team team, int locals, int max_tokens, int64_t row_vecs,
+                        const int4* y, const int32_t* out_src, const int32_t* out_count, int4* comb,
+                        uint64_t* ready) {
   __shared__ int start[kMaxExperts + 1];  // by local expert
   scan_counts(out_count, locals, start);
   const int lane = threadIdx.x % kWarp;
@@ -167,10 +169,11 @@ __global__ void combine_send_kernel(gshmem::Device dev, Team team, int locals, i
 // Each token's weighted sum of its choices' returned rows, in fp32, rounded once. A warp takes
 // one part of one token's row (parts chosen so every warp of the grid has work at 128 tokens).
 template <class T>
-__global__ void combine_recv_kernel(gshmem::Device dev, const int32_t* pes, int world,
-                                    int tokens, int k, const int64_t* topk, const float* weights,
-                                    int64_t row_vecs, const int4* comb, const uint64_t* ready, uint64_t* calls, uint32_t* finished,
-                                    int4* out) {
+__global__ void __launch_bounds__(kThreads)
+    combine_recv_kernel(gshmem::Device dev, const int32_t* pes, int world, int tokens, int k,
+                        const int64_t* topk, const float* weights, int64_t row_vecs,
+                        const int4* comb, const uint64_t* ready, uint64_t* calls,
+                        uint32_t* finished, int4* out) {
   const uint64_t call = *calls + 1;
   wait_counters(dev, pes, ready, world, call * gridDim.x);
   const int lane = threadIdx.x % kWarp;
@@ -245,9 +248,10 @@ int gshmem_moe_ll_send(const gshmem_device_t* dev, const int32_t* pes, int world
 // `out`, then `groups` floats to `out_scales` (FP8; else groups is 0 and out_scales null).
 int gshmem_moe_ll_recv(const gshmem_device_t* dev, const int32_t* pes, int world, int locals,
                        int max_tokens, int64_t stage_bytes, int64_t out_bytes, int groups,
-                       const void* stage, const int32_t* src, const int32_t* count, const uint64_t* arrived, uint64_t* calls,
-                       uint32_t* finished, void* out, float* out_scales, int32_t* out_src,
-                       int32_t* out_count, int blocks, cudaStream_t stream) {
+                       const void* stage, const int32_t* src, const int32_t* count,
+                       const uint64_t* arrived, uint64_t* calls, uint32_t* finished, void* out,
+                       float* out_scales, int32_t* out_src, int32_t* out_count, int blocks,
+                       cudaStream_t stream) {
   recv_kernel<<<blocks, kThreads, 0, stream>>>(
       *dev, pes, world, locals, max_tokens, stage_bytes / 16, out_bytes / 16, groups,
       static_cast<const int4*>(stage), src, count, arrived, calls, finished,
