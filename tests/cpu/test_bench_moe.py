@@ -16,7 +16,9 @@ def test_moe_is_a_suite() -> None:
 def test_options() -> None:
     o = parse_args(["--np", "2", "--tokens", "128,4096"])
     assert (o.tokens, o.hidden, o.experts, o.topk, o.blocks) == ([128, 4096], 7168, 256, 8, None)
-    assert o.compare == ["gshmem", "gshmem-pull", "gshmem-nosync", "gshmem-ll", "nccl"]
+    assert o.compare == [
+        "gshmem", "gshmem-push", "gshmem-pull", "gshmem-nosync", "gshmem-ll", "nccl"
+    ]  # fmt: skip
     assert parse_args(["--np", "1", "--compare", "gshmem-ll"]).compare == ["gshmem-ll"]
 
 

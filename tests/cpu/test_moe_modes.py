@@ -1,26 +1,32 @@
 """gshmem.moe.Buffer's combine mode (high throughput): the argument, else GSHMEM_MOE_COMBINE,
-else push; anything else is a usage error naming where it came from."""
+else push below PULL_FROM_WORLD ranks and pull from there; anything else is a usage error
+naming where it came from."""
 
 from __future__ import annotations
 
 import pytest
 
 from gshmem._errors import UsageError
-from gshmem.moe.high_throughput import combine_mode
+from gshmem.moe.high_throughput import PULL_FROM_WORLD, combine_mode
 
 
 @pytest.mark.parametrize(
-    ("given", "env", "want"),
+    ("given", "env", "world", "want"),
     [
-        (None, {}, "push"),
-        (None, {"GSHMEM_MOE_COMBINE": "pull"}, "pull"),
-        (None, {"GSHMEM_MOE_COMBINE": " Pull "}, "pull"),
-        ("push", {"GSHMEM_MOE_COMBINE": "pull"}, "push"),  # the argument wins
-        ("pull", {}, "pull"),
+        (None, {}, 1, "push"),
+        (None, {}, 2, "push"),
+        (None, {}, PULL_FROM_WORLD - 1, "push"),
+        (None, {}, PULL_FROM_WORLD, "pull"),
+        (None, {}, 8, "pull"),
+        (None, {"GSHMEM_MOE_COMBINE": "pull"}, 2, "pull"),
+        (None, {"GSHMEM_MOE_COMBINE": " Push "}, 8, "push"),  # the variable beats the size
+        ("push", {"GSHMEM_MOE_COMBINE": "pull"}, 2, "push"),  # the argument wins
+        ("pull", {}, 2, "pull"),
+        ("push", {}, 8, "push"),
     ],
 )
-def test_combine_mode(given, env, want) -> None:
-    assert combine_mode(given, env) == want
+def test_combine_mode(given, env, world, want) -> None:
+    assert combine_mode(given, env, world) == want
 
 
 @pytest.mark.parametrize(("given", "env", "where"), [

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from gpu_launch import launch_pes
 
+from gshmem.moe.high_throughput import PULL_FROM_WORLD
+
 SCRIPTS = Path(__file__).parent / "scripts"
 
 PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (1, 2, 4)]
@@ -35,9 +37,11 @@ def test_moe(n, scenario):
 
 @pytest.mark.parametrize("n", PES)
 @pytest.mark.parametrize("scenario", ["values", "grad", "fp8"])
-def test_moe_pull_combine(n, scenario):
-    """The same checks with each sender pulling its tokens' sums from the expert ranks."""
-    launch_pes(n, str(SCRIPTS / "moe_check.py"), scenario, timeout=300, GSHMEM_MOE_COMBINE="pull")
+def test_moe_other_combine(n, scenario):
+    """The same checks with the combine that is not the default at n ranks (push below
+    PULL_FROM_WORLD, pull from there): both stay checked at every size."""
+    other = "push" if n >= PULL_FROM_WORLD else "pull"
+    launch_pes(n, str(SCRIPTS / "moe_check.py"), scenario, timeout=300, GSHMEM_MOE_COMBINE=other)
 
 
 @pytest.mark.parametrize("n", PES)

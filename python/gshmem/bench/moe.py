@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 
-# gshmem: high throughput, push combine (the default); gshmem-pull: its pull combine;
-# gshmem-nosync: high throughput given num_worst_rows (the received rows rounded up to 128), so no
-# host synchronisation; gshmem-ll: the low-latency mode, up to 256 tokens
-IMPLS = ("gshmem", "gshmem-pull", "gshmem-nosync", "gshmem-ll", "nccl")
+# gshmem: high throughput, its default combine (push below 4 ranks, pull from 4); gshmem-push,
+# gshmem-pull: either combine; gshmem-nosync: the default given num_worst_rows (the received rows
+# rounded up to 128), so no host synchronisation; gshmem-ll: the low-latency mode, up to 256 tokens
+IMPLS = ("gshmem", "gshmem-push", "gshmem-pull", "gshmem-nosync", "gshmem-ll", "nccl")
+COMBINE_OF = {"gshmem-push": "push", "gshmem-pull": "pull"}  # the others: Buffer's default
 WORST_ROUND = 128
 
 
@@ -148,7 +149,7 @@ def make_side(impl: str, comm, o: argparse.Namespace, tokens: int, worst: int):
     if impl == "nccl":
         return NcclMoe(comm.nranks, comm.rank, o.experts)
     low = impl == "gshmem-ll"
-    combine = None if low else ("pull" if impl == "gshmem-pull" else "push")
+    combine = COMBINE_OF.get(impl)
     buf = Buffer(comm, o.hidden, tokens, o.experts, blocks=o.blocks, low_latency=low,
                  combine=combine)  # fmt: skip
     if low:

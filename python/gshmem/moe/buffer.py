@@ -62,8 +62,8 @@ class Buffer:
     (default 24 in high-throughput mode, 96 in low latency); the same on every rank.
     ``combine`` (high throughput): how combines bring each token's sums back to its rank,
     ``"push"`` (every expert rank writes them into the sender's buffer) or ``"pull"`` (the
-    sender reads them at every expert rank); default GSHMEM_MOE_COMBINE, else push; the same on
-    every rank."""
+    sender reads them at every expert rank); default GSHMEM_MOE_COMBINE, else push below 4 ranks
+    and pull from 4 (each measured faster there); the same on every rank."""
 
     def __init__(
         self,
@@ -107,7 +107,7 @@ class Buffer:
                              "(one host, P2P on)")  # fmt: skip
         pes = torch.tensor(team.members(), dtype=torch.int32, device=f"cuda:{comm.device}")
         if not low_latency:
-            combine = _same_combine(comm, team, combine_mode(combine))
+            combine = _same_combine(comm, team, combine_mode(combine, world=world))
         self.ctx = Context(comm, team, world, team.rank, hidden, max_tokens, num_experts, dtype,
                            int(blocks), pes, bytes(comm.device_handle()))  # fmt: skip
         self._ll = LowLatency(self.ctx) if low_latency else None

@@ -11,9 +11,9 @@ receiver's symmetric combine buffer; then each receiver writes its sums straight
 sender's combine buffer, in a block of ``max_tokens`` rows per receiver, and each sender adds
 up what landed in its own memory (``push``, the default: NVLink stores, which need no round
 trip); or each sender reads its tokens' sums from every rank it sent them to and adds them up
-(``pull``: NVLink loads; ``Buffer(..., combine="pull")`` or ``GSHMEM_MOE_COMBINE=pull``, the
-same on every rank). Push measured faster at 4096 tokens: combine 940 µs against 1160 µs pulled
-on 2 x H200, 1938 against 2156 µs on 4 (docs/moe.md). Both
+(``pull``: NVLink loads); ``Buffer(..., combine=...)`` or ``GSHMEM_MOE_COMBINE``, the same on
+every rank, else push below 4 ranks and pull from 4 (measured at 4096 tokens on H200: push 518
+against pull 604 µs at 2 ranks, pull 964-983 against push 1120 µs at 4; docs/moe.md). Both
 directions move data with SM loads and stores over NVLink from ``blocks`` thread blocks.
 
 Host synchronisation: one per dispatch, after the count exchange: how many rows will arrive (to
@@ -40,15 +40,21 @@ if TYPE_CHECKING:
     from gshmem.moe.context import Context
 
 COMBINES = ("pull", "push")
+# From this many ranks the default combine pulls (4 x H200, 4096 tokens, DeepSeek-V3 shapes,
+# 2026-11-27: pull 964-983 us against push 1120; at 2 ranks push 518 against pull 604 us).
+PULL_FROM_WORLD = 4
 
 
-def combine_mode(given: str | None = None, env: dict[str, str] | None = None) -> str:
+def combine_mode(given: str | None = None, env: dict[str, str] | None = None,
+                 world: int = 2) -> str:  # fmt: skip
     """How combines bring the sums back: ``given`` (Buffer's ``combine=``), else
-    GSHMEM_MOE_COMBINE, else push."""
+    GSHMEM_MOE_COMBINE, else by the team's size: push below PULL_FROM_WORLD ranks, pull from
+    there on (each measured faster there)."""
     where = "combine"
     if given is None:
         where = "GSHMEM_MOE_COMBINE"
-        given = (os.environ if env is None else env).get("GSHMEM_MOE_COMBINE", "push")
+        default = "pull" if world >= PULL_FROM_WORLD else "push"
+        given = (os.environ if env is None else env).get("GSHMEM_MOE_COMBINE", default)
     value = given.strip().lower()
     if value not in COMBINES:
         raise UsageError(f"moe.Buffer: {where}={given!r}; one of {', '.join(COMBINES)}")
@@ -272,4 +278,4 @@ class _Combine(torch.autograd.Function):
         return grad_y, grad_w if ctx.needs_input_grad[1] else None, None, None
 
 
-__all__ = ["COMBINES", "Dispatched", "Handle", "HighThroughput", "combine_mode"]
+__all__ = ["COMBINES", "PULL_FROM_WORLD", "Dispatched", "Handle", "HighThroughput", "combine_mode"]
