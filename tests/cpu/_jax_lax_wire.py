@@ -1,9 +1,22 @@
 """gshmem.jax.ops.FfiWire's contiguous transfers written with jax.lax (their reference
-semantics), which the CPU tests swap in for the GPU custom calls (``ops.wire``)."""
+semantics), which the CPU tests swap in for the GPU custom calls (``ops.wire``), and the CPU
+devices those tests' meshes need."""
 
 from __future__ import annotations
 
 import jax
+import pytest
+
+
+def need_cpu_devices(n: int = 4) -> None:
+    """Asks jax for ``n`` CPU devices (only possible before its backend starts: another test
+    module may have started it with as many already); skips the calling module otherwise."""
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:  # the backend is up already
+        pass
+    if len(jax.devices("cpu")) < n:
+        pytest.skip(f"needs {n} CPU devices for the mesh", allow_module_level=True)
 
 
 class LaxWire:

@@ -18,7 +18,7 @@ if importlib.util.find_spec("jax") is None:
 
 import jax
 import jax.numpy as jnp
-from _jax_lax_wire import LaxWire
+from _jax_lax_wire import LaxWire, need_cpu_devices
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -29,12 +29,7 @@ from gshmem.jax.attention.local import block, block_grads
 from gshmem.jax.attention.merge import merge
 from gshmem.jax.attention.schedule import part_range, source_before, step_blocks
 
-try:
-    jax.config.update("jax_num_cpu_devices", 4)
-except RuntimeError:
-    pass
-if len(jax.devices("cpu")) < 4:
-    pytest.skip("needs 4 CPU devices for the mesh", allow_module_level=True)
+need_cpu_devices(4)
 
 
 @pytest.mark.parametrize("layout", ["zigzag", "contiguous"])

@@ -15,19 +15,14 @@ if importlib.util.find_spec("jax") is None:
 
 import jax
 import jax.numpy as jnp
-from _jax_lax_wire import LaxWire
+from _jax_lax_wire import LaxWire, need_cpu_devices
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from gshmem._errors import UsageError
 from gshmem.jax import ops, runtime, split
 
-try:
-    jax.config.update("jax_num_cpu_devices", 4)
-except RuntimeError:  # the backend is up already (another module started it)
-    pass
-if len(jax.devices("cpu")) < 4:
-    pytest.skip("needs 4 CPU devices for the mesh", allow_module_level=True)
+need_cpu_devices(4)
 
 
 MESH = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("dp", "cp"))

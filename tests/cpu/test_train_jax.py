@@ -15,7 +15,7 @@ if importlib.util.find_spec("jax") is None:
 
 import jax
 import jax.numpy as jnp
-from _jax_lax_wire import LaxWire
+from _jax_lax_wire import LaxWire, need_cpu_devices
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -26,12 +26,7 @@ from gshmem.train import model_jax
 from gshmem.train.config import tiny
 from gshmem.train.data import repeated_blocks
 
-try:
-    jax.config.update("jax_num_cpu_devices", 4)
-except RuntimeError:
-    pass
-if len(jax.devices("cpu")) < 4:
-    pytest.skip("needs 4 CPU devices for the mesh", allow_module_level=True)
+need_cpu_devices(4)
 
 CFG = tiny()
 
