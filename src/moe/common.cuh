@@ -108,6 +108,7 @@ __device__ inline void copy_row_to(int4* const (&dst)[kMaxTopk], int n, const in
   }
 }
 
+// copy_row_to one place.
 __device__ inline void copy_row(int4* dst, const int4* src, int64_t row_vecs, int lane) {
   int4* const one[kMaxTopk] = {dst};
   copy_row_to(one, 1, src, row_vecs, lane);
