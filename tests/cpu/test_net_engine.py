@@ -29,13 +29,20 @@ BULK = pytest.mark.parametrize(
 )  # fmt: skip
 
 
+def clean_results(scenario: str, nranks: int, **launch) -> list[dict]:
+    """Runs ``scenario`` on ``nranks`` ranks (run_ranks' options); every rank must have finished
+    and found nothing wrong. Returns each rank's result."""
+    results = run_ranks(scenario, nranks, **launch)
+    for rank, res in enumerate(results):
+        assert res["ok"], (rank, res)
+        assert res["result"]["errors"] == [], (rank, res)
+    return [res["result"] for res in results]
+
+
 @BULK
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_put_get_signal_between_processes(nranks, bulk):
-    for rank, res in enumerate(run_ranks("rma", nranks, env=bulk)):
-        assert res["ok"], (rank, res)
-        got = res["result"]
-        assert got["errors"] == [], (rank, got)
+    for got in clean_results("rma", nranks, env=bulk):
         assert got["sizes"] == [(1 << 16) + 4096 * r for r in range(nranks)]
         assert [r.split(":")[0] for r in got["refused"]] == [
             "overrun", "self", "misaligned signal", "no region"]  # fmt: skip
@@ -45,32 +52,26 @@ def test_put_get_signal_between_processes(nranks, bulk):
 @BULK
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_non_blocking_flushes_finish_and_cover_what_came_before(nranks, bulk):
-    for rank, res in enumerate(run_ranks("flushes", nranks, env=bulk)):
-        assert res["ok"], (rank, res)
-        assert res["result"]["errors"] == [], (rank, res)
-        assert res["result"]["spent"].startswith("UsageError: no network flush"), res
+    for got in clean_results("flushes", nranks, env=bulk):
+        assert got["spent"].startswith("UsageError: no network flush"), got
 
 
 @BULK
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_proxy_thread_executes_host_descriptors(nranks, bulk):
-    for rank, res in enumerate(run_ranks("proxy", nranks, env=bulk)):
-        assert res["ok"], (rank, res)
-        assert res["result"]["errors"] == [], (rank, res)
+    for got in clean_results("proxy", nranks, env=bulk):
         # per peer: 200 put_signals, a signal add, 4 put_values, a signal set, a fence, a get and
         # a put to the heap region; three quiets
-        assert res["result"]["retired"] == (nranks - 1) * 209 + 3
+        assert got["retired"] == (nranks - 1) * 209 + 3
         if len(os.sched_getaffinity(0)) > 1:  # else every thread is on that one core anyway
-            assert res["result"]["pinned_threads"] == 1, res
+            assert got["pinned_threads"] == 1, got
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_atomics_and_value_gets_through_the_proxy(nranks):
     # every atomic of proxy_queue.h (32/64-bit integers and floats, fetching or not) and value
     # gets of 1-8 bytes, every rank at every other at once, applied by the target's CPU sink
-    for rank, res in enumerate(run_ranks("atomics", nranks)):
-        assert res["ok"], (rank, res)
-        assert res["result"]["errors"] == [], (rank, res)
+    clean_results("atomics", nranks)
 
 
 def test_cpus_near_a_pci_device_from_sysfs(tmp_path):
@@ -125,7 +126,4 @@ def test_two_hosts_bootstrap_and_move_data_over_tcp(two_hosts, scenario, bulk):
     # shared-memory path; the test is about what crosses the network.
     env = {"UCX_TLS": "tcp", "GSHMEM_BOOTSTRAP_ADDR": "10.251.0.1", **bulk}
     _, prefix = two_hosts
-    results = run_ranks(scenario, 2, address="10.251.0.1", prefix=prefix, env=env)
-    for rank, res in enumerate(results):
-        assert res["ok"], (rank, res)
-        assert res["result"]["errors"] == [], (rank, res)
+    clean_results(scenario, 2, address="10.251.0.1", prefix=prefix, env=env)
