@@ -26,7 +26,7 @@ from gshmem.moe.high_throughput import PULL_FROM_WORLD, combine_mode
     ],
 )
 def test_combine_mode(given, env, world, want) -> None:
-    assert combine_mode(given, env, world) == want
+    assert combine_mode(world, given, env) == want
 
 
 @pytest.mark.parametrize(("given", "env", "where"), [
@@ -35,4 +35,4 @@ def test_combine_mode(given, env, world, want) -> None:
 ])  # fmt: skip
 def test_bad_combine_mode(given, env, where) -> None:
     with pytest.raises(UsageError, match=where):
-        combine_mode(given, env)
+        combine_mode(2, given, env)

@@ -107,7 +107,7 @@ class Buffer:
                              "(one host, P2P on)")  # fmt: skip
         pes = torch.tensor(team.members(), dtype=torch.int32, device=f"cuda:{comm.device}")
         if not low_latency:
-            combine = _same_combine(comm, team, combine_mode(combine, world=world))
+            combine = _same_combine(comm, team, combine_mode(world, combine))
         self.ctx = Context(comm, team, world, team.rank, hidden, max_tokens, num_experts, dtype,
                            int(blocks), pes, bytes(comm.device_handle()))  # fmt: skip
         self._ll = LowLatency(self.ctx) if low_latency else None

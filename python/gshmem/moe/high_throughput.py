@@ -45,11 +45,10 @@ COMBINES = ("pull", "push")
 PULL_FROM_WORLD = 4
 
 
-def combine_mode(given: str | None = None, env: dict[str, str] | None = None,
-                 world: int = 2) -> str:  # fmt: skip
-    """How combines bring the sums back: ``given`` (Buffer's ``combine=``), else
-    GSHMEM_MOE_COMBINE, else by the team's size: push below PULL_FROM_WORLD ranks, pull from
-    there on (each measured faster there)."""
+def combine_mode(world: int, given: str | None = None, env: dict[str, str] | None = None) -> str:
+    """How combines bring the sums back on a team of ``world`` ranks: ``given`` (Buffer's
+    ``combine=``), else GSHMEM_MOE_COMBINE, else by the team's size: push below PULL_FROM_WORLD
+    ranks, pull from there on (each measured faster there)."""
     where = "combine"
     if given is None:
         where = "GSHMEM_MOE_COMBINE"
