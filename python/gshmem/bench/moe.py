@@ -179,16 +179,19 @@ def expert_outputs(rows, per_expert, scale, first):
     return (rows.float() * scale[e][:, None]).to(torch.bfloat16)
 
 
-def measure(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int):
+def measure(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int, align):
     """(median dispatch s, median combine s, the last combine's output): dispatch, experts,
     combine, alternating, each call timed with CUDA events (host work included where the GPU
-    waits for it)."""
+    waits for it). Each round starts with ``align()`` (a stream barrier): every rank's GPU starts
+    the dispatch together, as in a model running in lock-step, so the time does not include how
+    late another process issued its round."""
     import torch
 
     first = torch.arange(per, device="cuda") + me * per
     t_d, t_c, out = [], [], None
     for i in range(warmup + iters):
         start, mid, begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+        align()
         start.record()
         rows, state, per_expert = side.dispatch(x, idx, weights)
         mid.record()
@@ -203,7 +206,8 @@ def measure(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup:
     return median(t_d), median(t_c), out
 
 
-def measure_graphed(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int):
+def measure_graphed(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int,
+                    align):  # fmt: skip
     """As ``measure``, with dispatch, experts and combine each captured in a CUDA graph and
     replayed (how decoding runs them: no host work per call). Low-latency mode only."""
     import torch
@@ -225,6 +229,7 @@ def measure_graphed(side, x, idx, weights, scale, me: int, per: int, iters: int,
     t_d, t_c = [], []
     for i in range(warmup + iters):
         start, mid, begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+        align()
         start.record()
         graphs[0].replay()
         mid.record()
@@ -270,7 +275,8 @@ def run(o: argparse.Namespace) -> int:
                 ways += [("ll+graph", measure_graphed, False), ("ll-fp8+g", measure_graphed, True)]
             for name, way, fp8 in ways:
                 side.fp8 = fp8
-                td, tc, out = way(side, x, idx, weights, scale, me, per, o.iters, o.warmup)
+                td, tc, out = way(side, x, idx, weights, scale, me, per, o.iters, o.warmup,
+                                  comm.barrier_on_stream)  # fmt: skip
                 first = out if first is None else first
                 err = (out.float() - first.float()).abs().max().item() if out.numel() else 0.0
                 tol = 0.1 if fp8 else 2e-2  # e4m3 keeps 3 mantissa bits
