@@ -364,6 +364,17 @@ def test_kernels_ship_inside_the_package():
     assert "GSHMEM_BENCH_BW(block, Block)" in p2p.KERNELS.read_text()
 
 
+def test_device_bw_ops_and_their_kernel_modes():
+    # through the proxy the non-blocking rows join (one quiet per launch); the mode bits are the
+    # kernel's (kBwGet, kBwNbi in bench/kernels.cu)
+    assert p2p.device_bw_ops("direct") == ("put", "get")
+    assert p2p.device_bw_ops("proxy") == ("put", "get", "put_nbi", "get_nbi")
+    modes = {op: p2p.bw_mode(op) for op in p2p.device_bw_ops("proxy")}
+    assert modes == {"put": 0, "get": 1, "put_nbi": 2, "get_nbi": 3}
+    source = p2p.KERNELS.read_text()
+    assert "constexpr int kBwGet = 1;" in source and "constexpr int kBwNbi = 2;" in source
+
+
 @pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
 def test_kernels_compile_with_nvrtc(arch):
     nvrtc = pytest.importorskip("test_device_nvrtc")

@@ -29,24 +29,40 @@ __device__ u64 global_time_ns() {
   return t;
 }
 
-// `iters` blocking puts (or gets) of `bytes`, slot i % nslots of `stride` bytes each, then quiet.
+constexpr int kBwGet = 1;  // bw_loop's mode bits: gets, not puts
+constexpr int kBwNbi = 2;  // non-blocking calls, one quiet(dev) at the end
+
+// `iters` puts (or gets) of `bytes`, slot i % nslots of `stride` bytes each: blocking calls then
+// quiet, or (kBwNbi) non-blocking ones completed by one quiet(dev). Through the proxy a blocking
+// call appends a quiet of its own and waits for it; the non-blocking rows measure the transfers.
 template <class Scope>
 __device__ void bw_loop(const gshmem::Device& dev, char* dst, const char* src, u64 bytes,
-                        u64 stride, int nslots, int iters, int pe, int get) {
+                        u64 stride, int nslots, int iters, int pe, int mode) {
   const u64 units = unit_count<Scope>(), u = unit_index<Scope>();
   u64 per = (bytes + units - 1) / units;
   per = (per + 15) & ~static_cast<u64>(15);  // chunks start 16-byte aligned
   const u64 b = per * u < bytes ? per * u : bytes;
   const u64 e = b + per < bytes ? b + per : bytes;
+  const bool get = mode & kBwGet, nbi = mode & kBwNbi;
   for (int i = 0; i < iters; ++i) {
     const u64 off = static_cast<u64>(i % nslots) * stride;
-    if (get) {
-      gshmem::get<Scope>(dev, dst + off + b, src + off + b, e - b, pe);
+    char* to = dst + off + b;
+    const char* from = src + off + b;
+    if (get && nbi) {
+      gshmem::get_nbi<Scope>(dev, to, from, e - b, pe);
+    } else if (get) {
+      gshmem::get<Scope>(dev, to, from, e - b, pe);
+    } else if (nbi) {
+      gshmem::put_nbi<Scope>(dev, to, from, e - b, pe);
     } else {
-      gshmem::put<Scope>(dev, dst + off + b, src + off + b, e - b, pe);
+      gshmem::put<Scope>(dev, to, from, e - b, pe);
     }
   }
-  gshmem::quiet<Scope>();
+  if (nbi) {
+    gshmem::quiet<Scope>(dev);
+  } else {
+    gshmem::quiet<Scope>();
+  }
 }
 
 // Waits for this PE's `sig` >= v: the bounded form (GSHMEM_TIMEOUT, abort) or the OpenSHMEM one
@@ -91,8 +107,8 @@ extern "C" __global__ void start_sync(gshmem::Device dev) { gshmem::sync_all<Thr
 #define GSHMEM_BENCH_BW(NAME, SCOPE)                                                          \
   extern "C" __global__ void __launch_bounds__(1024)                                          \
       bw_##NAME(gshmem::Device dev, char* dst, const char* src, u64 bytes, u64 stride,        \
-                int nslots, int iters, int pe, int get) {                                     \
-    bw_loop<SCOPE>(dev, dst, src, bytes, stride, nslots, iters, pe, get);                     \
+                int nslots, int iters, int pe, int mode) {                                    \
+    bw_loop<SCOPE>(dev, dst, src, bytes, stride, nslots, iters, pe, mode);                    \
   }
 GSHMEM_BENCH_BW(thread, Thread)
 GSHMEM_BENCH_BW(warp, Warp)

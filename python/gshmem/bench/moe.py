@@ -179,22 +179,25 @@ def expert_outputs(rows, per_expert, scale, first):
     return (rows.float() * scale[e][:, None]).to(torch.bfloat16)
 
 
-def measure(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int):
-    """(median dispatch s, median combine s, the last combine's output): dispatch, experts,
-    combine, alternating, each call timed with CUDA events (host work included where the GPU
-    waits for it)."""
+def timed_rounds(dispatch, experts, combine, iters: int, warmup: int, align):
+    """(median dispatch s, median combine s, the last combine's result) over ``iters`` rounds
+    after ``warmup``: ``align()``, then ``dispatch()``, ``experts(its result)``,
+    ``combine(that)``, the two calls timed with CUDA events (host work included where the GPU
+    waits for it). ``align`` (a stream barrier) starts every rank's dispatch together, as in a
+    model running in lock-step, so the time does not include how late another process issued its
+    round."""
     import torch
 
-    first = torch.arange(per, device="cuda") + me * per
     t_d, t_c, out = [], [], None
     for i in range(warmup + iters):
         start, mid, begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+        align()
         start.record()
-        rows, state, per_expert = side.dispatch(x, idx, weights)
+        sent = dispatch()
         mid.record()
-        y = expert_outputs(rows, per_expert, scale, first)
+        y = experts(sent)
         begin.record()
-        out = side.combine(y, state)
+        out = combine(y)
         end.record()
         end.synchronize()
         if i >= warmup:
@@ -203,7 +206,21 @@ def measure(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup:
     return median(t_d), median(t_c), out
 
 
-def measure_graphed(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int):
+def measure(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int, align):
+    """timed_rounds of the side's calls as they are (eager)."""
+    import torch
+
+    first = torch.arange(per, device="cuda") + me * per
+    return timed_rounds(
+        lambda: side.dispatch(x, idx, weights),
+        lambda sent: (expert_outputs(sent[0], sent[2], scale, first), sent[1]),
+        lambda made: side.combine(*made),
+        iters, warmup, align,
+    )  # fmt: skip
+
+
+def measure_graphed(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int,
+                    align):  # fmt: skip
     """As ``measure``, with dispatch, experts and combine each captured in a CUDA graph and
     replayed (how decoding runs them: no host work per call). Low-latency mode only."""
     import torch
@@ -222,21 +239,9 @@ def measure_graphed(side, x, idx, weights, scale, me: int, per: int, iters: int,
         y = expert_outputs(rows, per_expert, scale, first)
     with torch.cuda.graph(graphs[2], pool=graphs[0].pool()):
         out = side.combine(y, state)
-    t_d, t_c = [], []
-    for i in range(warmup + iters):
-        start, mid, begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
-        start.record()
-        graphs[0].replay()
-        mid.record()
-        graphs[1].replay()
-        begin.record()
-        graphs[2].replay()
-        end.record()
-        end.synchronize()
-        if i >= warmup:
-            t_d.append(start.elapsed_time(mid) / 1e3)
-            t_c.append(begin.elapsed_time(end) / 1e3)
-    return median(t_d), median(t_c), out
+    td, tc, _ = timed_rounds(graphs[0].replay, lambda _: graphs[1].replay(),
+                             lambda _: graphs[2].replay(), iters, warmup, align)  # fmt: skip
+    return td, tc, out
 
 
 def run(o: argparse.Namespace) -> int:
@@ -270,7 +275,8 @@ def run(o: argparse.Namespace) -> int:
                 ways += [("ll+graph", measure_graphed, False), ("ll-fp8+g", measure_graphed, True)]
             for name, way, fp8 in ways:
                 side.fp8 = fp8
-                td, tc, out = way(side, x, idx, weights, scale, me, per, o.iters, o.warmup)
+                td, tc, out = way(side, x, idx, weights, scale, me, per, o.iters, o.warmup,
+                                  comm.barrier_on_stream)  # fmt: skip
                 first = out if first is None else first
                 err = (out.float() - first.float()).abs().max().item() if out.numel() else 0.0
                 tol = 0.1 if fp8 else 2e-2  # e4m3 keeps 3 mantissa bits

@@ -38,6 +38,18 @@ RATE_OPS = ("p", "g", "fetch_add", "add")
 ONSTREAM_METHODS = ("put", "get", "put_signal", "signal_wait_until", "quiet")
 
 
+def device_bw_ops(path: str) -> tuple[str, ...]:
+    """The device_bw rows' operations: blocking put and get; through the proxy also their
+    non-blocking forms with one quiet per launch (a blocking call there appends a quiet of its
+    own and waits for it; on the direct path both forms are the same stores)."""
+    return ("put", "get", "put_nbi", "get_nbi") if path == "proxy" else ("put", "get")
+
+
+def bw_mode(op: str) -> int:
+    """bw_loop's mode bits (bench/kernels.cu) for a device_bw operation."""
+    return int(op.startswith("get")) | (2 if op.endswith("_nbi") else 0)
+
+
 class BenchError(RuntimeError):
     """A measurement could not be made or was wrong; the message says which and why."""
 
@@ -237,7 +249,7 @@ class Bench:
                 (threads,),
                 (self.dev, self.dst.data_ptr(), self.src.data_ptr(), np.uint64(size),
                  np.uint64(size), np.int32(nslots), np.int32(n), np.int32(self.peer),
-                 np.int32(op == "get")),
+                 np.int32(bw_mode(op))),
             )  # fmt: skip
 
         self.validate(op, size, direction, lambda: launch(1, 1), what)
@@ -257,7 +269,7 @@ class Bench:
         if active:
             transfer()
         self.sync(f"{what}: validation")
-        checks = active if op == "get" else owner
+        checks = active if op.startswith("get") else owner
         self.check(not checks or self.holds_peer_src(size), what)
 
     def holds_peer_src(self, size: int) -> bool:
@@ -510,7 +522,7 @@ class Bench:
             for scope in o.scopes:
                 for ctas, threads in o.configs(scope):
                     for direction in o.directions:
-                        for op in ("put", "get"):
+                        for op in device_bw_ops(o.path):
                             for size in sizes:
                                 self.device_bw(scope, ctas, threads, direction, op, size)
         if "rate" in o.tests:
