@@ -60,6 +60,24 @@ __device__ inline void add_to_all(const gshmem::Device& dev, const int32_t* pes,
   }
 }
 
+// The grid's warps numbered block-fastest: consecutive work items go to different SMs, so items
+// fewer than the warps spread over every SM, not the first blocks'.
+__device__ inline int grid_warp() { return threadIdx.x / kWarp * gridDim.x + blockIdx.x; }
+__device__ inline int grid_warps() { return gridDim.x * (blockDim.x / kWarp); }
+
+// Rows of row_vecs vectors cut into `parts` of part_vecs (the last part may be shorter, or empty):
+// about `items` work items over all `rows`, no part shorter than min_part_vecs, so a few rows
+// still keep every warp of a large grid busy.
+struct RowParts {
+  int64_t parts, part_vecs;
+};
+__device__ inline RowParts split_rows(int64_t rows, int64_t row_vecs, int64_t items,
+                                      int64_t min_part_vecs) {
+  const int64_t wanted = rows > 0 ? items / rows : 1, most = row_vecs / min_part_vecs;
+  const int64_t parts = wanted < 1 || most < 1 ? 1 : (wanted < most ? wanted : most);
+  return {parts, (row_vecs + parts - 1) / parts};
+}
+
 // A warp's shuffle of any 4- or 8-byte value, pointers included (every lane takes src's).
 template <class V>
 __device__ inline V shfl(V v, int src) {

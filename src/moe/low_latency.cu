@@ -6,7 +6,11 @@
 //   stage  [L, W, T] rows  sender s's rows for local expert l, in its (token, choice) order
 //   src    [L, W, T] int32 where each staged row came from: token * 8 + choice at its sender
 //   count  [L, W] int32    rows sender s staged for expert l in this call
-//   comb   [T * 8] rows    at a sender: the expert outputs returned per (token, choice)
+//   route  [W, T, 8] int2  sender s's (token, choice) pairs: {expert << 16 | the pair's index among
+//                          s's pairs for that expert, or -1 if unrouted; its weight's bits}
+//   shape  [W] int32       sender s's tokens << 4 | k in this call
+//   comb   [T * 8] rows    at a sender: per token, one partial sum from each rank it chose, in
+//                          rank order
 //   arrived, ready [W]     completion counters (common.cuh)
 // Local: calls [2] uint64 (dispatches, combines received so far) and finished [2] uint32, so a
 // receive kernel reads its call's target on the GPU (a captured graph bakes in no call number).
@@ -14,14 +18,19 @@
 //   send          sender: one warp per (token, choice) pair finds the pair's index among this
 //                 rank's pairs for its expert (the pairs before it with that expert) and writes the
 //                 row (or its FP8 form: e4m3 values, then a scale per 128) into the expert's rank's
-//                 stage; warps also count the pairs of every expert into `count` at its rank
-//                 (zeros included: every call rewrites every count).
+//                 stage, and the pair's route entry into every rank's `route`; warps also count the
+//                 pairs of every expert into `count` at its rank (zeros included: every call
+//                 rewrites every count) and block 0 writes `shape` everywhere.
 //   recv          receiver: waits for every sender's blocks, then packs the staged rows into
 //                 out[l] by sender, then index, with each row's source (sender << 16 | token * 8
 //                 + choice) and the rows per expert. Every block scans the counts (at most 1024
 //                 experts) in shared memory, so warps take only rows that exist.
-//   combine_send  expert owner: each packed row of y goes back to its sender's comb slot.
-//   combine_recv  sender: waits for every rank's blocks; out[t] = sum_j w[t,j] comb[t * 8 + j].
+//   combine_send  expert owner: per (sender, token) with choices here, the weighted sum of their
+//                 rows of y (fp32, rounded once) goes to the sender's comb slot for this rank: a
+//                 token's choices on one rank travel as one row (at 4 ranks, top-8 of 256, about
+//                 3.6 rows per token instead of 8).
+//   combine_recv  sender: waits for every rank's blocks; out[t] = the sum of its ranks' rows
+//                 (fp32, rounded once).
 //
 // Buffer reuse is ordered by the call order the Python side enforces (send, recv of a dispatch,
 // then of a combine, then the next dispatch): e.g. a sender's next dispatch follows its combine's
@@ -33,6 +42,9 @@ namespace gshmem_moe {
 namespace {
 
 constexpr int kMaxLowLatencyTokens = 256;  // low_latency.MAX_TOKENS
+// The shortest part of a row one warp sums in the combine: a lane's loads in flight (sum_rows)
+// over a few rounds.
+constexpr int kRowPartVecs = 256;
 
 struct Team {
   const int32_t* pes;  // [world] world PE of each rank of the team
@@ -64,8 +76,9 @@ __device__ inline void finish_call(uint64_t* calls, uint32_t* finished, uint64_t
 template <class T, bool kFp8>
 __global__ void __launch_bounds__(kThreads)
     send_kernel(gshmem::Device dev, Team team, const int4* x, int64_t row_vecs, int64_t stage_vecs,
-                int tokens, const int64_t* topk, int k, int num_experts, int locals, int max_tokens,
-                int4* stage, int32_t* src, int32_t* count, uint64_t* arrived) {
+                int tokens, const int64_t* topk, const float* weights, int k, int num_experts,
+                int locals, int max_tokens, int4* stage, int32_t* src, int32_t* count, int2* route,
+                int32_t* shape, uint64_t* arrived) {
   __shared__ int32_t flat[kMaxLowLatencyTokens * kMaxTopk];
   const int pairs = tokens * k;
   for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
@@ -91,12 +104,21 @@ __global__ void __launch_bounds__(kThreads)
       gshmem::ptr(dev, count, team.pes[q])[(e % locals) * team.world + team.me] = n;
     }
   }
+  if (blockIdx.x == 0 && threadIdx.x < team.world) {
+    gshmem::ptr(dev, shape, team.pes[threadIdx.x])[team.me] = tokens << 4 | k;
+  }
   for (int p = warp; p < pairs; p += warps) {
     const int32_t e = flat[p];
+    const int index = e < 0 ? 0 : count_equal(flat, p, e, lane);  // among this rank's pairs for e
+    if (lane < team.world) {  // every rank learns every pair: its combine sums a token's own
+      const int2 entry = e < 0 ? make_int2(-1, 0)
+                               : make_int2(e << 16 | index, __float_as_int(weights[p]));
+      gshmem::ptr(dev, route, team.pes[lane])[(team.me * max_tokens + p / k) * kMaxTopk + p % k] =
+          entry;
+    }
     if (e < 0) continue;
     const int q = e / locals, l = e % locals;
-    const int64_t row = (static_cast<int64_t>(l) * team.world + team.me) * max_tokens +
-                        count_equal(flat, p, e, lane);
+    const int64_t row = (static_cast<int64_t>(l) * team.world + team.me) * max_tokens + index;
     const int pe = team.pes[q];
     int4* dst = gshmem::ptr(dev, stage, pe) + row * stage_vecs;
     if (kFp8) {
@@ -145,67 +167,74 @@ __global__ void __launch_bounds__(kThreads)
   finish_call(calls, finished, call);
 }
 
-// One warp per packed row of y that holds an expert output: back to its sender's slot for
-// (token, choice).
+// The ranks a token's choices went to, as a mask (lanes below k hold the choices' experts, -1 for
+// none; every lane gets the mask).
+__device__ inline unsigned ranks_of(int expert, int locals) {
+  return __reduce_or_sync(0xffffffffu, expert < 0 ? 0u : 1u << (expert / locals));
+}
+
+// One warp per part of a (sender, token) row whose token chose experts of this rank: the sum of
+// those experts' output rows of y times the sender's weights (fp32, rounded once) into the
+// sender's comb slot for this rank (the token's ranks below this one come first).
+template <class T>
 __global__ void __launch_bounds__(kThreads)
     combine_send_kernel(gshmem::Device dev, Team team, int locals, int max_tokens, int64_t row_vecs,
-                        const int4* y, const int32_t* out_src, const int32_t* out_count, int4* comb,
-                        uint64_t* ready) {
-  __shared__ int start[kMaxExperts + 1];  // by local expert
-  scan_counts(out_count, locals, start);
-  const int lane = threadIdx.x % kWarp;
-  const int warps = gridDim.x * (blockDim.x / kWarp);
-  for (int r = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; r < start[locals];
-       r += warps) {
-    const int l = segment_of(start, locals, r);
-    const int64_t row = static_cast<int64_t>(l) * team.world * max_tokens + (r - start[l]);
-    const int32_t from = out_src[row];
-    int4* dst = gshmem::ptr(dev, comb, team.pes[from >> 16]) + (from & 0xffff) * row_vecs;
-    copy_row(dst, y + row * row_vecs, row_vecs, lane);
+                        const int4* y, const int32_t* count, const int2* route,
+                        const int32_t* shape, int4* comb, uint64_t* ready) {
+  __shared__ int start[kMaxExperts + 1];  // by (local expert, sender), as the receive packed
+  const int world = team.world, lane = threadIdx.x % kWarp, warps = grid_warps();
+  scan_counts(count, locals * world, start);
+  const int64_t cells = static_cast<int64_t>(world) * max_tokens;
+  const RowParts cut = split_rows(cells, row_vecs, warps, kRowPartVecs);
+  for (int64_t item = grid_warp(); item < cells * cut.parts; item += warps) {
+    const int s = static_cast<int>(item / cut.parts / max_tokens);
+    const int t = static_cast<int>(item / cut.parts % max_tokens);
+    const int64_t begin = item % cut.parts * cut.part_vecs;
+    const int64_t end = begin + cut.part_vecs < row_vecs ? begin + cut.part_vecs : row_vecs;
+    const int sent = shape[s];
+    if (t >= sent >> 4 || begin >= end) continue;
+    const int2 entry = lane < (sent & 15) ? route[(s * max_tokens + t) * kMaxTopk + lane]
+                                          : make_int2(-1, 0);
+    const int e = entry.x < 0 ? -1 : entry.x >> 16;
+    const unsigned ranks = ranks_of(e, locals);
+    if (!(ranks >> team.me & 1)) continue;
+    const bool here = e >= 0 && e / locals == team.me;
+    const int l = here ? e % locals : 0;
+    const int64_t row = static_cast<int64_t>(l) * world * max_tokens +
+                        (start[l * world + s] - start[l * world]) + (entry.x & 0xffff);
+    const unsigned held = __ballot_sync(0xffffffffu, here);
+    const int4* rows[kMaxTopk];
+    float w[kMaxTopk];
+    gather_lanes(y + row * row_vecs + begin, held, static_cast<const int4*>(nullptr), rows);
+    gather_lanes(__int_as_float(entry.y), held, 0.0f, w);
+    const int slot = __popc(ranks & ((1u << team.me) - 1));
+    int4* dst = gshmem::ptr(dev, comb, team.pes[s]) + (t * kMaxTopk + slot) * row_vecs + begin;
+    sum_rows<T>(dst, rows, w, __popc(held), end - begin, lane);
   }
   add_to_all(dev, team.pes, team.world, team.me, ready);
 }
 
-// Each token's weighted sum of its choices' returned rows, in fp32, rounded once. A warp takes
-// one part of one token's row (parts chosen so every warp of the grid has work at 128 tokens).
+// Each token's sum of the rows its ranks returned, in fp32, rounded once. A warp takes one part
+// of one token's row (parts chosen so every warp of the grid has work at 128 tokens).
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    combine_recv_kernel(gshmem::Device dev, const int32_t* pes, int world, int tokens, int k,
-                        const int64_t* topk, const float* weights, int64_t row_vecs,
-                        const int4* comb, const uint64_t* ready, uint64_t* calls,
-                        uint32_t* finished, int4* out) {
+    combine_recv_kernel(gshmem::Device dev, const int32_t* pes, int world, int locals, int tokens,
+                        int k, const int64_t* topk, int64_t row_vecs, const int4* comb,
+                        const uint64_t* ready, uint64_t* calls, uint32_t* finished, int4* out) {
   const uint64_t call = *calls + 1;
   wait_counters(dev, pes, ready, world, call * gridDim.x);
-  const int lane = threadIdx.x % kWarp;
-  const int warps = gridDim.x * (blockDim.x / kWarp);
-  const int64_t most_parts = (row_vecs + kWarp - 1) / kWarp;
-  const int64_t wanted = (2 * static_cast<int64_t>(warps) + tokens - 1) / (tokens > 0 ? tokens : 1);
-  const int64_t parts = wanted < 1 ? 1 : (wanted < most_parts ? wanted : most_parts);
-  const int64_t part_vecs = (row_vecs + parts - 1) / parts;
-  for (int64_t item = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-       item < tokens * parts; item += warps) {
-    const int64_t t = item / parts, begin = (item % parts) * part_vecs;
-    const int64_t end = begin + part_vecs < row_vecs ? begin + part_vecs : row_vecs;
-    const bool chosen = lane < k && topk[t * k + lane] >= 0;
-    const float mine_w = chosen ? weights[t * k + lane] : 0.0f;
-    const unsigned used = __ballot_sync(0xffffffffu, chosen);
-    float weight[kMaxTopk];
+  const int lane = threadIdx.x % kWarp, warps = grid_warps();
+  const RowParts cut = split_rows(tokens, row_vecs, 2 * static_cast<int64_t>(warps), kWarp);
+  const float ones[kMaxTopk] = {1, 1, 1, 1, 1, 1, 1, 1};
+  for (int64_t item = grid_warp(); item < tokens * cut.parts; item += warps) {
+    const int64_t t = item / cut.parts, begin = item % cut.parts * cut.part_vecs;
+    const int64_t end = begin + cut.part_vecs < row_vecs ? begin + cut.part_vecs : row_vecs;
+    if (begin >= end) continue;
+    const int n = __popc(ranks_of(lane < k ? static_cast<int>(topk[t * k + lane]) : -1, locals));
+    const int4* rows[kMaxTopk];
 #pragma unroll
-    for (int j = 0; j < kMaxTopk; ++j) weight[j] = __shfl_sync(0xffffffffu, mine_w, j);
-    const int4* rows = comb + t * kMaxTopk * row_vecs;
-    for (int64_t i = begin + lane; i < end; i += kWarp) {
-      int4 v[kMaxTopk];
-#pragma unroll
-      for (int j = 0; j < kMaxTopk; ++j) {
-        if (used >> j & 1) v[j] = __ldg(rows + j * row_vecs + i);
-      }
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll
-      for (int j = 0; j < kMaxTopk; ++j) {
-        if (used >> j & 1) Vec8<T>::add(acc, v[j], weight[j]);
-      }
-      out[t * row_vecs + i] = Vec8<T>::pack(acc);
-    }
+    for (int c = 0; c < kMaxTopk; ++c) rows[c] = comb + (t * kMaxTopk + c) * row_vecs + begin;
+    sum_rows<T>(out + t * row_vecs + begin, rows, ones, n, end - begin, lane);
   }
   finish_call(calls, finished, call);
 }
@@ -224,8 +253,9 @@ extern "C" {
 // dtype: 0 bfloat16, 1 float16. fp8: stage e4m3 rows with per-128-element scales instead.
 int gshmem_moe_ll_send(const gshmem_device_t* dev, const int32_t* pes, int world, int me,
                        int dtype, int fp8, const void* x, int64_t row_bytes, int tokens,
-                       const int64_t* topk, int k, int num_experts, int locals, int max_tokens,
-                       void* stage, int32_t* src, int32_t* count, uint64_t* arrived, int blocks,
+                       const int64_t* topk, const float* weights, int k, int num_experts,
+                       int locals, int max_tokens, void* stage, int32_t* src, int32_t* count,
+                       void* route, int32_t* shape, uint64_t* arrived, int blocks,
                        cudaStream_t stream) {
   if (tokens > kMaxLowLatencyTokens || max_tokens > kMaxLowLatencyTokens ||
       num_experts > kMaxExperts) {
@@ -239,8 +269,8 @@ int gshmem_moe_ll_send(const gshmem_device_t* dev, const int32_t* pes, int world
                             : (fp8 ? send_kernel<__half, true> : send_kernel<__half, false>);
   kernel<<<blocks, kThreads, 0, stream>>>(
       *dev, Team{pes, world, me}, static_cast<const int4*>(x), row_bytes / 16, row_bytes / 16,
-      tokens, topk, k, num_experts, locals, max_tokens, static_cast<int4*>(stage), src, count,
-      arrived);
+      tokens, topk, weights, k, num_experts, locals, max_tokens, static_cast<int4*>(stage), src,
+      count, static_cast<int2*>(route), shape, arrived);
   return check(cudaGetLastError(), "moe low-latency send");
 }
 
@@ -259,24 +289,26 @@ int gshmem_moe_ll_recv(const gshmem_device_t* dev, const int32_t* pes, int world
   return check(cudaGetLastError(), "moe low-latency receive");
 }
 
-int gshmem_moe_ll_combine_send(const gshmem_device_t* dev, const int32_t* pes, int world, int me,
-                               int locals, int max_tokens, int64_t row_bytes, const void* y,
-                               const int32_t* out_src, const int32_t* out_count, void* comb,
-                               uint64_t* ready, int blocks, cudaStream_t stream) {
-  combine_send_kernel<<<blocks, kThreads, 0, stream>>>(
-      *dev, Team{pes, world, me}, locals, max_tokens, row_bytes / 16,
-      static_cast<const int4*>(y), out_src, out_count, static_cast<int4*>(comb), ready);
+// dtype: 0 bfloat16, 1 float16 (both combine kernels).
+int gshmem_moe_ll_combine_send(const gshmem_device_t* dev, const int32_t* pes, int dtype,
+                               int world, int me, int locals, int max_tokens, int64_t row_bytes,
+                               const void* y, const int32_t* count, const void* route,
+                               const int32_t* shape, void* comb, uint64_t* ready, int blocks,
+                               cudaStream_t stream) {
+  auto* kernel = dtype == 0 ? combine_send_kernel<__nv_bfloat16> : combine_send_kernel<__half>;
+  kernel<<<blocks, kThreads, 0, stream>>>(
+      *dev, Team{pes, world, me}, locals, max_tokens, row_bytes / 16, static_cast<const int4*>(y),
+      count, static_cast<const int2*>(route), shape, static_cast<int4*>(comb), ready);
   return check(cudaGetLastError(), "moe low-latency combine send");
 }
 
-// dtype: 0 bfloat16, 1 float16.
 int gshmem_moe_ll_combine_recv(const gshmem_device_t* dev, const int32_t* pes, int dtype,
-                               int world, int tokens, int k, const int64_t* topk,
-                               const float* weights, int64_t row_bytes, const void* comb,
-                               const uint64_t* ready, uint64_t* calls, uint32_t* finished,
-                               void* out, int blocks, cudaStream_t stream) {
+                               int world, int locals, int tokens, int k, const int64_t* topk,
+                               int64_t row_bytes, const void* comb, const uint64_t* ready,
+                               uint64_t* calls, uint32_t* finished, void* out, int blocks,
+                               cudaStream_t stream) {
   auto* kernel = dtype == 0 ? combine_recv_kernel<__nv_bfloat16> : combine_recv_kernel<__half>;
-  kernel<<<blocks, kThreads, 0, stream>>>(*dev, pes, world, tokens, k, topk, weights,
+  kernel<<<blocks, kThreads, 0, stream>>>(*dev, pes, world, locals, tokens, k, topk,
                                           row_bytes / 16, static_cast<const int4*>(comb), ready,
                                           calls, finished, static_cast<int4*>(out));
   return check(cudaGetLastError(), "moe low-latency combine receive");

@@ -184,8 +184,9 @@ class Buffer:
         """Collective over the team, never synchronises the host: ``y`` is the experts' output
         in the dispatch's layout (``[local experts, world × max_tokens, hidden]``; only rows
         below ``count`` are read); returns ``out`` ``[tokens, hidden]``, each token's sum of its
-        choices' rows times the router weights (fp32 accumulation), or ``(out, hook)`` with
-        ``return_recv_hook`` (``out`` is filled by the receive the hook queues)."""
+        choices' rows times the dispatch's router weights (fp32 accumulation; each expert rank's
+        part rounded once to the dtype before it travels, as in ``combine``), or ``(out, hook)``
+        with ``return_recv_hook`` (``out`` is filled by the receive the hook queues)."""
         return self._mode(True).combine(y, handle, return_recv_hook)
 
 

@@ -27,12 +27,12 @@ _SIGNATURES = {
     "gshmem_moe_reduce": [_P, _P, _P, _I, _I, _I, _I, _P, _L, _P, _P, _I, _L, _L, _P, _P, _P, _L,
                           _P, _I, _P],
     "gshmem_moe_pull": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _I, _P, _L, _P, _P, _U, _L, _I, _P],
-    "gshmem_moe_ll_send": [_P, _P, _I, _I, _I, _I, _P, _L, _I, _P, _I, _I, _I, _I, _P, _P, _P, _P,
-                           _I, _P],
+    "gshmem_moe_ll_send": [_P, _P, _I, _I, _I, _I, _P, _L, _I, _P, _P, _I, _I, _I, _I, _P, _P, _P,
+                           _P, _P, _P, _I, _P],
     "gshmem_moe_ll_recv": [_P, _P, _I, _I, _I, _L, _L, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P,
                            _I, _P],
-    "gshmem_moe_ll_combine_send": [_P, _P, _I, _I, _I, _I, _L, _P, _P, _P, _P, _P, _I, _P],
-    "gshmem_moe_ll_combine_recv": [_P, _P, _I, _I, _I, _I, _P, _P, _L, _P, _P, _P, _P, _P, _I,
+    "gshmem_moe_ll_combine_send": [_P, _P, _I, _I, _I, _I, _I, _L, _P, _P, _P, _P, _P, _P, _I, _P],
+    "gshmem_moe_ll_combine_recv": [_P, _P, _I, _I, _I, _I, _I, _P, _L, _P, _P, _P, _P, _P, _I,
                                    _P],
 }
 # fmt: on
@@ -192,6 +192,8 @@ class LowLatencyBuffers:
     stage: torch.Tensor  # symmetric [locals, world, T, hidden]
     src: torch.Tensor  # symmetric [locals, world, T] int32
     count: torch.Tensor  # symmetric [locals, world] int32
+    route: torch.Tensor  # symmetric [world, T, 8, 2] int32: each sender's pairs
+    shape: torch.Tensor  # symmetric [world] int32: each sender's tokens << 4 | k
     comb: torch.Tensor  # symmetric [T * 8, hidden]
     arrived: torch.Tensor  # symmetric [world] int64
     ready: torch.Tensor  # symmetric [world] int64
@@ -201,15 +203,16 @@ class LowLatencyBuffers:
     out_count: torch.Tensor  # [locals] int32: packed rows per local expert
 
 
-def ll_send(device: bytes, pes, me: int, x, topk, num_experts: int, b: LowLatencyBuffers,
-            blocks: int, fp8: bool) -> None:  # fmt: skip
+def ll_send(device: bytes, pes, me: int, x, topk, weights, num_experts: int,
+            b: LowLatencyBuffers, blocks: int, fp8: bool) -> None:  # fmt: skip
     """Each (token, choice) pair's row (FP8: its e4m3 form and scales) into its expert's rank's
-    stage; every expert's count."""
+    stage; every expert's count; every pair (expert, index, weight) to every rank."""
     locals_, world, max_tokens = b.count.shape[0], pes.numel(), b.src.shape[2]
     _call("gshmem_moe_ll_send", _dev(device), pes.data_ptr(), world, me, _dtype_code(x),
           int(fp8), x.data_ptr(), x.shape[1] * x.element_size(), x.shape[0], topk.data_ptr(),
-          topk.shape[1], num_experts, locals_, max_tokens, b.stage.data_ptr(), b.src.data_ptr(),
-          b.count.data_ptr(), b.arrived.data_ptr(), blocks, _stream(x.device.index))  # fmt: skip
+          weights.data_ptr(), topk.shape[1], num_experts, locals_, max_tokens,
+          b.stage.data_ptr(), b.src.data_ptr(), b.count.data_ptr(), b.route.data_ptr(),
+          b.shape.data_ptr(), b.arrived.data_ptr(), blocks, _stream(x.device.index))  # fmt: skip
 
 
 def ll_recv(device: bytes, pes, b: LowLatencyBuffers, out, scales, blocks: int) -> None:
@@ -225,22 +228,22 @@ def ll_recv(device: bytes, pes, b: LowLatencyBuffers, out, scales, blocks: int) 
 
 
 def ll_combine_send(device: bytes, pes, me: int, y, b: LowLatencyBuffers, blocks: int) -> None:
-    """Each valid packed row of ``y`` back to its sender's slot for (token, choice)."""
+    """Per (sender, token) with choices here: their rows of ``y`` times the sender's weights,
+    summed, into the sender's slot for this rank."""
     locals_, world, max_tokens = b.src.shape
-    _call("gshmem_moe_ll_combine_send", _dev(device), pes.data_ptr(), world, me, locals_,
-          max_tokens, y.shape[2] * y.element_size(), y.data_ptr(), b.out_src.data_ptr(),
-          b.out_count.data_ptr(), b.comb.data_ptr(), b.ready.data_ptr(), blocks,
+    _call("gshmem_moe_ll_combine_send", _dev(device), pes.data_ptr(), _dtype_code(y), world, me,
+          locals_, max_tokens, y.shape[2] * y.element_size(), y.data_ptr(), b.count.data_ptr(),
+          b.route.data_ptr(), b.shape.data_ptr(), b.comb.data_ptr(), b.ready.data_ptr(), blocks,
           _stream(y.device.index))  # fmt: skip
 
 
-def ll_combine_recv(device: bytes, pes, b: LowLatencyBuffers, topk, weights, out,
-                    blocks: int) -> None:  # fmt: skip
-    """Waits for every rank, then each token's weighted sum of its returned rows into ``out``."""
+def ll_combine_recv(device: bytes, pes, b: LowLatencyBuffers, topk, out, blocks: int) -> None:
+    """Waits for every rank, then each token's sum of the rows its ranks returned into ``out``."""
     _call("gshmem_moe_ll_combine_recv", _dev(device), pes.data_ptr(), _dtype_code(out),
-          b.ready.numel(), out.shape[0],
-          topk.shape[1], topk.data_ptr(), weights.data_ptr(), out.shape[1] * out.element_size(),
-          b.comb.data_ptr(), b.ready.data_ptr(), b.calls[1:].data_ptr(),
-          b.finished[1:].data_ptr(), out.data_ptr(), blocks, _stream(out.device.index))  # fmt: skip
+          b.ready.numel(), b.count.shape[0], out.shape[0], topk.shape[1], topk.data_ptr(),
+          out.shape[1] * out.element_size(), b.comb.data_ptr(), b.ready.data_ptr(),
+          b.calls[1:].data_ptr(), b.finished[1:].data_ptr(), out.data_ptr(), blocks,
+          _stream(out.device.index))  # fmt: skip
 
 
 __all__ = [

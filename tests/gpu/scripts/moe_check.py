@@ -36,10 +36,11 @@ from gshmem.moe import Buffer
 HIDDEN = 256
 
 
-def inputs(rank: int, tokens: int, k: int, experts: int, kind: str, seed: int):
+def inputs(rank: int, tokens: int, k: int, experts: int, kind: str, seed: int,
+           hidden: int = HIDDEN):  # fmt: skip
     """Rank ``rank``'s x, topk_idx, topk_weights (the same on every rank that asks)."""
     g = torch.Generator(device="cuda").manual_seed(seed * 100 + rank)
-    x = torch.randn(tokens, HIDDEN, generator=g, device="cuda").to(torch.bfloat16)
+    x = torch.randn(tokens, hidden, generator=g, device="cuda").to(torch.bfloat16)
     scores = torch.rand(tokens, experts, generator=g, device="cuda")
     idx = scores.topk(k, dim=1).indices
     if kind == "random":
@@ -90,12 +91,12 @@ def reference_combine(x, idx, weights, experts: int) -> torch.Tensor:
     return out
 
 
-def fp8_inputs(rank: int, tokens: int, k: int, experts: int, seed: int):
+def fp8_inputs(rank: int, tokens: int, k: int, experts: int, seed: int, hidden: int = HIDDEN):
     """inputs(), with each 128-element group of a token scaled by 10^U(-3, 3)."""
-    x, idx, w = inputs(rank, tokens, k, experts, "random", seed)
+    x, idx, w = inputs(rank, tokens, k, experts, "random", seed, hidden)
     g = torch.Generator(device="cuda").manual_seed(seed * 100 + rank + 7)
-    mag = 10 ** (6 * torch.rand(tokens, HIDDEN // 128, 1, generator=g, device="cuda") - 3)
-    x = (x.float().view(tokens, -1, 128) * mag).view(tokens, HIDDEN).to(torch.bfloat16)
+    mag = 10 ** (6 * torch.rand(tokens, hidden // 128, 1, generator=g, device="cuda") - 3)
+    x = (x.float().view(tokens, -1, 128) * mag).view(tokens, hidden).to(torch.bfloat16)
     return x, idx, w
 
 

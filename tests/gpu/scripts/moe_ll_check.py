@@ -75,23 +75,29 @@ def experts_apply(d, me: int, per: int, experts: int) -> torch.Tensor:
     return y.masked_fill((slots[None, :] >= d.count[:, None])[..., None], float("nan"))
 
 
-CASES = [  # (tokens on ranks but the last, k, experts per rank, kind)
-    (MAX_TOKENS, 4, 4, "random"),
-    (64, 8, 2, "topk"),
-    (33, 2, 3, "one_expert"),
+# Few tokens with DeepSeek-V3's rows: each row is copied in parts by several warps (the kernels
+# cut rows so that few pairs still occupy every warp of the grid).
+WIDE = 7168
+
+CASES = [  # (tokens on ranks but the last, k, experts per rank, kind, hidden)
+    (MAX_TOKENS, 4, 4, "random", HIDDEN),
+    (64, 8, 2, "topk", HIDDEN),
+    (33, 2, 3, "one_expert", HIDDEN),
+    (5, 4, 2, "random", WIDE),
 ]
 
 
 def rounds(comm, hook: bool) -> None:
     world, me = comm.nranks, comm.rank
-    for seed, (tokens, k, per, kind) in enumerate(CASES):
+    for seed, (tokens, k, per, kind, hidden) in enumerate(CASES):
         experts = per * world
         k = min(k, experts)
         counts = [tokens if r != world - 1 or world == 1 else 0 for r in range(world)]
-        buf = Buffer(comm, HIDDEN, MAX_TOKENS, experts, low_latency=True)
+        buf = Buffer(comm, hidden, MAX_TOKENS, experts, low_latency=True)
         for call in range(3):
             everyone = [
-                inputs(r, counts[r], k, experts, kind, seed * 7 + call) for r in range(world)
+                inputs(r, counts[r], k, experts, kind, seed * 7 + call, hidden)
+                for r in range(world)
             ]
             x, idx, w = everyone[me]
             d = buf.low_latency_dispatch(x, idx, w, return_recv_hook=hook)
@@ -158,16 +164,21 @@ def graph(comm) -> None:
 
 
 def fp8(comm) -> None:
+    for tokens, hidden in ((MAX_TOKENS, HIDDEN), (5, WIDE)):  # WIDE: quantized in parts
+        fp8_rounds(comm, tokens, hidden)
+
+
+def fp8_rounds(comm, tokens: int, hidden: int) -> None:
     world, me = comm.nranks, comm.rank
     per, k = 3, min(4, 3 * world)
     experts = per * world
-    buf = Buffer(comm, HIDDEN, MAX_TOKENS, experts, low_latency=True)
+    buf = Buffer(comm, hidden, MAX_TOKENS, experts, low_latency=True)
     for call in range(2):
-        everyone = [fp8_inputs(r, MAX_TOKENS, k, experts, 40 + call) for r in range(world)]
+        everyone = [fp8_inputs(r, tokens, k, experts, 40 + call, hidden) for r in range(world)]
         x, idx, w = everyone[me]
         d = buf.low_latency_dispatch(x, idx, w, use_fp8=True)
         assert d.x.dtype == torch.float8_e4m3fn
-        assert d.scales.shape == (per, world * MAX_TOKENS, HIDDEN // 128)
+        assert d.scales.shape == (per, world * MAX_TOKENS, hidden // 128)
         want = expected(me, world, per, everyone)
         assert d.count.tolist() == [len(r) for r in want]
         for e, rows in enumerate(want):
