@@ -94,9 +94,7 @@ __global__ void __launch_bounds__(kThreads)
     flat[i] = static_cast<int32_t>(e);
   }
   __syncthreads();
-  const int lane = threadIdx.x % kWarp;
-  const int warp = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  const int warps = gridDim.x * (blockDim.x / kWarp);
+  const int lane = threadIdx.x % kWarp, warp = grid_warp(), warps = grid_warps();
   for (int e = warp; e < num_experts; e += warps) {
     const int n = count_equal(flat, pairs, e, lane);
     if (lane == 0) {
@@ -110,23 +108,26 @@ __global__ void __launch_bounds__(kThreads)
   for (int p = warp; p < pairs; p += warps) {
     const int32_t e = flat[p];
     const int index = e < 0 ? 0 : count_equal(flat, p, e, lane);  // among this rank's pairs for e
-    if (lane < team.world) {  // every rank learns every pair: its combine sums a token's own
+    if (e >= 0) {
+      const int q = e / locals, l = e % locals;
+      const int64_t row = (static_cast<int64_t>(l) * team.world + team.me) * max_tokens + index;
+      const int pe = team.pes[q];
+      int4* dst = gshmem::ptr(dev, stage, pe) + row * stage_vecs;
+      if (kFp8) {
+        quantize_row<T>(reinterpret_cast<uint8_t*>(dst), x + (p / k) * row_vecs, row_vecs, lane);
+      } else {
+        copy_row(dst, x + (p / k) * row_vecs, row_vecs, lane);
+      }
+      if (lane == 0) gshmem::ptr(dev, src, pe)[row] = (p / k) * kMaxTopk + p % k;
+    }
+    // Every rank learns every pair, once the row's stores are in flight: a combine sums a token's
+    // choices on its rank.
+    if (lane < team.world) {
       const int2 entry = e < 0 ? make_int2(-1, 0)
                                : make_int2(e << 16 | index, __float_as_int(weights[p]));
       gshmem::ptr(dev, route, team.pes[lane])[(team.me * max_tokens + p / k) * kMaxTopk + p % k] =
           entry;
     }
-    if (e < 0) continue;
-    const int q = e / locals, l = e % locals;
-    const int64_t row = (static_cast<int64_t>(l) * team.world + team.me) * max_tokens + index;
-    const int pe = team.pes[q];
-    int4* dst = gshmem::ptr(dev, stage, pe) + row * stage_vecs;
-    if (kFp8) {
-      quantize_row<T>(reinterpret_cast<uint8_t*>(dst), x + (p / k) * row_vecs, row_vecs, lane);
-    } else {
-      copy_row(dst, x + (p / k) * row_vecs, row_vecs, lane);
-    }
-    if (lane == 0) gshmem::ptr(dev, src, pe)[row] = (p / k) * kMaxTopk + p % k;
   }
   add_to_all(dev, team.pes, team.world, team.me, arrived);
 }
@@ -149,10 +150,8 @@ __global__ void __launch_bounds__(kThreads)
       out_count[l] = start[(l + 1) * world] - start[l * world];
     }
   }
-  const int lane = threadIdx.x % kWarp;
-  const int warps = gridDim.x * (blockDim.x / kWarp);
-  for (int r = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; r < start[segments];
-       r += warps) {
+  const int lane = threadIdx.x % kWarp, warps = grid_warps();
+  for (int r = grid_warp(); r < start[segments]; r += warps) {
     const int seg = segment_of(start, segments, r);
     const int l = seg / world, i = r - start[seg];
     const int64_t slot = static_cast<int64_t>(seg) * max_tokens + i;
