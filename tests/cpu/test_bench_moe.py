@@ -17,7 +17,8 @@ def test_options() -> None:
     o = parse_args(["--np", "2", "--tokens", "128,4096"])
     assert (o.tokens, o.hidden, o.experts, o.topk, o.blocks) == ([128, 4096], 7168, 256, 8, None)
     assert o.compare == [
-        "gshmem", "gshmem-push", "gshmem-pull", "gshmem-nosync", "gshmem-ll", "nccl"
+        "gshmem", "gshmem-push", "gshmem-pull", "gshmem-nosync", "gshmem-tokens", "gshmem-ll",
+        "nccl",
     ]  # fmt: skip
     assert parse_args(["--np", "1", "--compare", "gshmem-ll"]).compare == ["gshmem-ll"]
 

@@ -30,7 +30,7 @@ def stopped_job(n: int, script: str, scenario: str) -> str:
 
 
 @pytest.mark.parametrize("n", PES)
-@pytest.mark.parametrize("scenario", ["values", "grad", "fp8", "badargs", "worst"])
+@pytest.mark.parametrize("scenario", ["values", "grad", "fp8", "badargs", "worst", "tokens"])
 def test_moe(n, scenario):
     launch_pes(n, str(SCRIPTS / "moe_check.py"), scenario, timeout=300)
 

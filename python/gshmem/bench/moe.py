@@ -1,7 +1,8 @@
 """``python -m gshmem.bench moe``: expert-parallel dispatch and combine with DeepSeek-V3 shapes
 (hidden 7168, 256 experts, top-8, bf16) over every GPU: µs per call and GB/s per GPU counted as
 DeepEP does (the bytes of the token rows a rank receives, itself included, over the call's
-time), for gshmem.moe.Buffer (its high-throughput mode, and its low-latency mode up to 256
+time), for gshmem.moe.Buffer (its high-throughput mode, also without host synchronisation and
+returning token rows, and its low-latency mode up to 256
 tokens: ``gshmem-ll``, timed as called and, ``ll+graph``, replayed from CUDA graphs, and
 ``ll-fp8+g``: the same graphed with FP8 dispatch) and, in the same run on the same routing, the
 way PyTorch users do it over NCCL: counts exchanged with ``all_to_all_single`` and read on the
@@ -16,11 +17,15 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
+from typing import Any, NamedTuple
 
 # gshmem: high throughput, its default combine (push below 4 ranks, pull from 4); gshmem-push,
 # gshmem-pull: either combine; gshmem-nosync: the default given num_worst_rows (the received rows
 # rounded up to 128), so no host synchronisation; gshmem-ll: the low-latency mode, up to 256 tokens
-IMPLS = ("gshmem", "gshmem-push", "gshmem-pull", "gshmem-nosync", "gshmem-ll", "nccl")
+# gshmem-tokens: gshmem-nosync with token_rows (the receive buffer's rows and each pair's row
+# there; the experts' stand-in gathers them, as a grouped GEMM would on load)
+IMPLS = ("gshmem", "gshmem-push", "gshmem-pull", "gshmem-nosync", "gshmem-tokens", "gshmem-ll",
+         "nccl")  # fmt: skip
 COMBINE_OF = {"gshmem-push": "push", "gshmem-pull": "pull"}  # the others: Buffer's default
 WORST_ROUND = 128
 
@@ -113,17 +118,26 @@ class NcclMoe:
         return out.to(y.dtype)
 
 
+class TokenRows(NamedTuple):
+    """A token_rows dispatch's received rows and each pair's row among them."""
+
+    x: Any
+    row: Any
+
+
 class GshmemMoe:
     """gshmem.moe.Buffer behind the baseline's interface."""
 
     def __init__(self, buf) -> None:
         self.buf, self.sms = buf, buf.ctx.blocks
 
-    worst: int | None = None  # num_worst_rows (gshmem-nosync)
+    worst: int | None = None  # num_worst_rows (gshmem-nosync, gshmem-tokens)
+    token_rows = False
 
     def dispatch(self, x, idx, weights):
-        d = self.buf.dispatch(x, idx, weights, num_worst_rows=self.worst)
-        return d.x, d.handle, d.tokens_per_expert
+        d = self.buf.dispatch(x, idx, weights, num_worst_rows=self.worst,
+                              token_rows=self.token_rows)  # fmt: skip
+        return (TokenRows(d.x, d.row) if self.token_rows else d.x), d.handle, d.tokens_per_expert
 
     def combine(self, y, handle):
         return self.buf.combine(y, handle)
@@ -155,7 +169,8 @@ def make_side(impl: str, comm, o: argparse.Namespace, tokens: int, worst: int):
     if low:
         return GshmemLowLatencyMoe(buf)
     side = GshmemMoe(buf)
-    if impl == "gshmem-nosync":
+    side.token_rows = impl == "gshmem-tokens"
+    if impl in ("gshmem-nosync", "gshmem-tokens"):
         side.worst = min(-(-worst // WORST_ROUND) * WORST_ROUND, buf.ctx.most_pairs())
     return side
 
@@ -166,6 +181,8 @@ def expert_outputs(rows, per_expert, scale, first):
     GPU)."""
     import torch
 
+    if isinstance(rows, TokenRows):  # each pair's row gathered, as an expert kernel would on load
+        rows = rows.x.index_select(0, rows.row)
     if isinstance(rows, tuple):  # FP8: e4m3 rows and a scale per 128 elements
         values, scales = rows
         rows = values.float() * scales.repeat_interleave(values.shape[-1] // scales.shape[-1], -1)

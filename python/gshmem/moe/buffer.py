@@ -129,8 +129,8 @@ class Buffer:
 
     # -- high throughput -------------------------------------------------------------------------
     def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, *,
-                 use_fp8: bool = False,
-                 num_worst_rows: int | None = None) -> Dispatched:  # fmt: skip
+                 use_fp8: bool = False, num_worst_rows: int | None = None,
+                 token_rows: bool = False) -> Dispatched:  # fmt: skip
         """Collective over the team: sends each token of ``x`` (``[tokens, hidden]``) to the
         ranks of its ``topk_idx`` experts (``[tokens, k]``, k <= 8, -1: none; ``topk_weights``
         float32 of the same shape) and returns what this rank received, one row per (token,
@@ -151,8 +151,18 @@ class Buffer:
         the kernels with a message naming it (a device trap: the CUDA context is lost; there is
         no host synchronisation to raise from). The router weights' gradient flows when this
         rank's ``topk_weights`` need one, which must then be so on every rank (without the
-        synchronisation the ranks cannot learn it from each other)."""
-        return self._mode(False).dispatch(x, topk_idx, topk_weights, use_fp8, num_worst_rows)
+        synchronisation the ranks cannot learn it from each other).
+
+        ``token_rows``: ``x`` is instead the buffer's received rows as they arrived, one per
+        (sender, token) (a token with several experts here is there once), and ``row``
+        ``[pairs]`` the row of ``x`` each pair reads, in the expert order above: an expert
+        computes on ``x[row[a:b]]`` (gathered on load by a grouped GEMM, say) and ``combine``
+        takes its outputs per pair as usual. This skips the copy into expert order (at 4096
+        tokens, DeepSeek-V3 shapes, 4 ranks: ~470 MB). ``x`` (and ``scales``) are views of the
+        buffer, valid until its next dispatch-kind call (a dispatch, or a combine's backward);
+        not differentiable (a ``UsageError`` if ``x`` needs a gradient)."""
+        return self._mode(False).dispatch(x, topk_idx, topk_weights, use_fp8, num_worst_rows,
+                                          token_rows)  # fmt: skip
 
     def combine(self, y: torch.Tensor, handle: Handle) -> torch.Tensor:
         """Collective over the team: ``out[t]`` = the sum over token t's top-k choices of the

@@ -75,14 +75,17 @@ class Handle:
 
 
 class Dispatched(NamedTuple):
-    x: torch.Tensor  # [pairs, hidden]: the received tokens, rows per local expert in order
+    # [pairs, hidden]: the received tokens, rows per local expert in order; with token_rows:
+    # [received rows, hidden], one row per (sender, token), which ``row`` indexes
+    x: torch.Tensor
     weights: torch.Tensor  # [pairs] float32: each row's router weight
     # rows of each local expert: a list, or (num_worst_rows given) an int64 tensor on the GPU
     tokens_per_expert: list[int] | torch.Tensor
     src_rank: torch.Tensor  # [pairs] int64: the rank each row came from
     src_token: torch.Tensor  # [pairs] int64: its token index there
     handle: Handle
-    scales: torch.Tensor | None = None  # FP8 only: [pairs, hidden / 128] float32
+    scales: torch.Tensor | None = None  # FP8 only: [rows of x, hidden / 128] float32
+    row: torch.Tensor | None = None  # token_rows only: [pairs] int64, the row of x of each pair
 
 
 class HighThroughput:
@@ -152,16 +155,21 @@ class HighThroughput:
         return self.weight_grad[: tokens * routing.MAX_TOPK].view(tokens, -1)[:, :k].clone()
 
     def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
-                 use_fp8: bool = False,
-                 num_worst_rows: int | None = None) -> Dispatched:  # fmt: skip
+                 use_fp8: bool = False, num_worst_rows: int | None = None,
+                 token_rows: bool = False) -> Dispatched:  # fmt: skip
         """Collective over the team: sends each token of ``x`` (``[tokens, hidden]``) to the
         ranks of its ``topk_idx`` experts (``[tokens, k]``, -1: none) and returns what this rank
-        received, one row per (token, local expert) pair, rows of expert 0 first. Differentiable
-        in ``x`` (its backward is a combine). Synchronises the host once (the received count),
-        or never with ``num_worst_rows`` (outputs padded to it); the next call on this buffer
-        must be ``combine``."""
+        received, one row per (token, local expert) pair, rows of expert 0 first (with
+        ``token_rows``: the receive buffer's rows, one per (sender, token), and each pair's row
+        there). Differentiable in ``x`` (its backward is a combine), except with
+        ``token_rows``. Synchronises the host once (the received count), or never with
+        ``num_worst_rows`` (outputs padded to it); the next call on this buffer must be
+        ``combine``."""
         self._expect("dispatch")
         c = self.ctx
+        if token_rows and torch.is_grad_enabled() and x.requires_grad:
+            raise UsageError("moe: dispatch(token_rows=True) is not differentiable; dispatch "
+                             "without it, or under torch.no_grad()")  # fmt: skip
         x, topk, weights = c.dispatch_args(x, topk_idx, topk_weights, use_fp8)
         if num_worst_rows is not None:
             c.worst_rows_ok(num_worst_rows)
@@ -191,14 +199,25 @@ class HighThroughput:
             tokens_per_expert = pairs.per_expert
         handle = Handle(route, topk, weights, pairs, rows, self.dispatches, src, router_grad)
         src_rank, src_token = src[0].long(), src[1].long() >> 3
-        if use_fp8:  # each row's slot: e4m3 values, then its scales (not differentiable)
-            raw = self.recv[0].view(torch.uint8)
-            values = raw[:, : c.hidden].view(torch.float8_e4m3fn).index_select(0, pairs.row)
-            scales = raw[:, c.hidden : c.hidden + c.hidden // FP8_GROUP * 4].view(torch.float32)
-            return Dispatched(values, pairs.weight, tokens_per_expert, src_rank, src_token,
-                              handle, scales.index_select(0, pairs.row))  # fmt: skip
-        recv_x = _Dispatch.apply(x, self, handle)
-        return Dispatched(recv_x, pairs.weight, tokens_per_expert, src_rank, src_token, handle)
+        got = (pairs.weight, tokens_per_expert, src_rank, src_token, handle)
+        if token_rows:  # the receive buffer itself: no copy into expert order
+            values, scales = self._received(rows, use_fp8)
+            return Dispatched(values, *got, scales=scales, row=pairs.row)
+        if use_fp8:  # not differentiable
+            values, scales = self._received(len(self.recv[0]), use_fp8)
+            return Dispatched(values.index_select(0, pairs.row), *got,
+                              scales=scales.index_select(0, pairs.row))  # fmt: skip
+        return Dispatched(_Dispatch.apply(x, self, handle), *got)
+
+    def _received(self, rows: int, fp8: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The first ``rows`` rows of the receive buffer as (values, FP8 scales or None): an
+        FP8 row holds its e4m3 values, then its float32 scales."""
+        c = self.ctx
+        if not fp8:
+            return self.recv[0][:rows], None
+        raw = self.recv[0][:rows].view(torch.uint8)
+        values = raw[:, : c.hidden].view(torch.float8_e4m3fn)
+        return values, raw[:, c.hidden : c.hidden + c.hidden // FP8_GROUP * 4].view(torch.float32)
 
     def _pairs(self, rows: int, n: int, k: int, per_expert: torch.Tensor):
         """The received pairs (``n`` of them, ``rows`` rows), copied out of the receive buffers

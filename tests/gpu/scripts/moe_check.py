@@ -18,6 +18,10 @@ Usage: moe_check.py SCENARIO
            dispatch of the same inputs, its rows, weights and sources, padded (weights 0,
            sources -1) up to a tight and a loose bound; the combine's output and the gradients
            of x and of the router weights equal the synchronised ones
+  tokens   token_rows=True: each pair's row of x (the receive buffer, one row per sender's
+           token) is the token it came from, x has one row per (sender, token) received, bf16
+           and FP8, with and without num_worst_rows; the combine of outputs computed on the
+           gathered rows against the fp32 reference; an x that needs a gradient is refused
   overflow (run alone: it stops the kernels) a bound below what a rank receives traps with a
            message naming the count and the bound
 Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
@@ -253,6 +257,52 @@ def worst(comm) -> None:
         del buf
 
 
+def tokens(comm) -> None:
+    world, me = comm.nranks, comm.rank
+    for seed, (tokens, k, per, kind) in enumerate(CASES):
+        experts = per * world
+        k = min(k, experts)
+        buf = Buffer(comm, HIDDEN, tokens, experts)
+        everyone = [inputs(r, tokens, k, experts, kind, 90 + seed) for r in range(world)]
+        x, idx, w = everyone[me]
+        want_x, want_w, want_src, want_tok, want_per = expected_received(me, world, per, everyone)
+        n = len(want_w)
+        rows = sum(int(((i >= 0) & (i // per == me)).any(1).sum()) for _, i, _ in everyone)
+        e = torch.repeat_interleave(torch.arange(per, device="cuda") + me * per,
+                                    torch.tensor(want_per, device="cuda"))  # fmt: skip
+        for bound in (None, buf.ctx.most_pairs()):
+            d = buf.dispatch(x, idx, w, num_worst_rows=bound, token_rows=True)
+            assert d.x.shape[0] == (rows if bound is None else min(bound, tokens * world))
+            assert d.row.shape == d.weights.shape and d.scales is None
+            assert torch.equal(d.x[d.row[:n]], want_x), "pairs' rows differ"
+            assert d.weights[:n].tolist() == want_w
+            assert d.src_rank[:n].tolist() == want_src and d.src_token[:n].tolist() == want_tok
+            factor = torch.ones(d.row.shape[0], device="cuda")  # padding pairs: any output
+            factor[:n] = scales(experts)[e]
+            y = (d.x[d.row].float() * factor[:, None]).to(torch.bfloat16)
+            out, ref = buf.combine(y, d.handle), reference_combine(x, idx, w, experts)
+            if out.numel():
+                err = (out.float() - ref).abs().max().item()
+                assert err <= 2e-2 * max(ref.abs().max().item(), 1.0), (kind, bound, err)
+        x8 = [fp8_inputs(r, tokens, k, experts, 95 + seed) for r in range(world)]
+        d = buf.dispatch(*x8[me], use_fp8=True, token_rows=True)
+        sent, _, _, _, per8 = expected_received(me, world, per, x8)
+        rows8 = sum(int(((i >= 0) & (i // per == me)).any(1).sum()) for _, i, _ in x8)
+        assert d.x.dtype == torch.float8_e4m3fn and d.scales.shape == (rows8, HIDDEN // 128)
+        if sent.shape[0]:
+            check_fp8_rows(d.x[d.row], d.scales[d.row], sent)
+        e8 = torch.repeat_interleave(torch.arange(per, device="cuda") + me * per,
+                                     torch.tensor(per8, device="cuda"))  # fmt: skip
+        deq = d.x[d.row].float() * d.scales[d.row].repeat_interleave(128, dim=-1)
+        y = (deq * scales(experts)[e8][:, None]).to(torch.bfloat16)
+        check_fp8_combine(buf.combine(y, d.handle), *x8[me], experts)
+        del buf
+    buf = Buffer(comm, HIDDEN, 8, 2 * world)
+    x, idx, w = inputs(me, 8, 2, 2 * world, "random", 99)
+    expect_usage(lambda: buf.dispatch(x.requires_grad_(), idx, w, token_rows=True),
+                 "not differentiable")  # fmt: skip
+
+
 def overflow(comm) -> None:
     world, me = comm.nranks, comm.rank
     experts = 2 * world
@@ -300,7 +350,7 @@ def badargs(comm) -> None:
 
 
 SCENARIOS = {"values": values, "grad": grad, "fp8": fp8, "badargs": badargs, "worst": worst,
-             "overflow": overflow}  # fmt: skip
+             "tokens": tokens, "overflow": overflow}  # fmt: skip
 
 
 def main(scenarios: dict = SCENARIOS) -> None:
