@@ -76,12 +76,14 @@ def expected_received(me: int, world: int, per: int, all_inputs):
             [sum(1 for p in pairs if p[0] == e) for e in range(per)])  # fmt: skip
 
 
+def pair_experts(me: int, per: int, per_expert: list[int]) -> torch.Tensor:
+    """The expert of each received pair, pairs in expert order."""
+    counts = torch.tensor(per_expert, device="cuda")
+    return torch.repeat_interleave(torch.arange(per, device="cuda") + me * per, counts)
+
+
 def experts_of(d, me: int, per: int, experts: int) -> torch.Tensor:
-    e = torch.repeat_interleave(
-        torch.arange(per, device="cuda") + me * per,
-        torch.tensor(d.tokens_per_expert, device="cuda"),
-    )
-    return scales(experts)[e]
+    return scales(experts)[pair_experts(me, per, d.tokens_per_expert)]
 
 
 def reference_combine(x, idx, weights, experts: int) -> torch.Tensor:
@@ -216,15 +218,23 @@ def fp8(comm) -> None:
         check_fp8_combine(buf.combine(y, d.handle), x, idx, w, experts)
 
 
-def worst(comm) -> None:
+def each_case(comm, seed: int):
+    """Per entry of CASES: (tokens, experts per rank, experts, a buffer, every rank's inputs,
+    what this rank receives of them)."""
     world, me = comm.nranks, comm.rank
-    for seed, (tokens, k, per, kind) in enumerate(CASES):
+    for i, (tokens, k, per, kind) in enumerate(CASES):
         experts = per * world
         k = min(k, experts)
         buf = Buffer(comm, HIDDEN, tokens, experts)
-        everyone = [inputs(r, tokens, k, experts, kind, 80 + seed) for r in range(world)]
+        everyone = [inputs(r, tokens, k, experts, kind, seed + i) for r in range(world)]
+        yield tokens, per, experts, buf, everyone, expected_received(me, world, per, everyone)
+
+
+def worst(comm) -> None:
+    me = comm.rank
+    for tokens, per, experts, buf, everyone, want in each_case(comm, 80):
         x, idx, w = everyone[me]
-        want_x, want_w, want_src, want_tok, want_per = expected_received(me, world, per, everyone)
+        want_x, want_w, want_src, want_tok, want_per = want
         n = len(want_w)
         g = torch.randn(tokens, HIDDEN, device="cuda")
         results = []
@@ -243,10 +253,8 @@ def worst(comm) -> None:
             assert torch.equal(d.x[:n], want_x), "received rows differ"
             assert d.weights[:n].tolist() == want_w
             assert d.src_rank[:n].tolist() == want_src and d.src_token[:n].tolist() == want_tok
-            e = torch.repeat_interleave(torch.arange(per, device="cuda") + me * per,
-                                        torch.tensor(want_per, device="cuda"))  # fmt: skip
             factor = torch.ones(d.x.shape[0], device="cuda")  # padding rows: any experts' output
-            factor[:n] = scales(experts)[e]
+            factor[:n] = scales(experts)[pair_experts(me, per, want_per)]
             y = d.x * factor[:, None].to(torch.bfloat16)
             out = buf.combine(y, d.handle)
             (out.float() * g).sum().backward()
@@ -254,22 +262,19 @@ def worst(comm) -> None:
         for out, gx, gw in results[1:]:  # the same bits as the synchronised dispatch
             assert torch.equal(out, results[0][0]), "combine differs without the sync"
             assert torch.equal(gx, results[0][1]) and torch.equal(gw, results[0][2])
-        del buf
+
+
+def rows_here(me: int, per: int, everyone) -> int:
+    """The (sender, token) rows with a choice on this rank."""
+    return sum(int(((i >= 0) & (i // per == me)).any(1).sum()) for _, i, _ in everyone)
 
 
 def tokens(comm) -> None:
     world, me = comm.nranks, comm.rank
-    for seed, (tokens, k, per, kind) in enumerate(CASES):
-        experts = per * world
-        k = min(k, experts)
-        buf = Buffer(comm, HIDDEN, tokens, experts)
-        everyone = [inputs(r, tokens, k, experts, kind, 90 + seed) for r in range(world)]
+    for tokens, per, experts, buf, everyone, want in each_case(comm, 90):
         x, idx, w = everyone[me]
-        want_x, want_w, want_src, want_tok, want_per = expected_received(me, world, per, everyone)
-        n = len(want_w)
-        rows = sum(int(((i >= 0) & (i // per == me)).any(1).sum()) for _, i, _ in everyone)
-        e = torch.repeat_interleave(torch.arange(per, device="cuda") + me * per,
-                                    torch.tensor(want_per, device="cuda"))  # fmt: skip
+        want_x, want_w, want_src, want_tok, want_per = want
+        n, rows = len(want_w), rows_here(me, per, everyone)
         for bound in (None, buf.ctx.most_pairs()):
             d = buf.dispatch(x, idx, w, num_worst_rows=bound, token_rows=True)
             assert d.x.shape[0] == (rows if bound is None else min(bound, tokens * world))
@@ -278,25 +283,23 @@ def tokens(comm) -> None:
             assert d.weights[:n].tolist() == want_w
             assert d.src_rank[:n].tolist() == want_src and d.src_token[:n].tolist() == want_tok
             factor = torch.ones(d.row.shape[0], device="cuda")  # padding pairs: any output
-            factor[:n] = scales(experts)[e]
+            factor[:n] = scales(experts)[pair_experts(me, per, want_per)]
             y = (d.x[d.row].float() * factor[:, None]).to(torch.bfloat16)
             out, ref = buf.combine(y, d.handle), reference_combine(x, idx, w, experts)
             if out.numel():
                 err = (out.float() - ref).abs().max().item()
-                assert err <= 2e-2 * max(ref.abs().max().item(), 1.0), (kind, bound, err)
-        x8 = [fp8_inputs(r, tokens, k, experts, 95 + seed) for r in range(world)]
+                assert err <= 2e-2 * max(ref.abs().max().item(), 1.0), (tokens, bound, err)
+        k = idx.shape[1]
+        x8 = [fp8_inputs(r, tokens, k, experts, 95 + tokens) for r in range(world)]
         d = buf.dispatch(*x8[me], use_fp8=True, token_rows=True)
         sent, _, _, _, per8 = expected_received(me, world, per, x8)
-        rows8 = sum(int(((i >= 0) & (i // per == me)).any(1).sum()) for _, i, _ in x8)
-        assert d.x.dtype == torch.float8_e4m3fn and d.scales.shape == (rows8, HIDDEN // 128)
+        shape = (rows_here(me, per, x8), HIDDEN // 128)
+        assert d.x.dtype == torch.float8_e4m3fn and d.scales.shape == shape
         if sent.shape[0]:
             check_fp8_rows(d.x[d.row], d.scales[d.row], sent)
-        e8 = torch.repeat_interleave(torch.arange(per, device="cuda") + me * per,
-                                     torch.tensor(per8, device="cuda"))  # fmt: skip
         deq = d.x[d.row].float() * d.scales[d.row].repeat_interleave(128, dim=-1)
-        y = (deq * scales(experts)[e8][:, None]).to(torch.bfloat16)
+        y = (deq * scales(experts)[pair_experts(me, per, per8)][:, None]).to(torch.bfloat16)
         check_fp8_combine(buf.combine(y, d.handle), *x8[me], experts)
-        del buf
     buf = Buffer(comm, HIDDEN, 8, 2 * world)
     x, idx, w = inputs(me, 8, 2, 2 * world, "random", 99)
     expect_usage(lambda: buf.dispatch(x.requires_grad_(), idx, w, token_rows=True),
