@@ -5,14 +5,16 @@ Usage: moe_ll_check.py SCENARIO
            (each rank regenerates every rank's inputs); combine of simple experts (row x
            scale[e]) against an fp32 reference, with every row past count poisoned with NaN (it
            must not be read). Random routings with unrouted entries, all tokens to expert 0, top-8
-           over few ranks, a rank with no tokens; several rounds on one buffer.
+           over few ranks, a rank with no tokens, a few tokens with DeepSeek-V3's 7168-wide rows;
+           several rounds on one buffer.
   hook     the same with return_recv_hook=True on both directions, other GPU work queued
            between send and receive
   graph    a dispatch -> experts -> combine round captured in one CUDA graph and replayed with
            new tokens and new routings copied into its inputs
   fp8      use_fp8=True: every received row's scales equal its 128-element groups' amax / 448
            and the dequantized row is within e4m3's rounding of the token (groups of very
-           different magnitudes); the combine of dequantized experts within the summed bound
+           different magnitudes), also with 7168-wide rows; the combine of dequantized experts
+           within the summed bound
   badargs  clear UsageErrors: shapes, dtypes, too many tokens, calls out of order, the wrong
            mode, a buffer too large for low latency
   trap     rank 0 routes to an expert that does not exist: its kernel stops with a message
