@@ -165,39 +165,38 @@ __device__ inline void scan_counts(const int32_t* counts, int n, int* start) {
   __syncthreads();
 }
 
+// Two elements of T as one value, and their conversions from and to a pair of floats.
 template <class T>
-struct Vec8;  // 8 elements of T in one 16-byte load
+struct Pair2;
 template <>
-struct Vec8<__nv_bfloat16> {
-  static __device__ inline void add(float* acc, const int4& v, float w) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(h[i]);
-      acc[2 * i] += w * f.x;
-      acc[2 * i + 1] += w * f.y;
-    }
-  }
-  static __device__ inline int4 pack(const float* acc) {
-    int4 v;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-    return v;
-  }
+struct Pair2<__nv_bfloat16> {
+  using Type = __nv_bfloat162;
+  static __device__ inline float2 widen(Type h) { return __bfloat1622float2(h); }
+  static __device__ inline Type round(float a, float b) { return __floats2bfloat162_rn(a, b); }
 };
 template <>
-struct Vec8<__half> {
+struct Pair2<__half> {
+  using Type = __half2;
+  static __device__ inline float2 widen(Type h) { return __half22float2(h); }
+  static __device__ inline Type round(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
+// 8 elements of T (bf16 or fp16) in one 16-byte load, accumulated in fp32.
+template <class T>
+struct Vec8 {
+  using Pair = typename Pair2<T>::Type;
   static __device__ inline void add(float* acc, const int4& v, float w) {
-    const __half2* h = reinterpret_cast<const __half2*>(&v);
+    const Pair* h = reinterpret_cast<const Pair*>(&v);
     for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(h[i]);
+      const float2 f = Pair2<T>::widen(h[i]);
       acc[2 * i] += w * f.x;
       acc[2 * i + 1] += w * f.y;
     }
   }
   static __device__ inline int4 pack(const float* acc) {
     int4 v;
-    __half2* h = reinterpret_cast<__half2*>(&v);
-    for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(acc[2 * i], acc[2 * i + 1]);
+    Pair* h = reinterpret_cast<Pair*>(&v);
+    for (int i = 0; i < 4; ++i) h[i] = Pair2<T>::round(acc[2 * i], acc[2 * i + 1]);
     return v;
   }
 };
