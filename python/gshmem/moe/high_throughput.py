@@ -5,13 +5,14 @@ exchanges every rank's counts (one on-stream all-gather of ``world + num_experts
 then the dispatch kernel writes each token's row once to every rank that holds one of its
 experts, straight into that rank's receive buffer, and each (token, expert) pair into its final
 slot there in expert-major order (routing.expert_slots is the reference): the receiver gathers
-its rows per expert in one pass and sorts nothing. The combine
-reverses it: each received row's expert outputs are summed (times the router's weights) into the
-receiver's symmetric combine buffer; then each receiver writes its sums straight into their
-sender's combine buffer, in a block of ``max_tokens`` rows per receiver, and each sender adds
-up what landed in its own memory (``push``, the default: NVLink stores, which need no round
-trip); or each sender reads its tokens' sums from every rank it sent them to and adds them up
-(``pull``: NVLink loads); ``Buffer(..., combine=...)`` or ``GSHMEM_MOE_COMBINE``, the same on
+its rows per expert in one pass and sorts nothing (with ``token_rows`` the caller gets the
+receive buffer's rows and each pair's row there instead of that gather). The combine reverses
+it: each received row's expert outputs are summed (times the router's weights), and either the
+sum goes straight into its sender's combine buffer, in a block of ``max_tokens`` rows per
+receiver, and each sender adds up what landed in its own memory (``push``: NVLink stores, which
+need no round trip), or it stays in the receiver's symmetric combine buffer and each sender
+reads its tokens' sums from every rank it sent them to and adds them up (``pull``: NVLink
+loads); ``Buffer(..., combine=...)`` or ``GSHMEM_MOE_COMBINE``, the same on
 every rank, else push below 4 ranks and pull from 4 (measured at 4096 tokens on H200: push 518
 against pull 604 µs at 2 ranks, pull 964-983 against push 1120 µs at 4; docs/moe.md). Both
 directions move data with SM loads and stores over NVLink from ``blocks`` thread blocks.
