@@ -68,14 +68,21 @@ __device__ inline int grid_warps() { return gridDim.x * (blockDim.x / kWarp); }
 // Rows of row_vecs vectors cut into `parts` of part_vecs (the last part may be shorter, or empty):
 // about `items` work items over all `rows`, no part shorter than min_part_vecs, so a few rows
 // still keep every warp of a large grid busy.
+// Item i is part i % parts of row i / parts: vectors [begin(i), end(i)).
 struct RowParts {
-  int64_t parts, part_vecs;
+  int64_t parts, part_vecs, row_vecs;
+  __device__ int64_t row(int64_t item) const { return item / parts; }
+  __device__ int64_t begin(int64_t item) const { return item % parts * part_vecs; }
+  __device__ int64_t end(int64_t item) const {
+    const int64_t e = begin(item) + part_vecs;
+    return e < row_vecs ? e : row_vecs;
+  }
 };
 __device__ inline RowParts split_rows(int64_t rows, int64_t row_vecs, int64_t items,
                                       int64_t min_part_vecs) {
   const int64_t wanted = rows > 0 ? items / rows : 1, most = row_vecs / min_part_vecs;
   const int64_t parts = wanted < 1 || most < 1 ? 1 : (wanted < most ? wanted : most);
-  return {parts, (row_vecs + parts - 1) / parts};
+  return {parts, (row_vecs + parts - 1) / parts, row_vecs};
 }
 
 // A warp's shuffle of any 4- or 8-byte value, pointers included (every lane takes src's).

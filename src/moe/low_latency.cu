@@ -186,10 +186,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t cells = static_cast<int64_t>(world) * max_tokens;
   const RowParts cut = split_rows(cells, row_vecs, warps, kRowPartVecs);
   for (int64_t item = grid_warp(); item < cells * cut.parts; item += warps) {
-    const int s = static_cast<int>(item / cut.parts / max_tokens);
-    const int t = static_cast<int>(item / cut.parts % max_tokens);
-    const int64_t begin = item % cut.parts * cut.part_vecs;
-    const int64_t end = begin + cut.part_vecs < row_vecs ? begin + cut.part_vecs : row_vecs;
+    const int s = static_cast<int>(cut.row(item) / max_tokens);
+    const int t = static_cast<int>(cut.row(item) % max_tokens);
+    const int64_t begin = cut.begin(item), end = cut.end(item);
     const int sent = shape[s];
     if (t >= sent >> 4 || begin >= end) continue;
     const int2 entry = lane < (sent & 15) ? route[(s * max_tokens + t) * kMaxTopk + lane]
@@ -226,8 +225,7 @@ __global__ void __launch_bounds__(kThreads)
   const RowParts cut = split_rows(tokens, row_vecs, 2 * static_cast<int64_t>(warps), kWarp);
   const float ones[kMaxTopk] = {1, 1, 1, 1, 1, 1, 1, 1};
   for (int64_t item = grid_warp(); item < tokens * cut.parts; item += warps) {
-    const int64_t t = item / cut.parts, begin = item % cut.parts * cut.part_vecs;
-    const int64_t end = begin + cut.part_vecs < row_vecs ? begin + cut.part_vecs : row_vecs;
+    const int64_t t = cut.row(item), begin = cut.begin(item), end = cut.end(item);
     if (begin >= end) continue;
     const int n = __popc(ranks_of(lane < k ? static_cast<int>(topk[t * k + lane]) : -1, locals));
     const int4* rows[kMaxTopk];
