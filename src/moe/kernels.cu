@@ -24,7 +24,8 @@
 //             weights), written into this rank's symmetric combine buffer (pull) or into the
 //             row's sender's, at (this rank, token) (push), for the rows that arrived (the
 //             counts say how many; the host's row count may be an upper bound); each block
-//             then adds 1 to `ready[me]` at every sender.
+//             then adds 1 to `ready[me]` at every sender. Without `ready`: the sums only, into
+//             any buffer (Buffer.reduce_pairs); over no rows: the signal only.
 //   pull      sender: waits until every rank's `ready` counter reached the call's target, then
 //             each warp reads its tokens' rows from every rank it sent them to and sums them
 //             (pull: NVLink loads), or from its own combine buffer where they were pushed
@@ -295,7 +296,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     sum_rows<T>(dst, src, weight, __popc(held), row_vecs, lane);
   }
-  add_to_all(dev, r.pes, r.world, r.me, ready);
+  if (ready) add_to_all(dev, r.pes, r.world, r.me, ready);  // null: a local sum, no combine
 }
 
 // One warp per token: the sum of its rows from every rank it was sent to (zeros if none). Lane q
@@ -417,7 +418,8 @@ int gshmem_moe_wait(const gshmem_device_t* dev, const int32_t* pes, const uint64
   return check(cudaGetLastError(), "moe wait");
 }
 
-// dtype: 0 bfloat16, 1 float16. `pair_weight` may be null (an unweighted sum). push: pair_src_rank
+// dtype: 0 bfloat16, 1 float16. `pair_weight` may be null (an unweighted sum), and `ready` (the
+// sums without a signal, into any buffer `comb`; not with push). push: pair_src_rank
 // and pair_src (each pair's sender and token * 8 + choice there) not null, max_tokens the rows of
 // each rank's block in the senders' combine buffers (pull: null, null, 0). `rows`: the received
 // rows, or an upper bound (the kernel stops at the count all_counts gives).
@@ -429,6 +431,9 @@ int gshmem_moe_reduce(const gshmem_device_t* dev, const int32_t* pes, const int3
                       int64_t max_tokens, uint64_t* ready, int blocks, cudaStream_t stream) {
   if ((pair_src_rank == nullptr) != (pair_src == nullptr) || (pair_src_rank && max_tokens < 1)) {
     return check(cudaErrorInvalidValue, "moe reduce: push takes both source arrays and max_tokens");
+  }
+  if (!ready && pair_src_rank) {
+    return check(cudaErrorInvalidValue, "moe reduce: a push must signal `ready`");
   }
   const Route r{pes, nullptr, nullptr, all_counts, world, me, num_experts, 0};
   const PushTo push{pair_src_rank, pair_src, max_tokens};

@@ -36,7 +36,7 @@ def test_moe(n, scenario):
 
 
 @pytest.mark.parametrize("n", PES)
-@pytest.mark.parametrize("scenario", ["values", "grad", "fp8"])
+@pytest.mark.parametrize("scenario", ["values", "grad", "fp8", "tokens"])
 def test_moe_other_combine(n, scenario):
     """The same checks with the combine that is not the default at n ranks (push below
     PULL_FROM_WORLD, pull from there): both stay checked at every size."""

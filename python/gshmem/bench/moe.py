@@ -7,7 +7,10 @@ tokens: ``gshmem-ll``, timed as called and, ``ll+graph``, replayed from CUDA gra
 ``ll-fp8+g``: the same graphed with FP8 dispatch) and, in the same run on the same routing, the
 way PyTorch users do it over NCCL: counts exchanged with ``all_to_all_single`` and read on the
 host, then the rows (and their top-k) with ``all_to_all_single``, the reverse for the combine.
-Every combined output is checked against the first one's. JSON next to the table."""
+Every combined output is checked against the first one's. The last column is the experts'
+stand-in's time between the two calls (with ``gshmem-tokens`` it includes
+``Buffer.reduce_pairs``, so its combine moves one row per (token, rank)). JSON next to the
+table."""
 
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ from typing import Any, NamedTuple
 # gshmem-pull: either combine; gshmem-nosync: the default given num_worst_rows (the received rows
 # rounded up to 128), so no host synchronisation; gshmem-ll: the low-latency mode, up to 256 tokens
 # gshmem-tokens: gshmem-nosync with token_rows (the receive buffer's rows and each pair's row
-# there; the experts' stand-in gathers them, as a grouped GEMM would on load)
+# there; the experts' stand-in gathers them, as a grouped GEMM would on load, and its step ends
+# with Buffer.reduce_pairs: the combine then moves one row per (token, rank))
 IMPLS = ("gshmem", "gshmem-push", "gshmem-pull", "gshmem-nosync", "gshmem-tokens", "gshmem-ll",
          "nccl")  # fmt: skip
 COMBINE_OF = {"gshmem-push": "push", "gshmem-pull": "pull"}  # the others: Buffer's default
@@ -117,6 +121,9 @@ class NcclMoe:
         out.index_add_(0, token, sent_back.float())
         return out.to(y.dtype)
 
+    def experts_done(self, y, state):
+        return y
+
 
 class TokenRows(NamedTuple):
     """A token_rows dispatch's received rows and each pair's row among them."""
@@ -139,8 +146,13 @@ class GshmemMoe:
                               token_rows=self.token_rows)  # fmt: skip
         return (TokenRows(d.x, d.row) if self.token_rows else d.x), d.handle, d.tokens_per_expert
 
+    def experts_done(self, y, handle):
+        """What the experts' step hands the combine: its outputs per pair, or (token_rows) each
+        received row's weighted sum of them."""
+        return self.buf.reduce_pairs(y, handle) if self.token_rows else y
+
     def combine(self, y, handle):
-        return self.buf.combine(y, handle)
+        return self.buf.combine(y, handle, token_rows=self.token_rows)
 
 
 class GshmemLowLatencyMoe(GshmemMoe):
@@ -212,16 +224,25 @@ def align_ranks(comm) -> None:
     torch.cuda._sleep(HOST_AHEAD_CYCLES)
 
 
-def timed_rounds(dispatch, experts, combine, iters: int, warmup: int, align):
-    """(median dispatch s, median combine s, the last combine's result) over ``iters`` rounds
-    after ``warmup``: ``align()``, then ``dispatch()``, ``experts(its result)``,
-    ``combine(that)``, the two calls timed with CUDA events (host work included where the GPU
-    waits for it). ``align`` (``align_ranks``) starts every rank's dispatch together, as in a
-    model running in lock-step, so the time does not include how late another process issued its
-    round, nor, for calls that do not wait for their host, the host's time to issue them."""
+class Timed(NamedTuple):
+    """Medians in seconds, and the last combine's result."""
+
+    dispatch: float
+    experts: float
+    combine: float
+    out: Any
+
+
+def timed_rounds(dispatch, experts, combine, iters: int, warmup: int, align) -> Timed:
+    """Timed over ``iters`` rounds after ``warmup``: ``align()``, then ``dispatch()``,
+    ``experts(its result)``, ``combine(that)``, each timed with CUDA events (host work included
+    where the GPU waits for it). ``align`` (``align_ranks``) starts every rank's dispatch
+    together, as in a model running in lock-step, so the time does not include how late another
+    process issued its round, nor, for calls that do not wait for their host, the host's time to
+    issue them."""
     import torch
 
-    t_d, t_c, out = [], [], None
+    t_d, t_e, t_c, out = [], [], [], None
     for i in range(warmup + iters):
         start, mid, begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
         align()
@@ -235,8 +256,9 @@ def timed_rounds(dispatch, experts, combine, iters: int, warmup: int, align):
         end.synchronize()
         if i >= warmup:
             t_d.append(start.elapsed_time(mid) / 1e3)
+            t_e.append(mid.elapsed_time(begin) / 1e3)
             t_c.append(begin.elapsed_time(end) / 1e3)
-    return median(t_d), median(t_c), out
+    return Timed(median(t_d), median(t_e), median(t_c), out)
 
 
 def measure(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup: int, align):
@@ -246,7 +268,8 @@ def measure(side, x, idx, weights, scale, me: int, per: int, iters: int, warmup:
     first = torch.arange(per, device="cuda") + me * per
     return timed_rounds(
         lambda: side.dispatch(x, idx, weights),
-        lambda sent: (expert_outputs(sent[0], sent[2], scale, first), sent[1]),
+        lambda sent: (side.experts_done(expert_outputs(sent[0], sent[2], scale, first), sent[1]),
+                      sent[1]),
         lambda made: side.combine(*made),
         iters, warmup, align,
     )  # fmt: skip
@@ -272,9 +295,9 @@ def measure_graphed(side, x, idx, weights, scale, me: int, per: int, iters: int,
         y = expert_outputs(rows, per_expert, scale, first)
     with torch.cuda.graph(graphs[2], pool=graphs[0].pool()):
         out = side.combine(y, state)
-    td, tc, _ = timed_rounds(graphs[0].replay, lambda _: graphs[1].replay(),
-                             lambda _: graphs[2].replay(), iters, warmup, align)  # fmt: skip
-    return td, tc, out
+    timed = timed_rounds(graphs[0].replay, lambda _: graphs[1].replay(),
+                         lambda _: graphs[2].replay(), iters, warmup, align)  # fmt: skip
+    return timed._replace(out=out)
 
 
 def run(o: argparse.Namespace) -> int:
@@ -308,8 +331,8 @@ def run(o: argparse.Namespace) -> int:
                 ways += [("ll+graph", measure_graphed, False), ("ll-fp8+g", measure_graphed, True)]
             for name, way, fp8 in ways:
                 side.fp8 = fp8
-                td, tc, out = way(side, x, idx, weights, scale, me, per, o.iters, o.warmup,
-                                  lambda: align_ranks(comm))  # fmt: skip
+                td, te, tc, out = way(side, x, idx, weights, scale, me, per, o.iters, o.warmup,
+                                      lambda: align_ranks(comm))  # fmt: skip
                 first = out if first is None else first
                 err = (out.float() - first.float()).abs().max().item() if out.numel() else 0.0
                 tol = 0.1 if fp8 else 2e-2  # e4m3 keeps 3 mantissa bits
@@ -317,7 +340,8 @@ def run(o: argparse.Namespace) -> int:
                     raise RuntimeError(f"moe bench: {name}'s combine differs from the first "
                                        f"({err})")  # fmt: skip
                 rows_out.append({"tokens": tokens, "impl": name, "gpus": world,
-                                 "dispatch_us": td * 1e6, "combine_us": tc * 1e6,
+                                 "dispatch_us": td * 1e6, "experts_us": te * 1e6,
+                                 "combine_us": tc * 1e6,
                                  "dispatch_gbps": nbytes / td / 1e9,
                                  "combine_gbps": nbytes / tc / 1e9, "sms": side.sms})  # fmt: skip
             del side
@@ -325,11 +349,11 @@ def run(o: argparse.Namespace) -> int:
         print(f"gshmem.bench moe: {world} GPUs, hidden {o.hidden}, {o.experts} experts, "
               f"top-{o.topk}, bf16; per GPU (rank 0)")  # fmt: skip
         print(f"{'tokens':>7} {'impl':>9} {'dispatch us':>12} {'GB/s':>7} {'combine us':>11} "
-              f"{'GB/s':>7} {'SMs':>4}")  # fmt: skip
+              f"{'GB/s':>7} {'SMs':>4} {'experts us':>11}")  # fmt: skip
         for r in rows_out:
             print(f"{r['tokens']:>7} {r['impl']:>9} {r['dispatch_us']:>12.1f} "
                   f"{r['dispatch_gbps']:>7.1f} {r['combine_us']:>11.1f} {r['combine_gbps']:>7.1f} "
-                  f"{r['sms'] if r['sms'] else '-':>4}")  # fmt: skip
+                  f"{r['sms'] if r['sms'] else '-':>4} {r['experts_us']:>11.1f}")  # fmt: skip
         path = o.json or os.path.join(os.environ.get("OUT", "results"), "bench_moe.json")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(rows_out, indent=1))

@@ -164,12 +164,32 @@ class Buffer:
         return self._mode(False).dispatch(x, topk_idx, topk_weights, use_fp8, num_worst_rows,
                                           token_rows)  # fmt: skip
 
-    def combine(self, y: torch.Tensor, handle: Handle) -> torch.Tensor:
+    def combine(self, y: torch.Tensor, handle: Handle, *, token_rows: bool = False) -> torch.Tensor:
         """Collective over the team: ``out[t]`` = the sum over token t's top-k choices of the
         router weight times that expert's row of ``y`` (``[pairs, hidden]``, in the order
         ``dispatch`` returned), at the rank that sent t; fp32 accumulation. Differentiable in
-        ``y``. No host synchronisation; the next call on this buffer must be a dispatch."""
-        return self._mode(False).combine(y, handle)
+        ``y``. No host synchronisation; the next call on this buffer must be a dispatch.
+
+        ``token_rows``: ``y`` is instead one row per received (sender, token), ``[rows,
+        hidden]`` with the rows of ``dispatch(..., token_rows=True)``'s ``x`` (what
+        ``reduce_pairs`` returns: each row already the weighted sum of its experts' outputs),
+        and ``out[t]`` is the sum of t's rows over the ranks it went to. Only those rows travel,
+        and from ``reduce_pairs``' result without a copy (pull combine; otherwise ``y`` is first
+        copied into the buffer by a copy engine, or pushed straight from ``y``). Not
+        differentiable (a ``UsageError`` if ``y`` needs a gradient)."""
+        return self._mode(False).combine(y, handle, token_rows)
+
+    def reduce_pairs(self, y: torch.Tensor, handle: Handle, *, weighted: bool = True,
+                     blocks: int | None = None) -> torch.Tensor:  # fmt: skip
+        """Local (not collective), between a dispatch and its combine: ``[rows, hidden]``, each
+        received (sender, token) row's sum of its pairs' rows of ``y`` (``[pairs, hidden]``, in
+        ``dispatch``'s order), times their router weights when ``weighted``; fp32 accumulation,
+        rounded once. Rows past the received ones (``num_worst_rows``) are undefined. The input
+        of ``combine(..., token_rows=True)``, which then moves one row per (token, rank) and,
+        with the pull combine, sends this very tensor (a view of the buffer, valid until the
+        next combine). One kernel of ``blocks`` thread blocks (default: one per SM). Not
+        differentiable."""
+        return self._mode(False).reduce_pairs(y, handle, weighted, blocks)
 
     # -- low latency -----------------------------------------------------------------------------
     def low_latency_dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor,

@@ -134,10 +134,31 @@ class HighThroughput:
         """Each token's (weighted) sum of its rows of ``y`` back at its sender (a combine)."""
         c = self.ctx
         push = (*h.src, c.max_tokens) if self.push else None
-        kernels.reduce(h.route, y, h.pairs.slot, weight, h.rows, self.comb, self.ready, c.blocks,
-                       push)  # fmt: skip
+        kernels.reduce(h.route, _rows_of(y), h.pairs.slot, weight, h.rows, self.comb, self.ready,
+                       c.blocks, push)  # fmt: skip
+        return self._collect(h)
+
+    def _rows_back(self, h: Handle, y) -> torch.Tensor:
+        """Each token's sum of its received rows' ``y`` (``[rows, hidden]``, one row per
+        (sender, token)) back at its sender (a combine of token rows)."""
+        c = self.ctx
+        identity = torch.arange(h.rows, dtype=torch.int32, device=y.device).view(h.rows, 1)
+        if self.push:  # each row straight into its sender's buffer
+            src = arrange.row_sources(h.pairs.row, *h.src, h.rows)
+            kernels.reduce(h.route, _rows_of(y), identity, None, h.rows, self.comb, self.ready,
+                           c.blocks, (*src, c.max_tokens))  # fmt: skip
+            return self._collect(h)
+        if y.data_ptr() != self.comb.data_ptr():  # else reduce_pairs left the rows there
+            self.comb[: h.rows].copy_(y)  # a copy-engine copy: no SMs
+        kernels.reduce(h.route, y, identity, None, 0, self.comb, self.ready, c.blocks)  # signal
+        return self._collect(h)
+
+    def _collect(self, h: Handle) -> torch.Tensor:
+        """The combine's second half: once every rank signalled ``ready``, each token's rows
+        summed at its sender."""
+        c = self.ctx
         self.combines += 1
-        out = torch.empty((h.route.tokens, c.hidden), dtype=c.dtype, device=y.device)
+        out = torch.empty((h.route.tokens, c.hidden), dtype=c.dtype, device=self.comb.device)
         target = self.combines * c.blocks
         kernels.pull(h.route, self.comb, out, self.ready, target, c.blocks,
                      c.max_tokens if self.push else 0)  # fmt: skip
@@ -239,15 +260,59 @@ class HighThroughput:
                               slot[: rows * k].view(rows, k).clone())  # fmt: skip
         return pairs, (p.src_rank, p.src_code)
 
-    def combine(self, y: torch.Tensor, handle: Handle) -> torch.Tensor:
+    def _latest(self, handle: Handle, what: str) -> None:
+        if handle.call != self.dispatches:
+            raise UsageError(f"moe: {what} takes the handle of this buffer's latest dispatch")
+
+    def reduce_pairs(self, y: torch.Tensor, handle: Handle, weighted: bool = True,
+                     blocks: int | None = None) -> torch.Tensor:  # fmt: skip
+        """Local: ``[rows, hidden]``, each received row's sum of its pairs' rows of ``y``
+        (``[pairs, hidden]``, dispatch's order), times their router weights when ``weighted``
+        (fp32, rounded once); rows past the received ones are undefined. With the pull combine
+        the result is a view of the buffer that ``combine(..., token_rows=True)`` sends without
+        a copy (valid until the next combine-kind call). One kernel of ``blocks`` thread blocks
+        (default one per SM: this is the experts' step, not a transfer). Not differentiable."""
+        self._latest(handle, "reduce_pairs")
+        self._expect("combine")
+        _no_grad(y, "reduce_pairs")
+        self.ctx.rows_in("y", y, handle.pairs.row.numel())
+        c, h = self.ctx, handle
+        out = self.comb[: h.rows]
+        if self.push:  # the combine buffer receives the other ranks' pushes: not there
+            out = torch.empty((h.rows, c.hidden), dtype=c.dtype, device=y.device)
+        blocks = blocks or torch.cuda.get_device_properties(y.device).multi_processor_count
+        kernels.reduce(h.route, _rows_of(y), h.pairs.slot, h.pairs.weight if weighted else None,
+                       h.rows, out, None, blocks)  # fmt: skip
+        return out
+
+    def combine(self, y: torch.Tensor, handle: Handle, token_rows: bool = False) -> torch.Tensor:
         """Collective over the team: ``out[t]`` = the sum over token t's top-k choices of the
         router weight times that expert's row of ``y`` (``[pairs, hidden]``, in the order
-        ``dispatch`` returned), at the rank that sent t. Differentiable in ``y``. No host
-        synchronisation; the next call on this buffer must be a dispatch."""
-        if handle.call != self.dispatches:
-            raise UsageError("moe: combine takes the handle of this buffer's latest dispatch")
+        ``dispatch`` returned), at the rank that sent t. Differentiable in ``y``. With
+        ``token_rows``: ``y`` is ``[rows, hidden]``, one row per received (sender, token) (as
+        ``reduce_pairs`` gives), and ``out[t]`` the sum of t's rows over the ranks it went to;
+        not differentiable. No host synchronisation; the next call on this buffer must be a
+        dispatch."""
+        self._latest(handle, "combine")
+        if token_rows:
+            _no_grad(y, "combine(token_rows=True)")
+            self.ctx.rows_in("y", y, handle.rows)
+            self._expect("combine")
+            return self._rows_back(handle, y)
         self.ctx.rows_in("y", y, handle.pairs.row.numel())
         return _Combine.apply(y, handle.weights, self, handle)
+
+
+def _no_grad(y: torch.Tensor, what: str) -> None:
+    if torch.is_grad_enabled() and y.requires_grad:
+        raise UsageError(f"moe: {what} is not differentiable; call it under torch.no_grad(), "
+                         "or combine the pairs' rows (token_rows=False)")  # fmt: skip
+
+
+def _rows_of(y: torch.Tensor) -> torch.Tensor:
+    """``y`` as the kernels read it: rows of contiguous elements, 16-byte aligned."""
+    aligned = y.stride(1) == 1 and (y.stride(0) * y.element_size()) % 16 == 0
+    return y if aligned and y.data_ptr() % 16 == 0 else y.contiguous()
 
 
 class _Dispatch(torch.autograd.Function):

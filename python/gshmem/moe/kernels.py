@@ -163,8 +163,10 @@ def reduce(r: Route, y, slot, pair_weight, rows: int, comb, ready, blocks: int,
            push: tuple[torch.Tensor, torch.Tensor, int] | None = None) -> None:  # fmt: skip
     """Each received row's (weighted) sum of its pairs' rows of ``y`` into ``comb``: this rank's
     (pull), or with ``push`` = (each pair's sender, its token * 8 + choice there, max_tokens)
-    the row's sender's, at row (this rank) * max_tokens + token. ``rows``: the received rows or
-    an upper bound (the kernel stops at the count ``r.all_counts`` gives)."""
+    the row's sender's, at row (this rank) * max_tokens + token; then each block signals
+    ``ready`` at every rank. ``ready`` None: the sums only (``comb`` any ``[rows, hidden]``
+    buffer; not with ``push``). ``rows``: the received rows or an upper bound (the kernel stops
+    at the count ``r.all_counts`` gives); 0: the signal only."""
     src_rank, src_code, max_tokens = push if push is not None else (None, None, 0)
     _call("gshmem_moe_reduce", _dev(r.device), r.pes.data_ptr(), r.all_counts.data_ptr(),
           r.world, r.me, r.num_experts, _dtype_code(y),
@@ -172,8 +174,8 @@ def reduce(r: Route, y, slot, pair_weight, rows: int, comb, ready, blocks: int,
           None if pair_weight is None else pair_weight.data_ptr(), slot.shape[1], rows,
           y.shape[1] * y.element_size(), comb.data_ptr(),
           None if src_rank is None else src_rank.data_ptr(),
-          None if src_code is None else src_code.data_ptr(), max_tokens, ready.data_ptr(), blocks,
-          _stream(y.device.index))  # fmt: skip
+          None if src_code is None else src_code.data_ptr(), max_tokens,
+          None if ready is None else ready.data_ptr(), blocks, _stream(y.device.index))  # fmt: skip
 
 
 def pull(r: Route, comb, out, ready, target: int, blocks: int, pushed_max_tokens: int = 0) -> None:

@@ -21,7 +21,10 @@ Usage: moe_check.py SCENARIO
   tokens   token_rows=True: each pair's row of x (the receive buffer, one row per sender's
            token) is the token it came from, x has one row per (sender, token) received, bf16
            and FP8, with and without num_worst_rows; the combine of outputs computed on the
-           gathered rows against the fp32 reference; an x that needs a gradient is refused
+           gathered rows against the fp32 reference, per pair and per token row
+           (reduce_pairs against arrange.reduce_rows, then combine(token_rows=True) of its
+           result, and of a copy of it); what needs a gradient is refused, as are wrong shapes
+           and a stale handle
   overflow (run alone: it stops the kernels) a bound below what a rank receives traps with a
            message naming the count and the bound
 Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
@@ -29,13 +32,14 @@ Prints "PASS <scenario>" on success; any failure raises (non-zero exit).
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import torch
 from expect import expect_usage
 
 import gshmem
-from gshmem.moe import Buffer
+from gshmem.moe import Buffer, arrange
 
 HIDDEN = 256
 
@@ -275,7 +279,8 @@ def tokens(comm) -> None:
         x, idx, w = everyone[me]
         want_x, want_w, want_src, want_tok, want_per = want
         n, rows = len(want_w), rows_here(me, per, everyone)
-        for bound in (None, buf.ctx.most_pairs()):
+        ref = reference_combine(x, idx, w, experts)
+        for bound, by_rows in itertools.product((None, buf.ctx.most_pairs()), (False, True)):
             d = buf.dispatch(x, idx, w, num_worst_rows=bound, token_rows=True)
             assert d.x.shape[0] == (rows if bound is None else min(bound, tokens * world))
             assert d.row.shape == d.weights.shape and d.scales is None
@@ -285,10 +290,19 @@ def tokens(comm) -> None:
             factor = torch.ones(d.row.shape[0], device="cuda")  # padding pairs: any output
             factor[:n] = scales(experts)[pair_experts(me, per, want_per)]
             y = (d.x[d.row].float() * factor[:, None]).to(torch.bfloat16)
-            out, ref = buf.combine(y, d.handle), reference_combine(x, idx, w, experts)
-            if out.numel():
-                err = (out.float() - ref).abs().max().item()
-                assert err <= 2e-2 * max(ref.abs().max().item(), 1.0), (tokens, bound, err)
+            if by_rows:  # each row's weighted sum here, then one row per (token, rank) back
+                summed = buf.reduce_pairs(y, d.handle)
+                assert summed.shape == d.x.shape
+                pairs = arrange.Pairs(d.row[:n], d.weights[:n], d.handle.pairs.per_expert,
+                                      d.handle.pairs.slot)  # fmt: skip
+                want_sums = arrange.reduce_rows(y[:n], pairs)[:rows].float()
+                close(summed[:rows].float(), want_sums, 1e-2, "reduce_pairs")
+                if bound is None:  # not the buffer's own rows: copied (pull) or pushed from here
+                    summed = summed.clone()
+                out = buf.combine(summed, d.handle, token_rows=True)
+            else:
+                out = buf.combine(y, d.handle)
+            close(out.float(), ref, 2e-2, f"combine {tokens} {bound} {by_rows}")
         k = idx.shape[1]
         x8 = [fp8_inputs(r, tokens, k, experts, 95 + tokens) for r in range(world)]
         d = buf.dispatch(*x8[me], use_fp8=True, token_rows=True)
@@ -304,6 +318,22 @@ def tokens(comm) -> None:
     x, idx, w = inputs(me, 8, 2, 2 * world, "random", 99)
     expect_usage(lambda: buf.dispatch(x.requires_grad_(), idx, w, token_rows=True),
                  "not differentiable")  # fmt: skip
+    d = buf.dispatch(x.detach(), idx, w, token_rows=True)
+    y = d.x[d.row].requires_grad_()
+    expect_usage(lambda: buf.reduce_pairs(y, d.handle), "not differentiable")
+    rows_y = d.x.clone().requires_grad_()
+    expect_usage(lambda: buf.combine(rows_y, d.handle, token_rows=True), "not differentiable")
+    half = d.x[:, : HIDDEN // 2]
+    expect_usage(lambda: buf.combine(half, d.handle, token_rows=True), "must be")
+    buf.combine(rows_y.detach(), d.handle, token_rows=True)  # the calls alternate as before
+    expect_usage(lambda: buf.reduce_pairs(y.detach(), d.handle), "alternate")
+
+
+def close(got, want, tol: float, what: str) -> None:
+    """``got`` within ``tol`` of ``want``'s largest magnitude (at least 1)."""
+    if got.numel():
+        err = (got - want).abs().max().item()
+        assert err <= tol * max(want.abs().max().item(), 1.0), (what, err)
 
 
 def overflow(comm) -> None:
