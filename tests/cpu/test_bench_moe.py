@@ -7,6 +7,7 @@ import pytest
 from gshmem.bench import SUITES
 from gshmem.bench import __main__ as cli
 from gshmem.bench.moe import parse_args, sent_counts
+from gshmem.bench.moe_torch_symm import TorchSymmMoe, unavailable
 
 
 def test_moe_is_a_suite() -> None:
@@ -18,7 +19,7 @@ def test_options() -> None:
     assert (o.tokens, o.hidden, o.experts, o.topk, o.blocks) == ([128, 4096], 7168, 256, 8, None)
     assert o.compare == [
         "gshmem", "gshmem-push", "gshmem-pull", "gshmem-nosync", "gshmem-tokens", "gshmem-ll",
-        "nccl",
+        "nccl", "torch-vdev",
     ]  # fmt: skip
     assert parse_args(["--np", "1", "--compare", "gshmem-ll"]).compare == ["gshmem-ll"]
 
@@ -50,3 +51,20 @@ def test_sent_counts_match_a_brute_force_count() -> None:
     pairs = [sum(e >= 0 and e // per == q for row in idx.tolist() for e in row)
              for q in range(world)]  # fmt: skip
     assert got.tolist() == [rows, pairs]
+
+
+def test_torch_vdev_rows_per_expert_span_each_experts_region() -> None:
+    # all_to_all_vdev_2d's output, expert-major over 2 ranks: expert 0 gets 3 + 2 rows, expert 1
+    # none (the op still gives it one row of padding), expert 2 gets 0 + 4; the stand-in experts
+    # must see each expert's whole region, padding included, so the rows after it stay aligned
+    torch = pytest.importorskip("torch")
+    side = TorchSymmMoe.__new__(TorchSymmMoe)
+    side.world = 2
+    side.recv_splits = torch.tensor([[3, 2, 0, 0, 0, 4], [0, 3, 5, 5, 6, 6]])
+    assert side._rows_per_expert().tolist() == [5, 1, 4]
+
+
+def test_torch_vdev_refuses_more_experts_per_rank_than_the_op_takes() -> None:
+    # DeepSeek-V3 on 4 GPUs: 64 per rank; 64 experts on 4: 16, which the op takes
+    assert unavailable(256, 4) == "all_to_all_vdev_2d takes at most 16 experts per rank, here 64"
+    assert "experts per rank" not in unavailable(64, 4)

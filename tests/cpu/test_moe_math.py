@@ -108,19 +108,6 @@ def test_padded_pairs_keep_what_arrived_and_mark_the_rest(n):
     assert (p.src_rank[n:] == -1).all() and (p.src_code[n:] == -1).all()
 
 
-def test_row_sources_give_each_row_its_sender_and_token_and_skip_padding():
-    # rows 0..4; row 3 has no pair; pairs of a row share sender and token, not the choice;
-    # two padding pairs (sender -1) name row 0 and row 3, and must not overwrite them
-    row = torch.tensor([2, 0, 2, 4, 1, 0, 0, 3])
-    src_rank = torch.tensor([1, 0, 1, 3, 2, 0, -1, -1], dtype=torch.int32)
-    src_code = torch.tensor([5 * 8 + 1, 7 * 8, 5 * 8 + 4, 2 * 8 + 7, 0 * 8 + 3, 7 * 8 + 2, -1, -1],
-                            dtype=torch.int32)  # fmt: skip
-    rank, code = arrange.row_sources(row, src_rank, src_code, 5)
-    assert rank.dtype == code.dtype == torch.int32
-    assert rank.tolist() == [0, 2, 1, -1, 3]
-    assert (code // 8).tolist() == [7, 0, 5, -1, 2]  # code -1 // 8 is -1 too
-
-
 def test_worst_rows_bound_the_pairs_a_rank_can_receive():
     from gshmem.moe.context import Context
 

@@ -28,8 +28,9 @@ from typing import Any, NamedTuple
 # gshmem-tokens: gshmem-nosync with token_rows (the receive buffer's rows and each pair's row
 # there; the experts' stand-in gathers them, as a grouped GEMM would on load, and its step ends
 # with Buffer.reduce_pairs: the combine then moves one row per (token, rank))
+# torch-vdev: torch SymmetricMemory's all_to_all_vdev_2d over NVSHMEM (moe_torch_symm.py)
 IMPLS = ("gshmem", "gshmem-push", "gshmem-pull", "gshmem-nosync", "gshmem-tokens", "gshmem-ll",
-         "nccl")  # fmt: skip
+         "nccl", "torch-vdev")  # fmt: skip
 COMBINE_OF = {"gshmem-push": "push", "gshmem-pull": "pull"}  # the others: Buffer's default
 WORST_ROUND = 128
 
@@ -170,10 +171,15 @@ class GshmemLowLatencyMoe(GshmemMoe):
 
 
 def make_side(impl: str, comm, o: argparse.Namespace, tokens: int, worst: int):
+    from gshmem.bench import moe_torch_symm
     from gshmem.moe import Buffer
 
     if impl == "nccl":
         return NcclMoe(comm.nranks, comm.rank, o.experts)
+    if impl == "torch-vdev":
+        rounded = min(-(-worst // WORST_ROUND) * WORST_ROUND, tokens * o.topk * comm.nranks)
+        return moe_torch_symm.TorchSymmMoe(comm.nranks, o.experts, tokens, o.topk, o.hidden,
+                                           rounded)  # fmt: skip
     low = impl == "gshmem-ll"
     combine = COMBINE_OF.get(impl)
     buf = Buffer(comm, o.hidden, tokens, o.experts, blocks=o.blocks, low_latency=low,
@@ -305,6 +311,7 @@ def run(o: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     import gshmem
+    from gshmem.bench.moe_torch_symm import unavailable
     from gshmem.bench.nccl_group import join_nccl
     from gshmem.moe.low_latency import MAX_TOKENS as LOW_LATENCY_TOKENS
 
@@ -313,6 +320,11 @@ def run(o: argparse.Namespace) -> int:
     why = join_nccl(me, world, comm.device)
     if why and "nccl" in o.compare:
         raise RuntimeError(f"gshmem.bench moe --compare nccl needs torch.distributed: {why}")
+    no_vdev = why or unavailable(o.experts, world)
+    if "torch-vdev" in o.compare and no_vdev:
+        o.compare.remove("torch-vdev")
+        if me == 0:
+            print(f"gshmem.bench moe: no torch-vdev column: {no_vdev}")
     per = o.experts // world
     scale = torch.linspace(0.5, 2.0, o.experts, device="cuda")
     rows_out = []

@@ -65,22 +65,6 @@ def padded(row: torch.Tensor, weight: torch.Tensor, src_rank: torch.Tensor,
                   torch.where(valid, src_rank, -1), torch.where(valid, src_code, -1))  # fmt: skip
 
 
-def row_sources(row: torch.Tensor, src_rank: torch.Tensor, src_code: torch.Tensor,
-                rows: int) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Per received row, from its pairs (``row``, and each pair's sender and token * 8 + choice
-    there): ``[rows]`` int32 sender and a code of the row's token (any of its pairs': they
-    share the token), -1 for rows no pair reads. Padding pairs (sender -1) are skipped, whatever
-    row they name."""
-    import torch
-
-    at = torch.where(src_rank >= 0, row, rows)  # padding lands past the end, then dropped
-    rank = torch.full((rows + 1,), -1, dtype=torch.int32, device=row.device)
-    code = torch.full((rows + 1,), -1, dtype=torch.int32, device=row.device)
-    rank.scatter_(0, at, src_rank.int())
-    code.scatter_(0, at, src_code.int())
-    return rank[:rows], code[:rows]
-
-
 def reduce_rows(y: torch.Tensor, p: Pairs, weighted: bool = True) -> torch.Tensor:
     """``[rows, hidden]`` in y's dtype: each received row's sum of its pairs' rows of ``y``
     (``[pairs, hidden]``), times their weights when ``weighted``, accumulated in fp32 (or y's
@@ -95,4 +79,4 @@ def reduce_rows(y: torch.Tensor, p: Pairs, weighted: bool = True) -> torch.Tenso
     return acc.to(y.dtype)
 
 
-__all__ = ["Padded", "Pairs", "padded", "pairs", "reduce_rows", "row_sources"]
+__all__ = ["Padded", "Pairs", "padded", "pairs", "reduce_rows"]

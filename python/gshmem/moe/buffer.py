@@ -173,10 +173,12 @@ class Buffer:
         ``token_rows``: ``y`` is instead one row per received (sender, token), ``[rows,
         hidden]`` with the rows of ``dispatch(..., token_rows=True)``'s ``x`` (what
         ``reduce_pairs`` returns: each row already the weighted sum of its experts' outputs),
-        and ``out[t]`` is the sum of t's rows over the ranks it went to. Only those rows travel,
-        and from ``reduce_pairs``' result without a copy (pull combine; otherwise ``y`` is first
-        copied into the buffer by a copy engine, or pushed straight from ``y``). Not
-        differentiable (a ``UsageError`` if ``y`` needs a gradient)."""
+        and ``out[t]`` is the sum of t's rows over the ranks it went to. Only those rows travel:
+        each sender reads its tokens' rows from every rank they went to (pulled, whatever
+        ``combine=`` says: measured 2x faster than pushing them), straight from
+        ``reduce_pairs``' result (any other ``y`` is first copied into the buffer by a copy
+        engine). Every rank passes the same ``token_rows``. Not differentiable (a
+        ``UsageError`` if ``y`` needs a gradient)."""
         return self._mode(False).combine(y, handle, token_rows)
 
     def reduce_pairs(self, y: torch.Tensor, handle: Handle, *, weighted: bool = True,
@@ -185,10 +187,9 @@ class Buffer:
         received (sender, token) row's sum of its pairs' rows of ``y`` (``[pairs, hidden]``, in
         ``dispatch``'s order), times their router weights when ``weighted``; fp32 accumulation,
         rounded once. Rows past the received ones (``num_worst_rows``) are undefined. The input
-        of ``combine(..., token_rows=True)``, which then moves one row per (token, rank) and,
-        with the pull combine, sends this very tensor (a view of the buffer, valid until the
-        next combine). One kernel of ``blocks`` thread blocks (default: one per SM). Not
-        differentiable."""
+        of ``combine(..., token_rows=True)``, which then moves one row per (token, rank) and
+        sends this very tensor (a view of the buffer, valid until the next combine). One
+        kernel of ``blocks`` thread blocks (default: one per SM). Not differentiable."""
         return self._mode(False).reduce_pairs(y, handle, weighted, blocks)
 
     # -- low latency -----------------------------------------------------------------------------
