@@ -65,9 +65,9 @@ __device__ inline void add_to_all(const gshmem::Device& dev, const int32_t* pes,
 __device__ inline int grid_warp() { return threadIdx.x / kWarp * gridDim.x + blockIdx.x; }
 __device__ inline int grid_warps() { return gridDim.x * (blockDim.x / kWarp); }
 
-// Rows of row_vecs vectors cut into `parts` of part_vecs (the last part may be shorter, or empty):
-// about `items` work items over all `rows`, no part shorter than min_part_vecs, so a few rows
-// still keep every warp of a large grid busy.
+// Rows of row_vecs vectors cut into `parts` of part_vecs, a multiple of align_vecs (the last parts
+// may be shorter, or empty): about `items` work items over all `rows`, no part shorter than
+// min_part_vecs, so a few rows still keep every warp of a large grid busy.
 // Item i is part i % parts of row i / parts: vectors [begin(i), end(i)).
 struct RowParts {
   int64_t parts, part_vecs, row_vecs;
@@ -79,10 +79,11 @@ struct RowParts {
   }
 };
 __device__ inline RowParts split_rows(int64_t rows, int64_t row_vecs, int64_t items,
-                                      int64_t min_part_vecs) {
+                                      int64_t min_part_vecs, int64_t align_vecs = 1) {
   const int64_t wanted = rows > 0 ? items / rows : 1, most = row_vecs / min_part_vecs;
   const int64_t parts = wanted < 1 || most < 1 ? 1 : (wanted < most ? wanted : most);
-  return {parts, (row_vecs + parts - 1) / parts, row_vecs};
+  const int64_t part = (row_vecs + parts - 1) / parts;
+  return {parts, (part + align_vecs - 1) / align_vecs * align_vecs, row_vecs};
 }
 
 // A warp's shuffle of any 4- or 8-byte value, pointers included (every lane takes src's).
@@ -249,18 +250,21 @@ __device__ inline void sum_rows(int4* dst, const int4* const (&src)[kMaxTopk],
   }
 }
 
-// A warp's FP8 copy of one row of T (row_vecs vectors of 8): e4m3 values (8 bytes per vector)
-// in dst's first row_vecs * 8 bytes, then one float scale per 128 elements (16 vectors, half a
-// warp): scale = amax / 448 (e4m3's largest finite value), each value rounded to nearest and
-// saturated. Needs row_vecs % 16 == 0 (hidden a multiple of 128).
+// A warp's FP8 copy of vectors [begin, end) of one row of T (row_vecs vectors of 8) to dst[0, n)
+// (n <= kMaxTopk places, each the start of the row's place; quantized once): e4m3 values (8 bytes
+// per vector) in a place's first row_vecs * 8 bytes, then one float scale per 128 elements (16
+// vectors, half a warp): scale = amax / 448 (e4m3's largest finite value), each value rounded
+// to nearest and saturated. row_vecs, begin and end multiples of kFp8GroupVecs (hidden a
+// multiple of 128).
+constexpr int kFp8GroupVecs = 16;
 template <class T>
-__device__ inline void quantize_row(uint8_t* dst, const int4* src, int64_t row_vecs, int lane) {
+__device__ inline void quantize_row_to(uint8_t* const (&dst)[kMaxTopk], int n, const int4* src,
+                                       int64_t row_vecs, int64_t begin, int64_t end, int lane) {
   constexpr float kE4m3Max = 448.0f;
-  float* scales = reinterpret_cast<float*>(dst + row_vecs * 8);
-  for (int64_t base = 0; base < row_vecs; base += kWarp) {
+  for (int64_t base = begin; base < end; base += kWarp) {
     const int64_t v = base + lane;
     float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (v < row_vecs) Vec8<T>::add(f, __ldg(src + v), 1.0f);
+    if (v < end) Vec8<T>::add(f, __ldg(src + v), 1.0f);
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
@@ -274,9 +278,15 @@ __device__ inline void quantize_row(uint8_t* dst, const int4* src, int64_t row_v
       pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(f[2 * i] * inv, f[2 * i + 1] * inv),
                                           __NV_SATFINITE, __NV_E4M3);
     }
-    if (v < row_vecs) {
-      reinterpret_cast<uint2*>(dst)[v] = packed;
-      if (lane % 16 == 0) scales[v / 16] = scale;
+    if (v < end) {
+#pragma unroll
+      for (int c = 0; c < kMaxTopk; ++c) {
+        if (c >= n) break;
+        reinterpret_cast<uint2*>(dst[c])[v] = packed;
+        if (lane % kFp8GroupVecs == 0) {
+          reinterpret_cast<float*>(dst[c] + row_vecs * 8)[v / kFp8GroupVecs] = scale;
+        }
+      }
     }
   }
 }

@@ -3,8 +3,10 @@
 // direction split into a send kernel and a receive kernel so the caller can compute in between.
 //
 // Symmetric buffers of every rank (T: the buffer's tokens per rank, L: experts per rank, W ranks):
-//   stage  [L, W, T] rows  sender s's rows for local expert l, in its (token, choice) order
-//   src    [L, W, T] int32 where each staged row came from: token * 8 + choice at its sender
+//   stage  [W, T] rows     sender s's token t, if t chose an expert of this rank (once, however
+//                          many of this rank's experts it chose)
+//   src    [L, W, T] int32 sender s's pairs for local expert l, in its (token, choice) order:
+//                          token * 8 + choice
 //   count  [L, W] int32    rows sender s staged for expert l in this call
 //   route  [W, T, 8] int2  sender s's (token, choice) pairs: {expert << 16 | the pair's index among
 //                          s's pairs for that expert, or -1 if unrouted; its weight's bits}
@@ -15,16 +17,20 @@
 // Local: calls [2] uint64 (dispatches, combines received so far) and finished [2] uint32, so a
 // receive kernel reads its call's target on the GPU (a captured graph bakes in no call number).
 //
-//   send          sender: one warp per (token, choice) pair finds the pair's index among this
-//                 rank's pairs for its expert (the pairs before it with that expert) and writes the
-//                 row (or its FP8 form: e4m3 values, then a scale per 128) into the expert's rank's
-//                 stage, and the pair's route entry into every rank's `route`; warps also count the
-//                 pairs of every expert into `count` at its rank (zeros included: every call
-//                 rewrites every count) and block 0 writes `shape` everywhere.
+//   send          sender: warps count the pairs of every expert into `count` at its rank (zeros
+//                 included: every call rewrites every count) and block 0 writes `shape`
+//                 everywhere; one warp per part of a token's row loads it once and stores it (or
+//                 its FP8 form, quantized once: e4m3 values, then a scale per 128) into the stage
+//                 of every rank the token chose (at 4 ranks, top-8 of 256, ~3.6 rows per token
+//                 instead of 8); then one warp per (token, choice) pair finds the pair's index
+//                 among this rank's pairs for its expert (the pairs before it with that expert)
+//                 and writes the pair into the expert's rank's `src`, and its route entry into
+//                 every rank's `route`.
 //   recv          receiver: waits for every sender's blocks, then packs the staged rows into
-//                 out[l] by sender, then index, with each row's source (sender << 16 | token * 8
-//                 + choice) and the rows per expert. Every block scans the counts (at most 1024
-//                 experts) in shared memory, so warps take only rows that exist.
+//                 out[l] by sender, then index (a token with several experts here is copied to
+//                 each), with each row's source (sender << 16 | token * 8 + choice) and the rows
+//                 per expert. Every block scans the counts (at most 1024 experts) in shared
+//                 memory, so warps take only rows that exist.
 //   combine_send  expert owner: per (sender, token) with choices here, the weighted sum of their
 //                 rows of y (fp32, rounded once) goes to the sender's comb slot for this rank: a
 //                 token's choices on one rank travel as one row (at 4 ranks, top-8 of 256, about
@@ -73,6 +79,12 @@ __device__ inline void finish_call(uint64_t* calls, uint32_t* finished, uint64_t
   }
 }
 
+// The ranks a token's choices went to, as a mask (lanes below k hold the choices' experts, -1 for
+// none; every lane gets the mask).
+__device__ inline unsigned ranks_of(int expert, int locals) {
+  return __reduce_or_sync(0xffffffffu, expert < 0 ? 0u : 1u << (expert / locals));
+}
+
 template <class T, bool kFp8>
 __global__ void __launch_bounds__(kThreads)
     send_kernel(gshmem::Device dev, Team team, const int4* x, int64_t row_vecs, int64_t stage_vecs,
@@ -105,23 +117,41 @@ __global__ void __launch_bounds__(kThreads)
   if (blockIdx.x == 0 && threadIdx.x < team.world) {
     gshmem::ptr(dev, shape, team.pes[threadIdx.x])[team.me] = tokens << 4 | k;
   }
+  // Each token's row once to every rank it chose. A warp takes a part of a row (FP8: whole groups
+  // of 128 elements, each with its scale) and stores it to those ranks, each vector loaded once.
+  const RowParts cut =
+      split_rows(tokens, row_vecs, warps, kRowPartVecs, kFp8 ? kFp8GroupVecs : 1);
+  for (int64_t item = warp; item < tokens * cut.parts; item += warps) {
+    const int t = static_cast<int>(cut.row(item));
+    const int64_t begin = cut.begin(item), end = cut.end(item);
+    const unsigned ranks = ranks_of(lane < k ? flat[t * k + lane] : -1, locals);
+    if (begin >= end) continue;
+    const int64_t row = static_cast<int64_t>(team.me) * max_tokens + t;  // at each rank
+    int4* mine = lane < team.world && (ranks >> lane & 1)
+                     ? gshmem::ptr(dev, stage, team.pes[lane]) + row * stage_vecs
+                     : nullptr;
+    int4* dst[kMaxTopk];  // the row's start at each rank
+    gather_lanes(mine, ranks, static_cast<int4*>(nullptr), dst);
+    if (kFp8) {
+      uint8_t* bytes[kMaxTopk];
+#pragma unroll
+      for (int c = 0; c < kMaxTopk; ++c) bytes[c] = reinterpret_cast<uint8_t*>(dst[c]);
+      quantize_row_to<T>(bytes, __popc(ranks), x + t * row_vecs, row_vecs, begin, end, lane);
+    } else {
+#pragma unroll
+      for (int c = 0; c < kMaxTopk; ++c) dst[c] = dst[c] ? dst[c] + begin : nullptr;
+      copy_row_to(dst, __popc(ranks), x + t * row_vecs + begin, end - begin, lane);
+    }
+  }
   for (int p = warp; p < pairs; p += warps) {
     const int32_t e = flat[p];
     const int index = e < 0 ? 0 : count_equal(flat, p, e, lane);  // among this rank's pairs for e
-    if (e >= 0) {
+    if (e >= 0 && lane == 0) {
       const int q = e / locals, l = e % locals;
-      const int64_t row = (static_cast<int64_t>(l) * team.world + team.me) * max_tokens + index;
-      const int pe = team.pes[q];
-      int4* dst = gshmem::ptr(dev, stage, pe) + row * stage_vecs;
-      if (kFp8) {
-        quantize_row<T>(reinterpret_cast<uint8_t*>(dst), x + (p / k) * row_vecs, row_vecs, lane);
-      } else {
-        copy_row(dst, x + (p / k) * row_vecs, row_vecs, lane);
-      }
-      if (lane == 0) gshmem::ptr(dev, src, pe)[row] = (p / k) * kMaxTopk + p % k;
+      const int64_t slot = (static_cast<int64_t>(l) * team.world + team.me) * max_tokens + index;
+      gshmem::ptr(dev, src, team.pes[q])[slot] = (p / k) * kMaxTopk + p % k;
     }
-    // Every rank learns every pair, once the row's stores are in flight: a combine sums a token's
-    // choices on its rank.
+    // Every rank learns every pair: a combine sums a token's choices on its rank.
     if (lane < team.world) {
       const int2 entry = e < 0 ? make_int2(-1, 0)
                                : make_int2(e << 16 | index, __float_as_int(weights[p]));
@@ -157,19 +187,14 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t slot = static_cast<int64_t>(seg) * max_tokens + i;
     const int64_t packed =
         static_cast<int64_t>(l) * world * max_tokens + (start[seg] - start[l * world]) + i;
-    const int4* row = stage + slot * stage_vecs;
+    const int32_t code = src[slot];  // token * 8 + choice at sender seg % world
+    const int4* row = stage + ((seg % world) * max_tokens + code / kMaxTopk) * stage_vecs;
     copy_row(out + packed * out_vecs, row, out_vecs, lane);
     const float* scales = reinterpret_cast<const float*>(row + out_vecs);
     for (int g = lane; g < groups; g += kWarp) out_scales[packed * groups + g] = scales[g];
-    if (lane == 0) out_src[packed] = ((seg % world) << 16) | src[slot];
+    if (lane == 0) out_src[packed] = ((seg % world) << 16) | code;
   }
   finish_call(calls, finished, call);
-}
-
-// The ranks a token's choices went to, as a mask (lanes below k hold the choices' experts, -1 for
-// none; every lane gets the mask).
-__device__ inline unsigned ranks_of(int expert, int locals) {
-  return __reduce_or_sync(0xffffffffu, expert < 0 ? 0u : 1u << (expert / locals));
 }
 
 // One warp per part of a (sender, token) row whose token chose experts of this rank: the sum of

@@ -191,7 +191,7 @@ def pull(r: Route, comb, out, ready, target: int, blocks: int, pushed_max_tokens
 class LowLatencyBuffers:
     """A low-latency buffer's device memory (src/moe/low_latency.cu describes each)."""
 
-    stage: torch.Tensor  # symmetric [locals, world, T, hidden]
+    stage: torch.Tensor  # symmetric [world, T, hidden]
     src: torch.Tensor  # symmetric [locals, world, T] int32
     count: torch.Tensor  # symmetric [locals, world] int32
     route: torch.Tensor  # symmetric [world, T, 8, 2] int32: each sender's pairs
@@ -207,8 +207,8 @@ class LowLatencyBuffers:
 
 def ll_send(device: bytes, pes, me: int, x, topk, weights, num_experts: int,
             b: LowLatencyBuffers, blocks: int, fp8: bool) -> None:  # fmt: skip
-    """Each (token, choice) pair's row (FP8: its e4m3 form and scales) into its expert's rank's
-    stage; every expert's count; every pair (expert, index, weight) to every rank."""
+    """Each token's row (FP8: its e4m3 form and scales) into the stage of every rank it chose;
+    every expert's count; every pair (expert, index, weight) to every rank."""
     locals_, world, max_tokens = b.count.shape[0], pes.numel(), b.src.shape[2]
     _call("gshmem_moe_ll_send", _dev(device), pes.data_ptr(), world, me, _dtype_code(x),
           int(fp8), x.data_ptr(), x.shape[1] * x.element_size(), x.shape[0], topk.data_ptr(),
@@ -222,7 +222,7 @@ def ll_recv(device: bytes, pes, b: LowLatencyBuffers, out, scales, blocks: int) 
     (FP8: and their scales into ``scales`` ``[locals, world*T, h / 128]``)."""
     locals_, world, max_tokens = b.src.shape
     _call("gshmem_moe_ll_recv", _dev(device), pes.data_ptr(), world, locals_, max_tokens,
-          b.stage.shape[3] * b.stage.element_size(), out.shape[2] * out.element_size(),
+          b.stage.shape[2] * b.stage.element_size(), out.shape[2] * out.element_size(),
           0 if scales is None else scales.shape[2], b.stage.data_ptr(), b.src.data_ptr(),
           b.count.data_ptr(), b.arrived.data_ptr(), b.calls.data_ptr(), b.finished.data_ptr(),
           out.data_ptr(), None if scales is None else scales.data_ptr(), b.out_src.data_ptr(),

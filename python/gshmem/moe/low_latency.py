@@ -6,21 +6,22 @@ kernel and a receive kernel (src/moe/low_latency.cu); with ``return_recv_hook=Tr
 queues only the send and returns a hook that queues the receive, so the caller can put other
 work (the other micro-batch's attention, say) between the two.
 
-A dispatch sends a token's row once per (token, choice) pair, so each local expert's rows end up
-contiguous with no expansion at the receiver, which packs them by source rank, then by source
-(token, choice); every rank also learns every pair's expert and router weight. A combine sums, at
+A dispatch sends a token's row once to every rank it chose (at 4 ranks, top-8 of 256 experts,
+~3.6 rows per token instead of one per choice), and the receiver packs each local expert's rows,
+copying a token to each of its experts there, by source rank, then by source (token, choice);
+every rank also learns every pair's expert and router weight. A combine sums, at
 each expert rank, a token's expert outputs there times their weights (fp32, rounded once to the
 tokens' dtype) and returns that one row to the sender, which adds its ranks' rows in fp32: a
 token's choices on one rank travel together (at 4 ranks, top-8 of 256 experts, ~3.6 rows per
 token instead of 8), as the high-throughput combine does.
 
-With ``use_fp8=True`` the send kernel quantizes each row to e4m3 with one float scale per 128
-elements (scale = the group's largest magnitude / 448; values rounded to nearest, saturated),
+With ``use_fp8=True`` the send kernel quantizes each row once to e4m3 with one float scale per
+128 elements (scale = the group's largest magnitude / 448; values rounded to nearest, saturated),
 half the bytes on the wire, and the receiver gets the e4m3 rows and their scales.
 
-Memory per rank: ``num_experts × max_tokens`` staged rows (each expert's rows from each rank)
-plus ``8 × max_tokens`` combine rows and every rank's routing (``64 × world × max_tokens``
-bytes), all symmetric.
+Memory per rank: ``world × max_tokens`` staged rows (each rank's tokens) plus ``8 × max_tokens``
+combine rows and every rank's routing (``64 × world × max_tokens`` bytes), all symmetric; and
+the dispatch's output, ``num_experts × max_tokens`` rows.
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ class LowLatencyDispatched(NamedTuple):
 
 
 class LowLatency:
-    """Symmetric staging for every local expert's rows from every rank, a combine slot per
-    (token, choice), counters and the receive bookkeeping. Collective to create."""
+    """Symmetric staging for every rank's tokens, a combine slot per (token, choice), counters
+    and the receive bookkeeping. Collective to create."""
 
     def __init__(self, ctx: Context) -> None:
         if not 1 <= ctx.max_tokens <= MAX_TOKENS:
@@ -85,7 +86,7 @@ class LowLatency:
         counters = comm.zeros((2, world), torch.int64)
         self.ctx = ctx
         self.bufs = kernels.LowLatencyBuffers(
-            stage=comm.empty((locals_, world, t, ctx.hidden), ctx.dtype),
+            stage=comm.empty((world, t, ctx.hidden), ctx.dtype),
             src=comm.empty((locals_, world, t), torch.int32),
             count=comm.empty((locals_, world), torch.int32),
             route=comm.empty((world, t, routing.MAX_TOPK, 2), torch.int32),
