@@ -17,6 +17,8 @@
 //             exchanged: stops the kernels (a device trap, with a message) if any rank's routing
 //             held an expert index out of range, or this rank receives more pairs than the
 //             caller's bound.
+//   padded    (a dispatch that does not synchronise the host) the received pairs as the caller
+//             gets them: the arrived ones, then padding up to the caller's bound, in one pass.
 //   return    receiver: one float per received pair back to its sender's (token, choice) (the
 //             router weights' gradient; pairs whose sender is -1, padding, are skipped), then
 //             `returned` signals like the others.
@@ -98,15 +100,24 @@ __global__ void __launch_bounds__(kThreads)
     }
     goes[t] = mask;
   }
-  for (int i = threadIdx.x; i < n * k; i += blockDim.x) {
-    if (flat[i] >= 0) atomicAdd(hist + world + flat[i], 1);
-  }
   __syncthreads();
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  for (int p = warp; p < n * k; p += warps) {  // a pair's position among its expert's pairs
-    const int32_t e = flat[p];
-    const int pos = e >= 0 ? count_equal(flat, p, e, lane) : -1;
-    if (lane == 0) pair_pos[first * k + p] = pos;
+  if (warp == warps - 1) {
+    // A pair's position among the tile's pairs of its expert, in (token, choice) order: one warp
+    // walks the pairs 32 at a time, each lane ranked among the lanes of its expert on top of the
+    // expert's count so far, which ends as the tile's count of the expert.
+    int* seen = hist + world;
+    for (int base = 0; base < n * k; base += kWarp) {
+      const int p = base + lane;
+      const int32_t e = p < n * k ? flat[p] : -1;
+      const unsigned same = __match_any_sync(0xffffffffu, e);
+      const int before = __popc(same & ((1u << lane) - 1));
+      const int pos = e >= 0 ? seen[e] + before : -1;
+      __syncwarp();
+      if (e >= 0 && before == 0) seen[e] += __popc(same);
+      __syncwarp();
+      if (p < n * k) pair_pos[first * k + p] = pos;
+    }
   }
   for (int q = warp; q < world; q += warps) {  // a token's position among the tile's for rank q
     int before = 0;
@@ -134,12 +145,20 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (!last) return;
   __threadfence();
+  constexpr int kInFlight = 8;  // tiles' counts loaded before any is rewritten
   for (int c = threadIdx.x; c < columns; c += blockDim.x) {
     int run = 0;
-    for (unsigned b = 0; b < gridDim.x; ++b) {
-      const int v = tile_counts[b * columns + c];
-      tile_counts[b * columns + c] = run;
-      run += v;
+    for (unsigned b0 = 0; b0 < gridDim.x; b0 += kInFlight) {
+      int v[kInFlight];
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        v[j] = b0 + j < gridDim.x ? __ldcg(tile_counts + (b0 + j) * columns + c) : 0;
+      }
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        if (b0 + j < gridDim.x) tile_counts[(b0 + j) * columns + c] = run;
+        run += v[j];
+      }
     }
   }
   if (threadIdx.x == 0) *finished = 0;
@@ -228,22 +247,30 @@ __global__ void __launch_bounds__(kThreads)
   add_to_all(dev, pes, world, me, returned);
 }
 
-// One thread: what a dispatch without a host synchronisation cannot raise on the host.
-__global__ void check_kernel(Route r, int64_t worst_pairs) {
+// One block: what a dispatch without a host synchronisation cannot raise on the host.
+__global__ void __launch_bounds__(kThreads) check_kernel(Route r, int64_t worst_pairs) {
+  __shared__ unsigned long long arrived;
+  if (threadIdx.x == 0) arrived = 0;
+  __syncthreads();
   const int per_rank = r.num_experts / r.world;
-  int64_t pairs = 0;
-  for (int s = 0; s < r.world; ++s) {
+  for (int s = threadIdx.x; s < r.world; s += blockDim.x) {
     const int bad = r.count(s, r.columns());
     if (bad > 0) {
       printf("gshmem.moe dispatch: rank %d's topk_idx holds %d expert indices outside [-1, %d)\n",
              s, bad, r.num_experts);
       __trap();
     }
-    for (int e = r.me * per_rank; e < (r.me + 1) * per_rank; ++e) pairs += r.count(s, r.world + e);
   }
-  if (pairs > worst_pairs) {
+  unsigned long long mine = 0;
+  for (int i = threadIdx.x; i < r.world * per_rank; i += blockDim.x) {
+    mine += r.count(i / per_rank, r.world + r.me * per_rank + i % per_rank);
+  }
+  atomicAdd(&arrived, mine);
+  __syncthreads();
+  const auto pairs = static_cast<long long>(arrived);
+  if (threadIdx.x == 0 && pairs > worst_pairs) {
     printf("gshmem.moe dispatch: rank %d receives %lld rows, more than num_worst_rows=%lld\n",
-           r.me, static_cast<long long>(pairs), static_cast<long long>(worst_pairs));
+           r.me, pairs, static_cast<long long>(worst_pairs));
     __trap();
   }
 }
@@ -251,6 +278,49 @@ __global__ void check_kernel(Route r, int64_t worst_pairs) {
 __global__ void wait_kernel(gshmem::Device dev, const int32_t* pes, const uint64_t* counters,
                             int world, uint64_t target) {
   wait_counters(dev, pes, counters, world, target);
+}
+
+// What a dispatch without a host synchronisation returns of the received pairs, in one pass: the
+// first n (the pairs the exchanged counts bring here) of the receive arrays as they are (row and
+// sources also widened to int64, the token out of the source code), the rest of `worst` padding
+// (row 0, weight 0, sources -1: the return kernel skips them); and the pairs per local expert.
+struct PaddedPairs {
+  int64_t* row;          // [worst]
+  float* weight;         // [worst]
+  int32_t* src_rank;     // [worst] (the return kernel's)
+  int32_t* src_code;     // [worst] token * 8 + choice at the sender
+  int64_t* rank;         // [worst] src_rank widened
+  int64_t* token;        // [worst] the token of src_code
+  int64_t* per_expert;   // [num_experts / world]
+};
+__global__ void __launch_bounds__(kThreads)
+    padded_pairs_kernel(Route r, const int32_t* row, const float* weight, const int32_t* src_rank,
+                        const int32_t* src_code, int64_t worst, PaddedPairs out) {
+  __shared__ unsigned long long arrived;
+  if (threadIdx.x == 0) arrived = 0;
+  __syncthreads();
+  const int per_rank = r.num_experts / r.world;
+  unsigned long long mine = 0;
+  for (int l = threadIdx.x; l < per_rank; l += blockDim.x) {
+    int sum = 0;
+    for (int s = 0; s < r.world; ++s) sum += r.count(s, r.world + r.me * per_rank + l);
+    if (blockIdx.x == 0) out.per_expert[l] = sum;
+    mine += sum;
+  }
+  atomicAdd(&arrived, mine);
+  __syncthreads();
+  const int64_t n = static_cast<int64_t>(arrived);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < worst;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const bool in = i < n;
+    const int32_t rank = in ? src_rank[i] : -1, code = in ? src_code[i] : -1;
+    out.row[i] = in ? row[i] : 0;
+    out.weight[i] = in ? weight[i] : 0.0f;
+    out.src_rank[i] = rank;
+    out.src_code[i] = code;
+    out.rank[i] = rank;
+    out.token[i] = code < 0 ? -1 : code / kMaxTopk;
+  }
 }
 
 // Where the combine's rows go in push mode: a received row's sum lands in its sender's combine
@@ -406,8 +476,27 @@ int gshmem_moe_return(const gshmem_device_t* dev, const int32_t* pes, int world,
 int gshmem_moe_check(const int32_t* all_counts, int world, int me, int num_experts,
                      int64_t worst_pairs, cudaStream_t stream) {
   const Route r{nullptr, nullptr, nullptr, all_counts, world, me, num_experts, 0};
-  check_kernel<<<1, 1, 0, stream>>>(r, worst_pairs);
+  check_kernel<<<1, kThreads, 0, stream>>>(r, worst_pairs);
   return check(cudaGetLastError(), "moe check");
+}
+
+// all_counts: every rank's totals (the exchange); row, weight, src_rank, src_code: this rank's
+// receive arrays (at least `worst` long); every output has `worst` entries but per_expert
+// (num_experts / world).
+int gshmem_moe_padded_pairs(const int32_t* all_counts, int world, int me, int num_experts,
+                            const int32_t* row, const float* weight, const int32_t* src_rank,
+                            const int32_t* src_code, int64_t worst, int64_t* out_row,
+                            float* out_weight, int32_t* out_src_rank, int32_t* out_src_code,
+                            int64_t* out_rank, int64_t* out_token, int64_t* per_expert,
+                            cudaStream_t stream) {
+  const Route r{nullptr, nullptr, nullptr, all_counts, world, me, num_experts, 0};
+  const PaddedPairs out{out_row, out_weight, out_src_rank, out_src_code, out_rank, out_token,
+                        per_expert};
+  const int64_t wanted = (worst + kThreads - 1) / kThreads;
+  const unsigned blocks = static_cast<unsigned>(wanted < 1 ? 1 : (wanted < 264 ? wanted : 264));
+  padded_pairs_kernel<<<blocks, kThreads, 0, stream>>>(r, row, weight, src_rank, src_code, worst,
+                                                       out);
+  return check(cudaGetLastError(), "moe padded pairs");
 }
 
 int gshmem_moe_wait(const gshmem_device_t* dev, const int32_t* pes, const uint64_t* counters,

@@ -90,24 +90,6 @@ def test_pairs_are_expert_major_and_slots_invert_them():
     assert int((p.slot >= 0).sum()) == 8
 
 
-@pytest.mark.parametrize("n", [0, 6, 10])
-def test_padded_pairs_keep_what_arrived_and_mark_the_rest(n):
-    # a dispatch without a host synchronisation: the count stays a tensor; past it, row 0,
-    # weight 0 and sources -1 (the return kernel skips sender -1), dtypes kept
-    g = torch.Generator().manual_seed(n)
-    row = torch.randint(0, 50, (10,), generator=g, dtype=torch.int32)
-    weight = torch.rand(10, generator=g)
-    src_rank = torch.randint(0, 4, (10,), generator=g, dtype=torch.int32)
-    src_code = torch.randint(0, 800, (10,), generator=g, dtype=torch.int32)
-    p = arrange.padded(row, weight, src_rank, src_code, torch.tensor(n))
-    assert p.row.dtype == torch.int64 and p.weight.dtype == torch.float32
-    assert p.src_rank.dtype == p.src_code.dtype == torch.int32
-    assert torch.equal(p.row[:n], row[:n].long()) and torch.equal(p.weight[:n], weight[:n])
-    assert torch.equal(p.src_rank[:n], src_rank[:n]) and torch.equal(p.src_code[:n], src_code[:n])
-    assert (p.row[n:] == 0).all() and (p.weight[n:] == 0).all()
-    assert (p.src_rank[n:] == -1).all() and (p.src_code[n:] == -1).all()
-
-
 def test_worst_rows_bound_the_pairs_a_rank_can_receive():
     from gshmem.moe.context import Context
 

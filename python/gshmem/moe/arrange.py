@@ -12,7 +12,7 @@ combine uses to sum each row's experts' outputs back into one row per (token, ra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -43,28 +43,6 @@ def pairs(local: torch.Tensor, weights: torch.Tensor, num_local: int, num_pairs:
     return Pairs(order // k, weights.flatten()[order], per_expert[:num_local], slot.view(rows, k))
 
 
-class Padded(NamedTuple):
-    """Pairs padded to a fixed count past those that arrived (a dispatch that does not
-    synchronise the host): row 0, weight 0, sender and code -1 for padding."""
-
-    row: torch.Tensor  # [worst] int64
-    weight: torch.Tensor  # [worst] float32
-    src_rank: torch.Tensor  # [worst] int32
-    src_code: torch.Tensor  # [worst] int32: token * 8 + choice at the sender
-
-
-def padded(row: torch.Tensor, weight: torch.Tensor, src_rank: torch.Tensor,
-           src_code: torch.Tensor, n: torch.Tensor) -> Padded:  # fmt: skip
-    """The first ``n`` (a 0-d tensor, on the GPU for a dispatch: nothing waits for it) of the
-    received pairs' rows, weights and sources as they are, the rest padding (whatever the
-    receive buffers held there: the next dispatch's or garbage)."""
-    import torch
-
-    valid = torch.arange(row.numel(), device=row.device) < n
-    return Padded(torch.where(valid, row.long(), 0), torch.where(valid, weight, 0.0),
-                  torch.where(valid, src_rank, -1), torch.where(valid, src_code, -1))  # fmt: skip
-
-
 def reduce_rows(y: torch.Tensor, p: Pairs, weighted: bool = True) -> torch.Tensor:
     """``[rows, hidden]`` in y's dtype: each received row's sum of its pairs' rows of ``y``
     (``[pairs, hidden]``), times their weights when ``weighted``, accumulated in fp32 (or y's
@@ -79,4 +57,4 @@ def reduce_rows(y: torch.Tensor, p: Pairs, weighted: bool = True) -> torch.Tenso
     return acc.to(y.dtype)
 
 
-__all__ = ["Padded", "Pairs", "padded", "pairs", "reduce_rows"]
+__all__ = ["Pairs", "pairs", "reduce_rows"]

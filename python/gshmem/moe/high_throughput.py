@@ -21,7 +21,7 @@ Host synchronisation: one per dispatch, after the count exchange: how many rows 
 size the outputs) and whether any rank's routing held a bad expert index (every rank raises
 alike, before anything is sent). With ``num_worst_rows`` (an upper bound on the pairs this rank
 receives) none: the outputs have that many rows, padded past the received ones
-(arrange.padded), and a kernel checks the exchanged counts instead (kernels.check: a device
+(kernels.padded_pairs), and a kernel checks the exchanged counts instead (kernels.check: a device
 trap). Combines never synchronise.
 """
 
@@ -206,20 +206,18 @@ class HighThroughput:
             self._send(route, x.detach(), topk, weights, use_fp8)
             rows = int(all_counts[:, c.me].sum())
             per_expert = routing.pairs_per_expert(all_counts, c.me, c.world, c.num_experts)
-            pairs, src = self._pairs(rows, int(per_expert.sum()), topk.shape[1], per_expert)
+            pairs, src, sources = self._pairs(rows, int(per_expert.sum()), topk.shape[1],
+                                              per_expert)  # fmt: skip
             tokens_per_expert: list[int] | torch.Tensor = per_expert.tolist()
         else:
             kernels.check(route, num_worst_rows)  # what the host cannot raise without a sync
             router_grad = wants  # the caller's promise: the same on every rank
             self._send(route, x.detach(), topk, weights, use_fp8)
-            all_counts = route.all_counts.view(c.world, -1)
-            per_expert = routing.pairs_per_expert(all_counts, c.me, c.world, c.num_experts)
             rows = min(num_worst_rows, c.max_tokens * c.world)  # rows are at most pairs
-            pairs, src = self._padded_pairs(rows, num_worst_rows, topk.shape[1], per_expert)
+            pairs, src, sources = self._padded_pairs(route, rows, num_worst_rows, topk.shape[1])
             tokens_per_expert = pairs.per_expert
         handle = Handle(route, topk, weights, pairs, rows, self.dispatches, src, router_grad)
-        src_rank, src_token = src[0].long(), src[1].long() >> 3
-        got = (pairs.weight, tokens_per_expert, src_rank, src_token, handle)
+        got = (pairs.weight, tokens_per_expert, *sources, handle)
         if token_rows:  # the receive buffer itself: no copy into expert order
             values, scales = self._received(rows, use_fp8)
             return Dispatched(values, *got, scales=scales, row=pairs.row)
@@ -241,22 +239,23 @@ class HighThroughput:
 
     def _pairs(self, rows: int, n: int, k: int, per_expert: torch.Tensor):
         """The received pairs (``n`` of them, ``rows`` rows), copied out of the receive buffers
-        (the next dispatch overwrites them), and each pair's (sender, token * 8 + choice)."""
+        (the next dispatch overwrites them), each pair's (sender, token * 8 + choice) and, for
+        the caller, (sender, token) as int64."""
         slot, row, weight, src_rank, src_code = self.recv[1:]
         pairs = arrange.Pairs(row[:n].long(), weight[:n].clone(), per_expert.long(),
                               slot[: rows * k].view(rows, k).clone())  # fmt: skip
-        return pairs, (src_rank[:n].clone(), src_code[:n].clone())
+        src = (src_rank[:n].clone(), src_code[:n].clone())
+        return pairs, src, (src[0].long(), src[1].long() >> 3)
 
-    def _padded_pairs(self, rows: int, worst: int, k: int, per_expert: torch.Tensor):
-        """``_pairs`` for ``worst`` pairs whatever arrived (arrange.padded), the count staying on
-        the GPU; the slots of ``rows`` rows (an upper bound: the combine's kernel stops at the
-        rows that arrived)."""
+    def _padded_pairs(self, route: kernels.Route, rows: int, worst: int, k: int):
+        """``_pairs`` for ``worst`` pairs whatever arrived (those, then padding: row 0, weight
+        0, sources -1), the count staying on the GPU (one kernel); the slots of ``rows`` rows (an
+        upper bound: the combine's kernel stops at the rows that arrived)."""
         slot, row, weight, src_rank, src_code = self.recv[1:]
-        n = per_expert.sum()
-        p = arrange.padded(row[:worst], weight[:worst], src_rank[:worst], src_code[:worst], n)
-        pairs = arrange.Pairs(p.row, p.weight, per_expert.long(),
+        p = kernels.padded_pairs(route, row, weight, src_rank, src_code, worst)
+        pairs = arrange.Pairs(p.row, p.weight, p.per_expert,
                               slot[: rows * k].view(rows, k).clone())  # fmt: skip
-        return pairs, (p.src_rank, p.src_code)
+        return pairs, (p.src_rank, p.src_code), (p.rank, p.token)
 
     def _latest(self, handle: Handle, what: str) -> None:
         if handle.call != self.dispatches:

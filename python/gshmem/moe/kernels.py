@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gshmem._errors import UsageError
 from gshmem._native import load
@@ -24,6 +24,8 @@ _SIGNATURES = {
                             _P, _P, _P, _P, _P, _P, _P, _I, _P],
     "gshmem_moe_wait": [_P, _P, _P, _I, _U, _P],
     "gshmem_moe_check": [_P, _I, _I, _I, _L, _P],
+    "gshmem_moe_padded_pairs": [_P, _I, _I, _I, _P, _P, _P, _P, _L, _P, _P, _P, _P, _P, _P, _P,
+                                _P],
     "gshmem_moe_reduce": [_P, _P, _P, _I, _I, _I, _I, _P, _L, _P, _P, _I, _L, _L, _P, _P, _P, _L,
                           _P, _I, _P],
     "gshmem_moe_pull": [_P, _P, _P, _P, _P, _I, _I, _I, _L, _I, _P, _L, _P, _P, _U, _L, _I, _P],
@@ -144,6 +146,38 @@ def check(r: Route, worst_pairs: int) -> None:
           worst_pairs, _stream(r.pes.device.index))  # fmt: skip
 
 
+class PaddedPairs(NamedTuple):
+    """A dispatch's received pairs, ``worst`` of them: those that arrived, then padding (row 0,
+    weight 0, sources -1)."""
+
+    row: torch.Tensor  # [worst] int64
+    weight: torch.Tensor  # [worst] float32
+    src_rank: torch.Tensor  # [worst] int32
+    src_code: torch.Tensor  # [worst] int32: token * 8 + choice at the sender
+    rank: torch.Tensor  # [worst] int64: src_rank widened
+    token: torch.Tensor  # [worst] int64: the token of src_code
+    per_expert: torch.Tensor  # [local experts] int64: pairs received per local expert
+
+
+def padded_pairs(r: Route, row, weight, src_rank, src_code, worst: int) -> PaddedPairs:
+    """Queues one kernel that reads how many pairs arrive from the exchanged counts (on the GPU:
+    no host synchronisation) and fills ``worst`` of each output from the receive arrays."""
+    import torch
+
+    dev, i64 = row.device, torch.int64
+    out = PaddedPairs(torch.empty(worst, dtype=i64, device=dev),
+                      torch.empty(worst, dtype=torch.float32, device=dev),
+                      torch.empty(worst, dtype=torch.int32, device=dev),
+                      torch.empty(worst, dtype=torch.int32, device=dev),
+                      torch.empty(worst, dtype=i64, device=dev),
+                      torch.empty(worst, dtype=i64, device=dev),
+                      torch.empty(r.num_experts // r.world, dtype=i64, device=dev))  # fmt: skip
+    _call("gshmem_moe_padded_pairs", r.all_counts.data_ptr(), r.world, r.me, r.num_experts,
+          row.data_ptr(), weight.data_ptr(), src_rank.data_ptr(), src_code.data_ptr(), worst,
+          *(t.data_ptr() for t in out), _stream(dev.index))  # fmt: skip
+    return out
+
+
 def return_values(r: Route, values, src_rank, src_code, dest, returned, blocks: int) -> None:
     """``values[p]`` (float32) to rank ``src_rank[p]``'s ``dest[src_code[p]]`` (none where
     ``src_rank[p]`` is -1); then signals."""
@@ -252,6 +286,7 @@ __all__ = [
     "TILE",
     "Layout",
     "LowLatencyBuffers",
+    "PaddedPairs",
     "Route",
     "dispatch",
     "layout",
@@ -260,6 +295,7 @@ __all__ = [
     "ll_combine_send",
     "ll_recv",
     "ll_send",
+    "padded_pairs",
     "pull",
     "reduce",
     "return_values",
