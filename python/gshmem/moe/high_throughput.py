@@ -14,7 +14,9 @@ need no round trip), or it stays in the receiver's symmetric combine buffer and 
 reads its tokens' sums from every rank it sent them to and adds them up (``pull``: NVLink
 loads); ``Buffer(..., combine=...)`` or ``GSHMEM_MOE_COMBINE``, the same on
 every rank, else push below 4 ranks and pull from 4 (measured at 4096 tokens on H200: push 518
-against pull 604 µs at 2 ranks, pull 964-983 against push 1120 µs at 4; docs/moe.md). Both
+against pull 604 µs at 2 ranks, pull 964-983 against push 1120 µs at 4; docs/moe.md). With token
+rows (``reduce_pairs`` in the caller's experts step, then ``combine(..., token_rows=True)``) the
+sums are already where the receiver keeps them, and the combine only signals and pulls. Both
 directions move data with SM loads and stores over NVLink from ``blocks`` thread blocks.
 
 Host synchronisation: one per dispatch, after the count exchange: how many rows will arrive (to
