@@ -58,12 +58,14 @@ class Buffer:
     per rank per dispatch, routed to ``num_experts`` experts spread evenly over ``team`` (default:
     every PE of ``comm``; expert ``e`` on rank ``e // (num_experts / world)``). Collective to
     create. Memory (symmetric): high throughput about ``2 × max_tokens × world`` rows; low
-    latency ``(num_experts + 8) × max_tokens`` rows. ``blocks``: thread blocks of every kernel
+    latency ``(world + 8) × max_tokens`` rows (each dispatch's output: ``num_experts ×
+    max_tokens`` more, not symmetric). ``blocks``: thread blocks of every kernel
     (default 24 in high-throughput mode, 96 in low latency); the same on every rank.
     ``combine`` (high throughput): how combines bring each token's sums back to its rank,
     ``"push"`` (every expert rank writes them into the sender's buffer) or ``"pull"`` (the
     sender reads them at every expert rank); default GSHMEM_MOE_COMBINE, else push below 4 ranks
-    and pull from 4 (each measured faster there); the same on every rank."""
+    and pull from 4 (each measured faster there); the same on every rank. It decides the
+    combines of expert outputs per pair; token-row combines always pull."""
 
     def __init__(
         self,
