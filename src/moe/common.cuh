@@ -291,4 +291,14 @@ __device__ inline void quantize_row_to(uint8_t* const (&dst)[kMaxTopk], int n, c
   }
 }
 
+// quantize_row_to places given as rows of 16-byte vectors (the receive buffers' type).
+template <class T>
+__device__ inline void quantize_row_to(int4* const (&dst)[kMaxTopk], int n, const int4* src,
+                                       int64_t row_vecs, int64_t begin, int64_t end, int lane) {
+  uint8_t* bytes[kMaxTopk];
+#pragma unroll
+  for (int c = 0; c < kMaxTopk; ++c) bytes[c] = reinterpret_cast<uint8_t*>(dst[c]);
+  quantize_row_to<T>(bytes, n, src, row_vecs, begin, end, lane);
+}
+
 }  // namespace gshmem_moe

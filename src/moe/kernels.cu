@@ -207,10 +207,7 @@ __global__ void __launch_bounds__(kThreads)
     gather_lanes(my_dst, to, static_cast<int4*>(nullptr), dst);
     const int receivers = __popc(to);
     if (kFp8) {
-      uint8_t* bytes[kMaxTopk];
-#pragma unroll
-      for (int c = 0; c < kMaxTopk; ++c) bytes[c] = reinterpret_cast<uint8_t*>(dst[c]);
-      quantize_row_to<T>(bytes, receivers, x + t * row_vecs, row_vecs, 0, row_vecs, lane);
+      quantize_row_to<T>(dst, receivers, x + t * row_vecs, row_vecs, 0, row_vecs, lane);
     } else {
       copy_row_to(dst, receivers, x + t * row_vecs, row_vecs, lane);  // loaded once
     }

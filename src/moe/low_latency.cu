@@ -133,10 +133,7 @@ __global__ void __launch_bounds__(kThreads)
     int4* dst[kMaxTopk];  // the row's start at each rank
     gather_lanes(mine, ranks, static_cast<int4*>(nullptr), dst);
     if (kFp8) {
-      uint8_t* bytes[kMaxTopk];
-#pragma unroll
-      for (int c = 0; c < kMaxTopk; ++c) bytes[c] = reinterpret_cast<uint8_t*>(dst[c]);
-      quantize_row_to<T>(bytes, __popc(ranks), x + t * row_vecs, row_vecs, begin, end, lane);
+      quantize_row_to<T>(dst, __popc(ranks), x + t * row_vecs, row_vecs, begin, end, lane);
     } else {
 #pragma unroll
       for (int c = 0; c < kMaxTopk; ++c) dst[c] = dst[c] ? dst[c] + begin : nullptr;

@@ -177,9 +177,9 @@ def make_side(impl: str, comm, o: argparse.Namespace, tokens: int, worst: int):
     if impl == "nccl":
         return NcclMoe(comm.nranks, comm.rank, o.experts)
     if impl == "torch-vdev":
-        rounded = min(-(-worst // WORST_ROUND) * WORST_ROUND, tokens * o.topk * comm.nranks)
+        bound = rounded_up(worst, tokens * o.topk * comm.nranks)
         return moe_torch_symm.TorchSymmMoe(comm.nranks, o.experts, tokens, o.topk, o.hidden,
-                                           rounded)  # fmt: skip
+                                           bound)  # fmt: skip
     low = impl == "gshmem-ll"
     combine = COMBINE_OF.get(impl)
     buf = Buffer(comm, o.hidden, tokens, o.experts, blocks=o.blocks, low_latency=low,
@@ -189,8 +189,13 @@ def make_side(impl: str, comm, o: argparse.Namespace, tokens: int, worst: int):
     side = GshmemMoe(buf)
     side.token_rows = impl == "gshmem-tokens"
     if impl in ("gshmem-nosync", "gshmem-tokens"):
-        side.worst = min(-(-worst // WORST_ROUND) * WORST_ROUND, buf.ctx.most_pairs())
+        side.worst = rounded_up(worst, buf.ctx.most_pairs())
     return side
+
+
+def rounded_up(pairs: int, most: int) -> int:
+    """A bound on the rows received: ``pairs`` rounded up to WORST_ROUND, at most ``most``."""
+    return min(-(-pairs // WORST_ROUND) * WORST_ROUND, most)
 
 
 def expert_outputs(rows, per_expert, scale, first):

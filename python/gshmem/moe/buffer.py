@@ -159,7 +159,8 @@ class Buffer:
         (sender, token) (a token with several experts here is there once), and ``row``
         ``[pairs]`` the row of ``x`` each pair reads, in the expert order above: an expert
         computes on ``x[row[a:b]]`` (gathered on load by a grouped GEMM, say) and ``combine``
-        takes its outputs per pair as usual. This skips the copy into expert order (at 4096
+        takes its outputs per pair as usual, or ``reduce_pairs`` sums them per row for
+        ``combine(..., token_rows=True)``. This skips the copy into expert order (at 4096
         tokens, DeepSeek-V3 shapes, 4 ranks: ~470 MB). ``x`` (and ``scales``) are views of the
         buffer, valid until its next dispatch-kind call (a dispatch, or a combine's backward);
         not differentiable (a ``UsageError`` if ``x`` needs a gradient)."""

@@ -149,9 +149,10 @@ class HighThroughput:
         2; docs/moe.md)."""
         if y.data_ptr() != self.comb.data_ptr():  # else reduce_pairs left the rows there
             self.comb[: h.rows].copy_(y)  # a copy-engine copy: no SMs
-        identity = torch.empty((0, 1), dtype=torch.int32, device=y.device)  # no rows: no slots
-        kernels.reduce(h.route, y, identity, None, 0, self.comb, self.ready, self.ctx.blocks)
-        return self._collect(h, pushed=False)  # the reduce over no rows only signalled
+        no_slots = torch.empty((0, 1), dtype=torch.int32, device=y.device)
+        # the reduce kernel over no rows: its blocks only signal `ready`
+        kernels.reduce(h.route, y, no_slots, None, 0, self.comb, self.ready, self.ctx.blocks)
+        return self._collect(h, pushed=False)
 
     def _collect(self, h: Handle, pushed: bool) -> torch.Tensor:
         """The combine's second half: once every rank signalled ``ready``, each token's rows

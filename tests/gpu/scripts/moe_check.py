@@ -101,6 +101,13 @@ def reference_combine(x, idx, weights, experts: int) -> torch.Tensor:
     return out
 
 
+def close(got, want, tol: float, what: str) -> None:
+    """``got`` within ``tol`` of ``want``'s largest magnitude (at least 1)."""
+    if got.numel():
+        err = (got - want).abs().max().item()
+        assert err <= tol * max(want.abs().max().item(), 1.0), (what, err)
+
+
 def fp8_inputs(rank: int, tokens: int, k: int, experts: int, seed: int, hidden: int = HIDDEN):
     """inputs(), with each 128-element group of a token scaled by 10^U(-3, 3)."""
     x, idx, w = inputs(rank, tokens, k, experts, "random", seed, hidden)
@@ -164,9 +171,7 @@ def values(comm) -> None:
             y = (d.x.float() * experts_of(d, me, per, experts)[:, None]).to(torch.bfloat16)
             out = buf.combine(y, d.handle)
             ref = reference_combine(x, idx, w, experts)
-            if out.numel():
-                err = (out.float() - ref).abs().max().item()
-                assert err <= 2e-2 * max(ref.abs().max().item(), 1.0), (kind, err)
+            close(out.float(), ref, 2e-2, kind)
         del buf
 
 
@@ -327,13 +332,6 @@ def tokens(comm) -> None:
     expect_usage(lambda: buf.combine(half, d.handle, token_rows=True), "must be")
     buf.combine(rows_y.detach(), d.handle, token_rows=True)  # the calls alternate as before
     expect_usage(lambda: buf.reduce_pairs(y.detach(), d.handle), "alternate")
-
-
-def close(got, want, tol: float, what: str) -> None:
-    """``got`` within ``tol`` of ``want``'s largest magnitude (at least 1)."""
-    if got.numel():
-        err = (got - want).abs().max().item()
-        assert err <= tol * max(want.abs().max().item(), 1.0), (what, err)
 
 
 def overflow(comm) -> None:
