@@ -76,10 +76,12 @@ CollState::CollState(Comm& comm) {
   const uint64_t packets = 2 * n * kPacketSlotBytes;
   const uint64_t descs = 2 * n * sizeof(uint64_t);
   const uint64_t permute_packets = 2 * n * kPermuteSlotBytes;
-  const uint64_t permute_counters = 3 * static_cast<uint64_t>(kPermuteCtas) * n * sizeof(uint64_t);
+  const uint64_t permute_bulk = 2 * n * kPermuteBulkSlotBytes;
+  const uint64_t permute_counters =
+      4 * static_cast<uint64_t>(kPermuteRegions) * n * sizeof(uint64_t);
   const uint64_t permute_flags = 2 * n * sizeof(uint64_t);
   const uint64_t before_exchange = 3 * counters + slots + packets + descs + permute_packets +
-                                   permute_counters + permute_flags;
+                                   permute_bulk + permute_counters + permute_flags;
   // Reductions through the proxy stage in slots of their own (exchange.cpp), 4 KiB-aligned for
   // the reduce kernel's 16-byte loads: half the scratch, only on comms with a proxy path.
   const uint64_t exchange_at = (before_exchange + 4095) / 4096 * 4096;
@@ -93,10 +95,12 @@ CollState::CollState(Comm& comm) {
   sync_.packets = sync_.slots + slots;
   sync_.descs = reinterpret_cast<uint64_t*>(sync_.packets + packets);
   permute_.packets = reinterpret_cast<char*>(sync_.descs + 2 * n);
-  permute_.credits = reinterpret_cast<uint64_t*>(permute_.packets + permute_packets);
-  permute_.sent = permute_.credits + static_cast<uint64_t>(kPermuteCtas) * n;
-  permute_.got = permute_.sent + static_cast<uint64_t>(kPermuteCtas) * n;
-  permute_flags_.ready = permute_.got + static_cast<uint64_t>(kPermuteCtas) * n;
+  permute_.bulk = permute_.packets + permute_packets;
+  permute_.credits = reinterpret_cast<uint64_t*>(permute_.bulk + permute_bulk);
+  permute_.sent = permute_.credits + static_cast<uint64_t>(kPermuteRegions) * n;
+  permute_.got = permute_.sent + static_cast<uint64_t>(kPermuteRegions) * n;
+  permute_.arrived = permute_.got + static_cast<uint64_t>(kPermuteRegions) * n;
+  permute_flags_.ready = permute_.arrived + static_cast<uint64_t>(kPermuteRegions) * n;
   permute_flags_.arrived = permute_flags_.ready + n;
   if (exchange > 0) exchange_slots_ = {base + exchange_at, mine.slot_bytes};
   permute_.packet_bytes = kPermuteSlotBytes;

@@ -76,15 +76,17 @@ struct VLayout {
 };
 void all_to_allv(const Launch& l, const void* in, void* out, const VLayout& layout);
 
-// ---- the packet permute (kernels_permute.cu) ----
+// ---- the permute (kernels_permute.cu) ----
 struct PermuteLaunch {
   gshmem_device_t dev;
   PermuteSync sync;
   cudaStream_t stream;
 };
 // out = world PE src's in (any bytes); this PE's in goes to world PE dst. -1: no
-// peer (nothing received leaves zeros); dst == src == this PE copies in to out.
-void permute(const PermuteLaunch& l, const void* in, void* out, size_t bytes, int dst, int src);
+// peer (nothing received leaves zeros); dst == src == this PE copies in to out. `bulk`: the bulk
+// protocol, else packets (permute_sync.h); both ends of a pair must choose alike.
+void permute(const PermuteLaunch& l, const void* in, void* out, size_t bytes, int dst, int src,
+             bool bulk);
 
 // Loads every collective kernel on the current device now (at comm creation), so that a first
 // call made while a stream is being captured does not load a module.

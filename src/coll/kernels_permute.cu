@@ -1,14 +1,23 @@
-// The packet permute (kernels.h: permute): one point-to-point exchange as LL packets
-// (protocol.cuh's 16-byte packets, 8 data bytes and two epoch words) stored straight into the
-// receiver, which polls them: one kernel of one CTA per 8 KiB (at most kPermuteCtas), no signal
-// phase, so a small message costs one NVLink crossing. Larger messages go in 256 KiB chunks
-// through the same slots. Reuse of a CTA's region of a parity slot waits for the receiving CTA's
-// credit for the chunk two before (permute_sync.h), which a pipelined sequence of small calls
-// has long received. Credits are plain stores, per CTA, so no fence or atomic sits on the path.
+// The permute (kernels.h: permute): one point-to-point exchange stored straight into the
+// receiver, by one of two protocols (permute_sync.h), each one kernel of one CTA per region of a
+// chunk (at most kPermuteCtas of packets, kPermuteBulkCtas of bulk):
+// - packets: LL packets (protocol.cuh's 16-byte packets, 8 data bytes and two epoch words) that
+//   the receiver polls; no signal phase, so a small message costs one NVLink crossing, but half
+//   of every packet is flags (~89 GB/s);
+// - bulk: plain 16-byte stores into the receiver's bulk slot, then per CTA and chunk one fence and
+//   a release store of its arrival count, which the receiving CTA acquires before it copies the
+//   slot out: one more crossing per chunk, every stored byte data. Out of place, separate CTAs
+//   send and receive, so a sender's fence and its receiving twin's wait and copy do not stall
+//   each other's stores; in place, one CTA does both, in order (below).
+// Larger messages go in chunks through the same slots. Reuse of a CTA's region of a parity slot
+// waits for the receiving CTA's credit for the chunk two before, which a pipelined sequence of
+// small calls has long received. Credits are plain stores, per CTA, so no fence or atomic sits on
+// the packets' path.
 #include <algorithm>
 
 #include "coll/kernels.h"
 #include "coll/protocol.cuh"
+#include "gshmem/device/order.cuh"
 #include "common/cuda_api.h"
 
 namespace gshmem::coll::kernels {
@@ -16,96 +25,170 @@ namespace {
 
 using namespace gshmem::coll::device;
 
-// This PE's packet slot that world PE `src` fills with its messages of parity `par`.
-__device__ inline uint4* permute_slot(const PermuteSync& s, unsigned long long par, int src) {
-  return packet_slot_in(s.packets, s.packet_bytes, s.n_pes, static_cast<unsigned>(par), src);
+// One protocol's chunk geometry: region b (of `regions`) is bytes [b, b + 1) x cta_bytes of every
+// chunk.
+struct Geometry {
+  size_t cta_bytes, chunk_bytes;
+  int regions;
+};
+constexpr Geometry kPackets{kPermuteCtaWords * 8, kPermuteChunkWords * 8, kPermuteCtas};
+constexpr Geometry kBulk{kPermuteBulkCtaBytes, kPermuteBulkChunkBytes, kPermuteBulkCtas};
+
+// The regions that a message of `bytes` reaches: one CTA each (or two: a sender, a receiver).
+inline int permute_ctas(size_t bytes, const Geometry& g) {
+  return static_cast<int>(
+      std::clamp<size_t>((bytes + g.cta_bytes - 1) / g.cta_bytes, 1, g.regions));
 }
 
-// The CTAs that carry a message of `bytes`: one per kPermuteCtaWords words, at most kPermuteCtas.
-inline int permute_ctas(size_t bytes) {
-  const size_t words = (bytes + 7) / 8;
-  return static_cast<int>(std::clamp<size_t>((words + kPermuteCtaWords - 1) / kPermuteCtaWords, 1,
-                                             kPermuteCtas));
+// Region b's entry for world PE q in one of PermuteSync's [kPermuteRegions][n_pes] arrays.
+__device__ inline unsigned long long* cta_entry(uint64_t* array, const PermuteSync& s, int b,
+                                                int q) {
+  return reinterpret_cast<unsigned long long*>(array) + static_cast<size_t>(b) * s.n_pes + q;
 }
 
-// Thread 0: waits until PE `dst`'s CTA has read this CTA's message j - 2 (bounded; see
-// deadline.cuh). A relaxed poll suffices: the stores that reuse the slot come after the barrier
-// that follows it, and a GPU does not store speculatively.
-__device__ inline void wait_credit(const Device& dev, const unsigned long long* credit, int dst,
-                                   unsigned long long j) {
-  if (threadIdx.x != 0 || j < 2) return;
-  const gshmem::detail::Waited what{GSHMEM_WAIT_COLLECTIVE, dst, static_cast<int>(Cmp::GE),
-                                    credit, j - 1};
+// Thread 0: waits until *flag >= want, a flag that PE `from` writes (bounded; see deadline.cuh).
+// kAcquire: the CTA's loads after the next barrier see what `from` stored before its release.
+// Without it the poll is relaxed, enough for a credit: the stores that reuse the slot come after
+// the barrier that follows, and a GPU does not store speculatively.
+template <bool kAcquire>
+__device__ inline void wait_at_least(const Device& dev, const unsigned long long* flag, int from,
+                                     unsigned long long want) {
+  if (threadIdx.x != 0) return;
+  const gshmem::detail::Waited what{GSHMEM_WAIT_COLLECTIVE, from, static_cast<int>(Cmp::GE), flag,
+                                    want};
   gshmem::Deadline deadline;
   unsigned long long seen;
-  while ((seen = gshmem::detail::ld_relaxed(credit)) < j - 1) {
+  while ((seen = kAcquire ? gshmem::detail::ld_acquire(flag) : gshmem::detail::ld_relaxed(flag)) <
+         want) {
     if (deadline.expired(dev, what, seen)) break;
   }
 }
 
-// The message goes in chunks of kPermuteChunkWords words, each a message of the protocol
-// (permute_sync.h); CTA b moves its region of every chunk. A thread sends word i of a chunk
-// before it receives word i, so in == out is safe.
+// This PE's packet slot that world PE `src` fills with its message j (by j's parity).
+__device__ inline uint4* packet_slot_of(const PermuteSync& s, unsigned long long j, int src) {
+  return packet_slot_in(s.packets, s.packet_bytes, s.n_pes, static_cast<unsigned>(j & 1), src);
+}
+
+// This PE's bulk slot that world PE `src` fills with its message j (by j's parity).
+__device__ inline char* bulk_slot_of(const PermuteSync& s, unsigned long long j, int src) {
+  return s.bulk + ((j & 1) * s.n_pes + src) * kPermuteBulkSlotBytes;
+}
+
+// The chunk's bytes [lo, hi) of the message (of `bytes`), `chunk` bytes into the message.
+struct Part {
+  size_t lo, hi, chunk;
+};
+
+__device__ inline void send_packets(uint4* slot, const char* in, size_t bytes, const Part& p,
+                                    unsigned long long j) {
+  for (size_t i = p.lo / 8 + threadIdx.x; i < (p.hi + 7) / 8; i += blockDim.x) {
+    store_packet(slot + (i - p.chunk / 8), load8(in, i, bytes), epoch_of(j));
+  }
+}
+
+__device__ inline void receive_packets(const Device& dev, const uint4* slot, char* out,
+                                       size_t bytes, const Part& p, unsigned long long k, int src) {
+  for (size_t i = p.lo / 8 + threadIdx.x; i < (p.hi + 7) / 8; i += blockDim.x) {
+    store8(out, i, bytes, load_packet(dev, slot + (i - p.chunk / 8), epoch_of(k), src));
+  }
+}
+
+// The message goes in chunks of the protocol's chunk_bytes, each a message of the protocol
+// (permute_sync.h); region b of every chunk is moved by CTA b, or, when the grid has 2 x `ctas`
+// CTAs, sent by CTA b and received by CTA ctas + b. A CTA that does both sends a region before it
+// receives the same region (and its threads' reads end at a barrier), so in == out is safe.
+template <bool kBulkProtocol>
 __global__ void __launch_bounds__(kThreads)
     permute_kernel(Device dev, PermuteSync s, const char* in, char* out, size_t bytes, int dst,
-                   int src) {
-  const size_t words = (bytes + 7) / 8;
-  const size_t mine = static_cast<size_t>(blockIdx.x) * s.n_pes;
-  const bool sends = dst >= 0 && dst != dev.my_pe, receives = src >= 0 && src != dev.my_pe;
-  const bool self = src == dev.my_pe;  // else nobody sends here: zeros, as jax.lax.ppermute
-  const unsigned long long sent = sends ? s.sent[mine + dst] : 0;
-  const unsigned long long got = receives ? s.got[mine + src] : 0;
-  unsigned long long n = 0;  // this CTA's chunks so far
-  for (size_t base = 0; base < words; base += kPermuteChunkWords, ++n) {
-    const size_t lo = base + blockIdx.x * kPermuteCtaWords;
-    if (lo >= words) break;
-    const size_t hi = lo + kPermuteCtaWords < words ? lo + kPermuteCtaWords : words;
+                   int src, int ctas) {
+  constexpr Geometry g = kBulkProtocol ? kBulk : kPackets;
+  const int b = static_cast<int>(blockIdx.x) % ctas;
+  const bool split = static_cast<int>(gridDim.x) != ctas;
+  const bool sender = !split || static_cast<int>(blockIdx.x) < ctas, receiver = !split || !sender;
+  const bool sends = sender && dst >= 0 && dst != dev.my_pe;
+  const bool receives = receiver && src >= 0 && src != dev.my_pe;
+  const bool self = receiver && src == dev.my_pe;
+  const bool zeros = receiver && src < 0;  // nobody sends here, as jax.lax.ppermute
+  const unsigned long long sent = sends ? *cta_entry(s.sent, s, b, dst) : 0;
+  const unsigned long long got = receives ? *cta_entry(s.got, s, b, src) : 0;
+  const size_t region = b * g.cta_bytes;  // this CTA's region of a chunk and of a slot
+  unsigned long long n = 0;               // this CTA's chunks so far
+  for (size_t chunk = 0; chunk < bytes; chunk += g.chunk_bytes, ++n) {
+    const size_t lo = chunk + region;
+    if (lo >= bytes) break;
+    const Part p{lo, lo + g.cta_bytes < bytes ? lo + g.cta_bytes : bytes, chunk};
     if (sends) {
       const unsigned long long j = sent + n;
-      wait_credit(dev, reinterpret_cast<const unsigned long long*>(s.credits + mine + dst), dst,
-                  j);
+      if (j >= 2) wait_at_least<false>(dev, cta_entry(s.credits, s, b, dst), dst, j - 1);
       __syncthreads();  // every thread's stores come after the credit
-      uint4* slot = gshmem::detail::peer(dev, permute_slot(s, j & 1, dev.my_pe), dst);
-      for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        store_packet(slot + (i - base), load8(in, i, bytes), epoch_of(j));
+      if constexpr (kBulkProtocol) {
+        copy(gshmem::detail::peer(dev, bulk_slot_of(s, j, dev.my_pe) + region, dst), in + p.lo,
+             p.hi - p.lo);
+        __syncthreads();  // every thread's stores happen-before thread 0's fence
+        if (threadIdx.x == 0) {
+          gshmem::detail::fence_acq_rel_sys();
+          gshmem::detail::st_release(
+              gshmem::detail::peer(dev, cta_entry(s.arrived, s, b, dev.my_pe), dst), j + 1);
+        }
+      } else {
+        send_packets(gshmem::detail::peer(dev, packet_slot_of(s, j, dev.my_pe), dst), in, bytes,
+                     p, j);
       }
     }
     if (receives) {
       const unsigned long long k = got + n;
-      const uint4* slot = permute_slot(s, k & 1, src);
-      for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        store8(out, i, bytes, load_packet(dev, slot + (i - base), epoch_of(k), src));
+      if constexpr (kBulkProtocol) {
+        wait_at_least<true>(dev, cta_entry(s.arrived, s, b, src), src, k + 1);
+        __syncthreads();  // extends thread 0's acquire to the CTA
+        copy(out + p.lo, bulk_slot_of(s, k, src) + region, p.hi - p.lo);
+      } else {
+        receive_packets(dev, packet_slot_of(s, k, src), out, bytes, p, k, src);
       }
-      // Every packet this CTA read has returned its value (each was stored to out), so the
+      // Every value this CTA read from the slot has returned (each was stored to out), so the
       // credit needs no fence: the sender's later overwrite cannot change what was read.
       __syncthreads();
       if (threadIdx.x == 0) {
-        gshmem::detail::st_relaxed(
-            gshmem::detail::peer(dev, reinterpret_cast<unsigned long long*>(s.credits) + mine +
-                                          dev.my_pe, src),
-            k + 1);
+        gshmem::detail::st_relaxed(gshmem::detail::peer(dev, cta_entry(s.credits, s, b, dev.my_pe),
+                                                        src),
+                                   k + 1);
       }
-    } else {
-      for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        store8(out, i, bytes, self ? load8(in, i, bytes) : 0ull);
+    } else if (self) {
+      copy(out + p.lo, in + p.lo, p.hi - p.lo);
+    } else if (zeros) {
+      for (size_t i = p.lo / 8 + threadIdx.x; i < (p.hi + 7) / 8; i += blockDim.x) {
+        store8(out, i, bytes, 0ull);
       }
     }
   }
   // Every thread read the counts before the first chunk's barrier.
   if (threadIdx.x == 0) {
-    if (sends) s.sent[mine + dst] = sent + n;
-    if (receives) s.got[mine + src] = got + n;
+    if (sends) *cta_entry(s.sent, s, b, dst) = sent + n;
+    if (receives) *cta_entry(s.got, s, b, src) = got + n;
   }
 }
 
 }  // namespace
 
-void permute(const PermuteLaunch& l, const void* in, void* out, size_t bytes, int dst, int src) {
-  permute_kernel<<<permute_ctas(bytes), kThreads, 0, l.stream>>>(
-      l.dev, l.sync, static_cast<const char*>(in), static_cast<char*>(out), bytes, dst, src);
+void permute(const PermuteLaunch& l, const void* in, void* out, size_t bytes, int dst, int src,
+             bool bulk) {
+  auto* from = static_cast<const char*>(in);
+  auto* to = static_cast<char*>(out);
+  if (bulk) {
+    const int ctas = permute_ctas(bytes, kBulk);
+    const int grid = in == out ? ctas : 2 * ctas;
+    permute_kernel<true><<<grid, kThreads, 0, l.stream>>>(l.dev, l.sync, from, to, bytes, dst, src,
+                                                          ctas);
+  } else {
+    const int ctas = permute_ctas(bytes, kPackets);
+    permute_kernel<false><<<ctas, kThreads, 0, l.stream>>>(l.dev, l.sync, from, to, bytes, dst, src,
+                                                           ctas);
+  }
   cuda::check_launch("launching the permute kernel");
 }
 
-void preload_permute() { cuda::preload(permute_kernel, "loading the collective kernels"); }
+void preload_permute() {
+  cuda::preload(permute_kernel<false>, "loading the collective kernels");
+  cuda::preload(permute_kernel<true>, "loading the collective kernels");
+}
 
 }  // namespace gshmem::coll::kernels

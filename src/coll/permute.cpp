@@ -32,7 +32,7 @@ void require_peer(Comm& comm, int pe, const char* role, const char* op) {
                      "(docs/network.md)");
 }
 
-// The copy-engine path (select.h, permute_by_copy_engine): zero SMs, the message stored straight
+// The copy-engine path (select.h, PermutePath::CopyEngine): zero SMs, the message stored straight
 // into the receiver's symmetric `out` by exchange.h's steps on `stream`, or, to or from a PE on
 // the proxy path, through the proxy. The waits are the on-stream ones (released when the comm
 // stops: a dead peer, an abort).
@@ -81,12 +81,13 @@ void permute(Comm& comm, const void* in, void* out, size_t bytes, int dst_pe, in
                                        "heap object (the same on every PE) other than `in`");
   }
   cuda::DeviceGuard current(comm.device());
-  if (permute_by_copy_engine(bytes, out_symmetric, in == out, proxy)) {
+  const PermutePath path = permute_path(bytes, out_symmetric, in == out, proxy);
+  if (path == PermutePath::CopyEngine) {
     copy_engine_permute(comm, in, out, bytes, dst_pe, src_pe, stream);
     return;
   }
   kernels::permute({comm.device_state().device(), comm.coll_state().permute(), stream}, in, out,
-                   bytes, dst_pe, src_pe);
+                   bytes, dst_pe, src_pe, path == PermutePath::Bulk);
 }
 
 }  // namespace gshmem::coll

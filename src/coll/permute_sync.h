@@ -1,26 +1,33 @@
-// The per-comm memory of the packet permute (kernels_permute.cu), as its kernel receives it (by
+// The per-comm memory of the permute kernel (kernels_permute.cu), as its kernel receives it (by
 // value). Filled by CollState; its own region of the collectives' zeroed heap allocation, apart
 // from Sync's, because a permute exchanges with two PEs, not with every member (protocol.cuh's
 // reuse rule does not hold for it).
 //
 // Layout, all in the symmetric heap:
 //   packets  [2][n_pes][kPermuteSlotBytes] packets from PE q, by the parity of its message count
-//   credits  uint64[kPermuteCtas][n_pes]   messages of this PE's CTA b that q's CTA b has read
-//                                          (written by q)
-//   sent     uint64[kPermuteCtas][n_pes]   messages this PE's CTA b has sent to q (local)
-//   got      uint64[kPermuteCtas][n_pes]   messages from q this PE's CTA b has read (local)
-// A call's data goes in chunks of kPermuteChunkWords 8-byte words, each a message here. CTA b
-// owns words [b, b + 1) x kPermuteCtaWords of every packet slot, on the sender and on the
-// receiver alike, and moves only the chunks that reach its region, so each CTA pair keeps its
-// own count and no other CTA ever writes its region (its epochs only grow): CTA b's message j to
-// q (j = sent[b][q]) lies in its region of q's packets[j & 1][me] with epoch
-// j mod (2^32 - 1) + 1, and is written only once credits[b][q] >= j - 1, i.e. once q's CTA b has
-// read its message j - 2 from that region.
+//   bulk     [2][n_pes][kPermuteBulkSlotBytes] plain data from PE q (the bulk protocol), by parity
+//   credits  uint64[kPermuteRegions][n_pes]  messages of this PE's region b that q has read
+//                                            (written by q)
+//   sent     uint64[kPermuteRegions][n_pes]  messages of region b this PE has sent to q (local)
+//   got      uint64[kPermuteRegions][n_pes]  messages of region b from q this PE has read (local)
+//   arrived  uint64[kPermuteRegions][n_pes]  j + 1 once q has stored region b of its bulk message
+//                                            j here (written by q, with release)
+// A call's data goes in chunks, each a message here, by one of two protocols chosen by the
+// call's size (the same on both ends): packets (chunks of kPermuteChunkWords 8-byte words, LL
+// packets polled by the receiver) or bulk (chunks of kPermuteBulkChunkBytes, plain stores, then
+// a fence and a release store of `arrived`, which the receiver acquires). Region b of a chunk
+// (kPermuteCtaWords words of packets, kPermuteBulkCtaBytes of bulk) is moved by the same CTA
+// index b on the sender and on the receiver, into region b of the slot, and only chunks that
+// reach region b count there, so each region keeps one count of messages of both protocols and
+// no other CTA ever writes it (its epochs only grow): region b's message j to q (j =
+// sent[b][q]) lies in region b of q's packets[j & 1][me] (epoch j mod (2^32 - 1) + 1) or
+// bulk[j & 1][me], and is written only once credits[b][q] >= j - 1, i.e. once q has read
+// region b of message j - 2. The two protocols have separate slots: plain data left in a packet
+// slot could pass for a later packet whose epoch it happens to hold.
 // Counters only grow, so CUDA graphs replay it with nothing host-side baked in.
 #pragma once
 
 #include <cstdint>
-
 
 namespace gshmem::coll {
 
@@ -30,6 +37,15 @@ constexpr int kPermuteCtas = 32;
 constexpr uint64_t kPermuteCtaWords = 1024;  // 8-byte words: 8 KiB of data per CTA and chunk
 constexpr uint64_t kPermuteChunkWords = kPermuteCtas * kPermuteCtaWords;  // 256 KiB of data
 constexpr uint64_t kPermuteSlotBytes = kPermuteChunkWords * 16;           // as packets: 512 KiB
+// Bulk: 64 regions of 32 KiB (2 MiB chunks). A CTA's stores reach NVLink at ~7 GB/s, so the
+// rate grows with the CTAs that store: 32 CTAs of 64 KiB moved 230 GB/s at 256 MiB (4 x H200),
+// and a fence per warp instead of per CTA did not help (204 GB/s).
+constexpr int kPermuteBulkCtas = 64;
+constexpr uint64_t kPermuteBulkCtaBytes = 32 * 1024;
+constexpr uint64_t kPermuteBulkChunkBytes = kPermuteBulkCtas * kPermuteBulkCtaBytes;
+// Rows of the per-region counter arrays: the larger of the two protocols' region counts.
+constexpr int kPermuteRegions = kPermuteBulkCtas > kPermuteCtas ? kPermuteBulkCtas : kPermuteCtas;
+constexpr uint64_t kPermuteBulkSlotBytes = kPermuteBulkChunkBytes;
 
 // The copy-engine permute's signals (permute.cpp), n_pes each, in the same zeroed allocation:
 //   ready[q]    PE q may now store its message into this PE's `out` (set by q's receiver side:
@@ -51,9 +67,11 @@ struct ExchangeSlots {
 
 struct PermuteSync {
   char* packets;
+  char* bulk;
   uint64_t* credits;
   uint64_t* sent;
   uint64_t* got;
+  uint64_t* arrived;
   uint64_t packet_bytes;  // bytes of one packet slot (16-byte packets, 8 data bytes each)
   int32_t n_pes;
 };

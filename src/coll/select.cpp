@@ -356,6 +356,14 @@ Choice decide(const Query& q) {
               (one.from_env ? " (" + var(q.op, "ONE_SHOT_MAX") + ")" : "") + suffix};
 }
 
+// Whether `bytes` reaches the size in variable `var` (default `fallback`; "never": no size).
+bool at_least(size_t bytes, const char* var, size_t fallback) {
+  const char* v = getenv_nonempty(var);
+  if (v == nullptr) return bytes >= fallback;
+  if (lower(v) == "never") return false;
+  return bytes >= static_cast<size_t>(env::parse_size(v, var));
+}
+
 }  // namespace
 
 bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric) {
@@ -367,22 +375,31 @@ bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric) {
     case GSHMEM_COLL_ALL_TO_ALL: {
       // One more signal phase than a staged call (every member's `out` is free), so only from a
       // size where skipping the staging copy pays for it.
-      const char* v = getenv_nonempty("GSHMEM_COLL_DIRECT_MIN");
-      if (v == nullptr) return bytes >= 256 * KiB;
-      if (lower(v) == "never") return false;
-      return bytes >= static_cast<size_t>(env::parse_size(v, "GSHMEM_COLL_DIRECT_MIN"));
+      return at_least(bytes, "GSHMEM_COLL_DIRECT_MIN", 256 * KiB);
     }
     default: return false;
   }
 }
 
-bool permute_by_copy_engine(size_t bytes, bool out_symmetric, bool in_place, bool proxy) {
-  if (!out_symmetric || in_place) return false;
-  if (proxy) return true;
-  const char* v = getenv_nonempty("GSHMEM_PERMUTE_COPY_MIN");
-  if (v == nullptr) return bytes >= 2 * MiB;
-  if (lower(v) == "never") return false;
-  return bytes >= static_cast<size_t>(env::parse_size(v, "GSHMEM_PERMUTE_COPY_MIN"));
+PermutePath permute_path(size_t bytes, bool out_symmetric, bool in_place, bool proxy) {
+  // The defaults: 4 x H200, each path forced in one run (docs/collectives.md): packets 6.7 /
+  // 10.2 us at 256 / 512 KiB against bulk 9.6 / 9.0; bulk 42.3 / 80.8 us at 8 / 16 MiB against
+  // the copy engine 46.6 / 70.3.
+  if (out_symmetric && !in_place &&
+      (proxy || at_least(bytes, "GSHMEM_PERMUTE_COPY_MIN", 16 * MiB))) {
+    return PermutePath::CopyEngine;
+  }
+  return at_least(bytes, "GSHMEM_PERMUTE_BULK_MIN", 512 * KiB) ? PermutePath::Bulk
+                                                               : PermutePath::Packets;
+}
+
+const char* name(PermutePath path) {
+  switch (path) {
+    case PermutePath::Packets: return "packets";
+    case PermutePath::Bulk: return "bulk";
+    case PermutePath::CopyEngine: return "copy_engine";
+  }
+  return "?";
 }
 
 Choice choose(const Query& q) {

@@ -44,16 +44,21 @@ struct Query {
 // larger sizes (the table in select.cpp). Re-reads the environment; a bad value is a usage error.
 bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric);
 
-// Whether gshmem_permute_on_stream moves its message by the copy engine straight into the
-// receiver's `out` (permute.cpp) instead of the packet kernel: `out` a symmetric heap object (the
-// same one on every PE, as for any collective), not `in` (in place, a sender would read what its
-// own source overwrites), and at least GSHMEM_PERMUTE_COPY_MIN bytes (default 2 MiB: below it
-// the packets' one NVLink crossing beats the copy's two signal hops; "never": off), or at any
-// size when the comm has a proxy path (`proxy`: the packets reach no PE on it, and every PE of
-// such a comm has one, so the two ends of a pair still choose alike). Both ends of a pair must
-// choose alike, so the variable must be equal on every PE. Re-reads the environment; a bad value
-// is a usage error.
-bool permute_by_copy_engine(size_t bytes, bool out_symmetric, bool in_place, bool proxy);
+// How gshmem_permute_on_stream moves a message (permute.cpp, kernels_permute.cu):
+//   CopyEngine  by the copy engine straight into the receiver's `out`: `out` a symmetric heap
+//               object (the same one on every PE, as for any collective), not `in` (in place, a
+//               sender would read what its own source overwrites), and at least
+//               GSHMEM_PERMUTE_COPY_MIN bytes (default 16 MiB; "never": off), or at any size when
+//               the comm has a proxy path (`proxy`: the kernels reach no PE on it, and every PE of
+//               such a comm has one, so the two ends of a pair still choose alike);
+//   Bulk        else from GSHMEM_PERMUTE_BULK_MIN bytes (default 512 KiB; "never": off): the
+//               kernel's plain stores, a fence and a flag per chunk;
+//   Packets     else: the kernel's LL packets, one NVLink crossing and no signal.
+// Both ends of a pair must choose alike, so the variables must be equal on every PE. Re-reads
+// the environment; a bad value is a usage error.
+enum class PermutePath { Packets, Bulk, CopyEngine };
+PermutePath permute_path(size_t bytes, bool out_symmetric, bool in_place, bool proxy);
+const char* name(PermutePath path);
 
 struct Choice {
   Backend backend;

@@ -79,11 +79,12 @@ void bind_coll_select(nb::module_& m) {
       }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false,
       "beyond_reach"_a = false, "proxy"_a = false);
   m.def("permute_path", [](size_t bytes, bool out_symmetric, bool in_place, bool proxy) {
-        return std::string(call_internal([&] {
-          return gshmem::coll::permute_by_copy_engine(bytes, out_symmetric, in_place, proxy);
-        }) ? "copy_engine" : "packets");
+        return std::string(gshmem::coll::name(call_internal([&] {
+          return gshmem::coll::permute_path(bytes, out_symmetric, in_place, proxy);
+        })));
       }, "bytes"_a, "out_symmetric"_a, "in_place"_a = false, "proxy"_a = false,
-      "'copy_engine' or 'packets': the path gshmem_permute_on_stream takes; pure. Tests only.");
+      "'copy_engine', 'bulk' or 'packets': the path gshmem_permute_on_stream takes; pure. Tests "
+      "only.");
   m.def("permute_plan", [](int me, int dst_pe, int src_pe) {
         std::vector<std::tuple<std::string, int>> out;
         for (const auto& a : gshmem::coll::permute_plan(me, dst_pe, src_pe)) {

@@ -103,24 +103,34 @@ def test_direct_min_decides_whether_a_symmetric_output_is_staged(monkeypatch):
 
 
 def test_permute_path(monkeypatch):
-    """Large out-of-place permutes into symmetric outputs go by the copy engine; everything
-    else (small, staged, in place) by packets; GSHMEM_PERMUTE_COPY_MIN moves the line."""
+    """Large out-of-place permutes into symmetric outputs go by the copy engine; the rest by the
+    kernel: bulk from GSHMEM_PERMUTE_BULK_MIN, packets below; each variable moves its line."""
     monkeypatch.delenv("GSHMEM_PERMUTE_COPY_MIN", raising=False)
+    monkeypatch.delenv("GSHMEM_PERMUTE_BULK_MIN", raising=False)
     path = _C.permute_path
-    assert path(2 * MiB, True) == "copy_engine"
-    assert path(2 * MiB - 1, True) == "packets"
-    assert path(1 << 30, False) == "packets"  # not symmetric: the receiver's address is unknown
-    assert path(1 << 30, True, in_place=True) == "packets"
+    assert path(16 * MiB, True) == "copy_engine"
+    assert path(16 * MiB - 1, True) == "bulk"
+    assert [path(b, True) for b in (512 * KiB - 1, 512 * KiB)] == ["packets", "bulk"]
+    assert path(1 << 30, False) == "bulk"  # not symmetric: the receiver's address is unknown
+    assert path(1 << 30, True, in_place=True) == "bulk"
+    assert path(8, False) == path(8, True, in_place=True) == "packets"
     monkeypatch.setenv("GSHMEM_PERMUTE_COPY_MIN", "64K")
     assert [path(b, True) for b in (64 * KiB - 1, 64 * KiB)] == ["packets", "copy_engine"]
     monkeypatch.setenv("GSHMEM_PERMUTE_COPY_MIN", "0")
     assert path(1, True) == "copy_engine"
     monkeypatch.setenv("GSHMEM_PERMUTE_COPY_MIN", "Never")
-    assert path(1 << 30, True) == "packets"
-    monkeypatch.setenv("GSHMEM_PERMUTE_COPY_MIN", "lots")
-    with pytest.raises(gshmem.UsageError, match="GSHMEM_PERMUTE_COPY_MIN"):
-        path(MiB, True)
+    assert path(1 << 30, True) == "bulk"
+    monkeypatch.setenv("GSHMEM_PERMUTE_BULK_MIN", "never")
+    assert path(1 << 30, True) == path(1 << 30, False) == "packets"
+    monkeypatch.setenv("GSHMEM_PERMUTE_BULK_MIN", "1")
+    assert path(1, False) == "bulk"
+    for var in ("GSHMEM_PERMUTE_COPY_MIN", "GSHMEM_PERMUTE_BULK_MIN"):
+        monkeypatch.setenv(var, "lots")
+        with pytest.raises(gshmem.UsageError, match=var):
+            path(MiB, True)
+        monkeypatch.delenv(var)
     # a comm with a proxy path: the copy engine (or the proxy) at every size, the variable unread
+    monkeypatch.setenv("GSHMEM_PERMUTE_COPY_MIN", "never")
     assert path(1, True, proxy=True) == "copy_engine"
     assert path(1, False, proxy=True) == path(1, True, in_place=True, proxy=True) == "packets"
 

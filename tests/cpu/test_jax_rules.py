@@ -85,14 +85,20 @@ def test_perm_checks_and_inverse() -> None:
     assert all(back[d] == s for s, d in ring)
 
 
-def test_permute_path() -> None:
-    from gshmem.jax.rules import permute_path
+def test_permute_path(monkeypatch) -> None:
+    """The C API's kernel up to GSHMEM_JAX_PPERMUTE_KERNEL_MAX (packets, bulk from
+    GSHMEM_PERMUTE_BULK_MIN), the staged copy engine above it."""
+    from gshmem.jax.rules import DEFAULT_KERNEL_MAX, permute_path
 
+    monkeypatch.delenv("GSHMEM_PERMUTE_BULK_MIN", raising=False)
     assert permute_path(8, {}) == "packets"
     assert permute_path(6, {}) == "packets"  # any byte count: the packets carry 8-byte words
-    assert permute_path(2 << 20, {}) == "packets"
-    assert permute_path((2 << 20) + 4, {}) == "copy engine"
+    assert permute_path(512 << 10, {}) == "bulk"
+    assert permute_path((512 << 10) - 8, {}) == "packets"
+    assert permute_path(DEFAULT_KERNEL_MAX, {}) == "bulk"
+    assert permute_path(DEFAULT_KERNEL_MAX + 4, {}) == "copy engine"
     assert permute_path(0, {}) == "copy engine"
     assert permute_path(4096, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1K"}) == "copy engine"
     assert permute_path(512, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1K"}) == "packets"
+    monkeypatch.setenv("GSHMEM_PERMUTE_BULK_MIN", "never")
     assert permute_path(1 << 20, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "2M"}) == "packets"

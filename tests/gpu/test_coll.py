@@ -26,6 +26,13 @@ def test_coll(n, scenario):
 
 
 @pytest.mark.parametrize("n", PES)
+@pytest.mark.parametrize("bulk_min", ["1", "never"], ids=["bulk", "packets"])
+def test_permute_on_one_protocol(n, bulk_min):
+    # Every size of the permute scenario on the kernel's bulk protocol, then on its packets.
+    launch_pes(n, SCRIPT, "permute", GSHMEM_PERMUTE_BULK_MIN=bulk_min, **GSHMEM_ONLY)
+
+
+@pytest.mark.parametrize("n", PES)
 def test_permute_by_copy_engine(n):
     launch_pes(n, SCRIPT, "permute_copy", GSHMEM_PERMUTE_COPY_MIN="64K", **GSHMEM_ONLY)
 

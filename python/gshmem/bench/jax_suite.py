@@ -106,6 +106,8 @@ def run(o: argparse.Namespace) -> int:
 
     if o.layout == "per-gpu":
         _per_gpu_init()
+    elif o.nprocs:  # one process: the first --np GPUs (before JAX's backend starts)
+        jax.config.update("jax_cuda_visible_devices", ",".join(map(str, range(o.nprocs))))
     gj.init()
     say = print if jax.process_index() == 0 else (lambda *a, **k: None)
     devices = jax.devices()

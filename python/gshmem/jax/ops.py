@@ -80,7 +80,7 @@ class FfiWire:
     """The contiguous transfers as gshmem custom calls (on x's leading dimension)."""
 
     def permute(self, x, ax: Axis, pairs):
-        kernel = permute_path(_nbytes(x)) == "packets"
+        kernel = permute_path(_nbytes(x)) != "copy engine"
         return _ffi("gshmem_ppermute", x.shape, x, peers=ax.peers(pairs), kernel=np.int32(kernel))
 
     def permute_start(self, x, ax: Axis, pairs, channel: int):

@@ -40,19 +40,21 @@ def choose(op: str, nbytes: int, env: dict[str, str] | None = None) -> tuple[str
     return "xla", f"{nbytes} B > GSHMEM_JAX_MAX_BYTES ({limit} B): XLA's collective"
 
 
-# GSHMEM_JAX_PPERMUTE_KERNEL_MAX's default. 2 x H100, one process, 100 chained calls: the packet
-# kernel took 12.7 / 11.5 / 29.4 us at 128K / 512K / 2M per device, the staged copy-engine path
-# 32.5 / 35.7 / 46.7 us at 256K / 1M / 4M (and 41.2 at 2M in an earlier run); docs/jax.md.
-DEFAULT_PACKETS_MAX = 2 << 20
+# GSHMEM_JAX_PPERMUTE_KERNEL_MAX's default: where the kernel's bulk protocol (~225 GB/s: 80.8 us
+# at 16 MiB on 4 x H200, comm.permute) meets the staged copy-engine path (~33 us of flags and
+# stream operations, then the copy engine and a local copy out of the slot); docs/jax.md.
+DEFAULT_KERNEL_MAX = 16 << 20
 
 
 def permute_path(nbytes: int, env: dict[str, str] | None = None) -> str:
-    """How a gshmem ppermute of ``nbytes`` per device moves: "packets" (one kernel storing LL
-    packets into the receiver, one NVLink crossing; up to GSHMEM_JAX_PPERMUTE_KERNEL_MAX,
-    default DEFAULT_PACKETS_MAX) or "copy engine" (puts through the staging slot, zero SMs)."""
+    """How a gshmem ppermute of ``nbytes`` per device moves: up to GSHMEM_JAX_PPERMUTE_KERNEL_MAX
+    (default DEFAULT_KERNEL_MAX) by the C API's permute kernel straight into the receiver,
+    "packets" (LL packets, one NVLink crossing) or from GSHMEM_PERMUTE_BULK_MIN "bulk" (plain
+    stores and a flag per chunk), as gshmem_permute_on_stream chooses from the process's
+    environment; above it "copy engine" (puts through the staging slot, zero SMs)."""
     env = os.environ if env is None else env
-    limit = int(_C.parse_size(env.get("GSHMEM_JAX_PPERMUTE_KERNEL_MAX", str(DEFAULT_PACKETS_MAX))))
-    return "packets" if 0 < nbytes <= limit else "copy engine"
+    limit = int(_C.parse_size(env.get("GSHMEM_JAX_PPERMUTE_KERNEL_MAX", str(DEFAULT_KERNEL_MAX))))
+    return _C.permute_path(nbytes, False) if 0 < nbytes <= limit else "copy engine"
 
 
 def check_perm(perm: Sequence[tuple[int, int]], size: int) -> tuple[tuple[int, int], ...]:

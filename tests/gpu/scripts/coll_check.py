@@ -18,9 +18,10 @@ Usage: coll_check.py SCENARIO
             symmetric outputs, so staged and direct) on new data at each replay, replayed 50
             times, checked on the device (run with a small GSHMEM_COLL_SCRATCH_BYTES so that
             staged calls span several launches)
-  permute   comm.permute into ordinary tensors (packets): random permutations and sizes, a graph
+  permute   comm.permute into ordinary tensors (packets and bulk): random permutations and
+            sizes, a graph
   permute_copy  comm.permute into symmetric tensors (GSHMEM_PERMUTE_COPY_MIN=64K): the copy
-            engine from 64 KiB mixed with packets, a graph of it, 6 MiB at the default line
+            engine from 64 KiB mixed with packets, a graph of it, 16 MiB at the default line
   exchange  all_gather, all_to_all, broadcast and permute as exchanges into symmetric outputs
             (through the proxy under GSHMEM_TRANSPORT=proxy, else forced by
             GSHMEM_COLL_<OP>_ALGO=exchange), a graph, the outputs it refuses
@@ -530,8 +531,10 @@ def scenario_graph(comm: gshmem.Comm) -> str:
 
 
 PERMUTE_ROUNDS = 300
-# bfloat16 elements, 2 B .. 600 KB: within one 256 KiB chunk, and 600 KB (two chunks and a part)
-PERMUTE_COUNTS = [1, 3, 4, 50, 2049, 32768, 40000, 300000]
+# bfloat16 elements, 2 B .. 2.2 MB: packets within one 256 KiB chunk, and from the default
+# GSHMEM_PERMUTE_BULK_MIN (512 KiB) bulk messages of one 2 MiB chunk (600 KB) and of two (2.2 MB,
+# the second one partial, an odd count)
+PERMUTE_COUNTS = [1, 3, 4, 50, 2049, 32768, 40000, 300000, 1100001]
 
 
 def _permutes(n: int, me: int) -> list[tuple[str, int, int]]:
@@ -580,16 +583,17 @@ def _mixed_permutes(comm: gshmem.Comm, rounds: int, counts: list[int], outs: lis
 
 
 def scenario_permute(comm: gshmem.Comm) -> str:
-    """gshmem_permute_on_stream into ordinary tensors (the packet path): _mixed_permutes (the
-    credits let senders run ahead); then a captured graph of permutes replayed on new data; then
-    bad arguments."""
+    """gshmem_permute_on_stream into ordinary tensors (the kernel: packets and bulk, by size;
+    test_coll.py also runs it with every size on one of them): _mixed_permutes (the credits let
+    senders run ahead); then a captured graph of permutes replayed on new data; then bad
+    arguments."""
     n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
     outs = [torch.empty(max(PERMUTE_COUNTS) + SLACK, dtype=torch.int16, device=dev)
             for _ in range(PERMUTE_ROUNDS)]  # fmt: skip
     _mixed_permutes(comm, PERMUTE_ROUNDS, PERMUTE_COUNTS, outs)
 
     # a graph of three permutes in both directions, replayed on new inputs
-    x = torch.empty(150000, dtype=torch.bfloat16, device=dev)  # two chunks
+    x = torch.empty(150000, dtype=torch.bfloat16, device=dev)  # bulk, or two chunks of packets
     small = torch.empty(3, dtype=torch.bfloat16, device=dev)
     right, left = (me + 1) % n, (me - 1) % n
     stream = torch.cuda.Stream(comm.device)
@@ -625,7 +629,7 @@ def scenario_permute_copy(comm: gshmem.Comm) -> str:
     copy-engine path from 64 KiB (every PE's flags handshake, then a copy straight into the
     receiver's out), packets below it, mixed in one random sequence; then a CUDA graph of
     copy-engine permutes there and back, replayed on new data; then one at the default line
-    (2 MiB) and an in-place one (packets)."""
+    (16 MiB) and an in-place one (the kernel: bulk)."""
     n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
     path = gshmem._C.permute_path
     assert path(64 * 1024, True) == "copy_engine" != path(65534, True)
@@ -651,20 +655,20 @@ def scenario_permute_copy(comm: gshmem.Comm) -> str:
         assert _bits_equal(back, x), rep
 
     os.environ.pop("GSHMEM_PERMUTE_COPY_MIN")
-    big = comm.empty((3 << 20,), torch.int16)  # 6 MiB: the default line
+    big = comm.empty((8 << 20,), torch.int16)  # 16 MiB: the default line
     src = _permute_data(4000, me, big.numel(), dev)
     comm.permute(src, right, left, out=big.view(torch.bfloat16))
     torch.cuda.synchronize()
     assert _bits_equal(big, _permute_data(4000, left, big.numel(), dev))
     big.copy_(src.view(torch.int16))
     in_place = big.view(torch.bfloat16)
-    comm.permute(in_place, right, left, out=in_place)  # in place: packets
+    comm.permute(in_place, right, left, out=in_place)  # in place: the kernel (bulk)
     torch.cuda.synchronize()
     assert _bits_equal(big, _permute_data(4000, left, big.numel(), dev))
     comm.barrier()
     for t in (*outs, there, back, big):
         comm.free(t)
-    return f"{rounds} mixed permutes into symmetric outputs, 20 graph replays, 6 MiB, in place"
+    return f"{rounds} mixed permutes into symmetric outputs, 20 graph replays, 16 MiB, in place"
 
 
 def scenario_exchange(comm: gshmem.Comm) -> str:
