@@ -364,11 +364,12 @@ gshmem_result_t gshmem_all_to_allv_on_stream(gshmem_comm_t comm, const gshmem_te
  * zeros in `out`); dst_pe == src_pe == this PE copies. The n-th call in which p sends to q pairs
  * with the n-th in which q receives from p: every PE makes its permutes in one order, as an SPMD
  * program does, and a PE's permutes are ordered among themselves (one stream, or stream
- * dependencies). One kernel moving LL packets (a small message costs one NVLink crossing, no
- * signal; larger ones go in 256 KiB chunks; docs/collectives.md gives the rates against
- * gshmem_put_signal_on_stream), bounded waits; or, when `out` is a symmetric object (the same on
- * every PE), not `in`, and at least GSHMEM_PERMUTE_COPY_MIN bytes (default 2 MiB), a copy-engine
- * put straight into the receiver's `out` between two on-stream flag handshakes (zero SMs). On a
+ * dependencies). One kernel storing into the receiver, bounded waits: below
+ * GSHMEM_PERMUTE_BULK_MIN bytes (default 512 KiB) LL packets (a small message costs one NVLink
+ * crossing, no signal), from it plain stores with a fence and a flag per chunk (docs/collectives.md
+ * gives the rates); or, when `out` is a symmetric object (the same on every PE), not `in`, and at
+ * least GSHMEM_PERMUTE_COPY_MIN bytes (default 16 MiB), a copy-engine put straight into the
+ * receiver's `out` between two on-stream flag handshakes (zero SMs). On a
  * comm with a proxy path (peers on other hosts) every permute into a symmetric `out`, not `in`,
  * takes the handshake path at any size, through the proxy to such peers; one to or from a PE on
  * the proxy path with any other `out` is a usage error. Enqueued on `stream`; capturable in CUDA

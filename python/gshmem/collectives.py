@@ -243,10 +243,11 @@ class Collectives:
         leaves zeros); ``dst == src == rank`` copies. Not collective over a team: the n-th call
         in which PE p sends to q pairs with the n-th in which q receives from p, so every PE
         makes its permutes in one order, and a PE's permutes are ordered among themselves (one
-        stream, or stream dependencies). One kernel of LL packets (docs/collectives.md gives its
-        rates against put_signal_on_stream), or, for an ``out`` from ``comm.empty`` (the same on
-        every PE), not ``t``, of at least GSHMEM_PERMUTE_COPY_MIN bytes (default 2 MiB), the copy
-        engine straight into the receiver's ``out``. On a comm with a proxy path (peers on other
+        stream, or stream dependencies). One kernel storing into the receiver: LL packets below
+        GSHMEM_PERMUTE_BULK_MIN bytes (default 512 KiB), plain stores with a flag per chunk from
+        it (docs/collectives.md gives the rates); or, for an ``out`` from ``comm.empty`` (the
+        same on every PE), not ``t``, of at least GSHMEM_PERMUTE_COPY_MIN bytes (default 16 MiB),
+        the copy engine straight into the receiver's ``out``. On a comm with a proxy path (peers on other
         hosts) such an ``out`` takes that path at any size, through the proxy to those peers,
         and they accept no other ``out``. Enqueued on ``stream``; capturable. Returns ``out``."""
         code, total, in_ptr = coll_tensor(t, "permute: t", self.device)
