@@ -246,10 +246,11 @@ class Collectives:
         stream, or stream dependencies). One kernel storing into the receiver: LL packets below
         GSHMEM_PERMUTE_BULK_MIN bytes (default 512 KiB), plain stores with a flag per chunk from
         it (docs/collectives.md gives the rates); or, for an ``out`` from ``comm.empty`` (the
-        same on every PE), not ``t``, of at least GSHMEM_PERMUTE_COPY_MIN bytes (default 16 MiB),
-        the copy engine straight into the receiver's ``out``. On a comm with a proxy path (peers on other
-        hosts) such an ``out`` takes that path at any size, through the proxy to those peers,
-        and they accept no other ``out``. Enqueued on ``stream``; capturable. Returns ``out``."""
+        same on every PE), not ``t``, of at least GSHMEM_PERMUTE_COPY_MIN bytes (default 16
+        MiB), the copy engine straight into the receiver's ``out``. On a comm with a proxy path
+        (peers on other hosts) such an ``out`` takes that path at any size, through the proxy to
+        those peers, and they accept no other ``out``. Enqueued on ``stream``; capturable.
+        Returns ``out``."""
         code, total, in_ptr = coll_tensor(t, "permute: t", self.device)
         out = t.new_empty(t.shape) if out is None else out
         coll_out(out, t, total, "permute")

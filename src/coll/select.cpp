@@ -382,7 +382,7 @@ bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric) {
 }
 
 PermutePath permute_path(size_t bytes, bool out_symmetric, bool in_place, bool proxy) {
-  // The defaults: 4 x H200, each path forced in one run (docs/collectives.md): packets 6.7 /
+  // The defaults: 4 x H200, each path forced (docs/collectives.md): packets 6.7 /
   // 10.2 us at 256 / 512 KiB against bulk 9.6 / 9.0; bulk 42.3 / 80.8 us at 8 / 16 MiB against
   // the copy engine 46.6 / 70.3.
   if (out_symmetric && !in_place &&

@@ -144,7 +144,8 @@ def test_lowering_shows_custom_calls_by_the_rule(monkeypatch) -> None:
     )
     assert ops.explain("psum", jnp.zeros(4, jnp.uint8)).startswith("psum: xla (uint8")
     assert ops.explain("ppermute", 6).startswith("ppermute: gshmem, packets (")
-    assert ops.explain("ppermute", 4 << 20).startswith("ppermute: gshmem, copy engine (")
+    assert ops.explain("ppermute", 4 << 20).startswith("ppermute: gshmem, bulk (")
+    assert ops.explain("ppermute", 32 << 20).startswith("ppermute: gshmem, copy engine (")
 
 
 def test_handlers_library_builds_and_registers() -> None:

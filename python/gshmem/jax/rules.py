@@ -33,7 +33,7 @@ def choose(op: str, nbytes: int, env: dict[str, str] | None = None) -> tuple[str
         if value in ("gshmem", "xla"):
             return value, f"{var}={value}"
     if op == "ppermute":
-        return "gshmem", "permutes always go to gshmem (copy engine, no SMs)"
+        return "gshmem", "permutes always go to gshmem"
     limit = int(_C.parse_size(env.get("GSHMEM_JAX_MAX_BYTES", str(DEFAULT_MAX_BYTES))))
     if nbytes <= limit:
         return "gshmem", f"{nbytes} B <= GSHMEM_JAX_MAX_BYTES ({limit} B)"
