@@ -14,23 +14,34 @@ thread_local std::string g_error;
 
 void release(DeviceState& s) {
   for (Channel& c : s.channels) {  // the CUDA objects outlive work already enqueued on them
-    if (c.stream) cudaStreamDestroy(c.stream);
-    if (c.issued) cudaEventDestroy(c.issued);
-    if (c.landed) cudaEventDestroy(c.landed);
+    for (cudaStream_t st : {c.stream, c.copier}) {
+      if (st) cudaStreamDestroy(st);
+    }
+    for (cudaEvent_t e : {c.issued, c.landed, c.forked, c.copied}) {
+      if (e) cudaEventDestroy(e);
+    }
   }
   s = DeviceState{};
 }
 
-// Streams and events of channels 1.. on `device` (the caller's current device is restored).
+bool make_stream(cudaStream_t* st) {
+  return cudaStreamCreateWithFlags(st, cudaStreamNonBlocking) == cudaSuccess;
+}
+
+bool make_event(cudaEvent_t* e) {
+  return cudaEventCreateWithFlags(e, cudaEventDisableTiming) == cudaSuccess;
+}
+
+// The channels' streams and events on `device` (the caller's current device is restored):
+// every channel's copier, and channels 1.. their own stream.
 bool create_channels(DeviceState& s, int device) {
   int before = 0;
   if (cudaGetDevice(&before) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) return false;
   bool ok = true;
-  for (int i = 1; i < kChannels && ok; ++i) {
+  for (int i = 0; i < kChannels && ok; ++i) {
     Channel& c = s.channels[i];
-    ok = cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking) == cudaSuccess &&
-         cudaEventCreateWithFlags(&c.issued, cudaEventDisableTiming) == cudaSuccess &&
-         cudaEventCreateWithFlags(&c.landed, cudaEventDisableTiming) == cudaSuccess;
+    ok = make_stream(&c.copier) && make_event(&c.forked) && make_event(&c.copied) &&
+         (i == 0 || (make_stream(&c.stream) && make_event(&c.issued) && make_event(&c.landed)));
   }
   cudaSetDevice(before);
   return ok;
@@ -48,11 +59,21 @@ const DeviceState* device_state(int ordinal) {
 
 extern "C" int gshmem_jax_channels(void) { return gshmem::jax::kChannels; }
 
+extern "C" size_t gshmem_jax_flags(int nranks) {
+  using namespace gshmem::jax;
+  return static_cast<size_t>(kChannels) * kHalves * (nranks + 1);
+}
+
 extern "C" int gshmem_jax_attach(int ordinal, void* comm, void* slots, size_t slot_bytes,
                                  void* flags) {
   using namespace gshmem::jax;
-  if (ordinal < 0 || ordinal >= kMaxDevices || !comm || !slots || !flags || !slot_bytes) {
-    g_error = "gshmem_jax_attach: bad ordinal, null pointer or empty slot";
+  if (ordinal < 0 || ordinal >= kMaxDevices || !comm || !slots || !flags) {
+    g_error = "gshmem_jax_attach: bad ordinal or null pointer";
+    return 1;
+  }
+  if (slot_bytes < kMinSlotBytes) {
+    g_error = "gshmem.jax: a permute slot (GSHMEM_JAX_SLOT_BYTES) must hold at least 64K, got " +
+              std::to_string(slot_bytes) + " bytes";
     return 1;
   }
   gshmem_comm_info_t info{};
@@ -73,11 +94,15 @@ extern "C" int gshmem_jax_attach(int ordinal, void* comm, void* slots, size_t sl
   s.rank = info.rank;
   s.nranks = info.nranks;
   s.slot_bytes = slot_bytes;
+  s.half_bytes = slot_bytes / kHalves / 256 * 256;
+  auto* flag = static_cast<uint64_t*>(flags);
   for (int i = 0; i < kChannels; ++i) {
     Channel& c = s.channels[i];
     c.slot = static_cast<char*>(slots) + i * slot_bytes;
-    c.ready = static_cast<uint64_t*>(flags) + static_cast<size_t>(i) * (info.nranks + 1);
-    c.arrived = c.ready + info.nranks;
+    for (int h = 0; h < kHalves; ++h, flag += info.nranks + 1) {
+      c.ready[h] = flag;
+      c.arrived[h] = flag + info.nranks;
+    }
   }
   return 0;
 }

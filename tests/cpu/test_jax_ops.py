@@ -157,6 +157,11 @@ def test_handlers_library_builds_and_registers() -> None:
     for symbol in _library.TARGETS.values():
         assert getattr(lib, symbol) is not None
     _library.register()
-    with pytest.raises(UsageError, match="bad ordinal, null pointer or empty slot"):
+    with pytest.raises(UsageError, match="bad ordinal or null pointer"):
         _library.attach(-1, 0, 0, 0, 0)
+    with pytest.raises(UsageError, match=r"SLOT_BYTES\) must hold at least 64K, got 4096"):
+        _library.attach(0, 8, 8, 4096, 8)  # checked before the comm is looked at
     assert _library.channels() == split.CHANNELS  # the Python side's count is the library's
+    # two halves per slot, a ready flag per PE and an arrived flag in each
+    for n in (1, 2, 4):
+        assert _library.flags(n) == split.CHANNELS * 2 * (n + 1)

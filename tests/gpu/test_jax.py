@@ -18,7 +18,7 @@ if importlib.util.find_spec("jax") is None:
     pytest.skip("jax is not installed", allow_module_level=True)
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "jax_check.py")
-SCENARIOS = ["values", "grad", "loop", "split", "badargs", "attention"]
+SCENARIOS = ["values", "grad", "loop", "split", "staged", "badargs", "attention"]
 ENV = {"GSHMEM_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 

@@ -33,6 +33,8 @@ def library() -> ctypes.CDLL:
     lib.gshmem_jax_attach.restype = ctypes.c_int
     lib.gshmem_jax_detach.argtypes = [ctypes.c_int]
     lib.gshmem_jax_channels.restype = ctypes.c_int
+    lib.gshmem_jax_flags.restype = ctypes.c_size_t
+    lib.gshmem_jax_flags.argtypes = [ctypes.c_int]
     lib.gshmem_jax_last_error.restype = ctypes.c_char_p
     return lib
 
@@ -51,14 +53,20 @@ def register() -> None:
 
 def channels() -> int:
     """Permute channels per device (src/jax/registry.h): channel 0 for ppermute, the others for
-    ppermute_start/_done. attach wants that many slots and (PEs + 1) flags for each."""
+    ppermute_start/_done. attach wants that many slots."""
     return int(library().gshmem_jax_channels())
+
+
+def flags(nranks: int) -> int:
+    """The 8-byte flags attach wants for a comm of ``nranks`` PEs (two halves of every channel's
+    slot, (PEs + 1) flags each)."""
+    return int(library().gshmem_jax_flags(nranks))
 
 
 def attach(ordinal: int, comm: int, slots: int, slot_bytes: int, flags: int) -> None:
     """Attaches ``comm`` to XLA device ``ordinal`` with ``channels()`` symmetric slots of
-    ``slot_bytes`` one after the other at ``slots`` and ``channels()`` x (PEs + 1) zeroed 8-byte
-    symmetric flags; creates the channels' streams on the comm's GPU."""
+    ``slot_bytes`` (at least 64 KiB) one after the other at ``slots`` and ``flags(PEs)`` zeroed
+    8-byte symmetric flags; creates the channels' streams on the comm's GPU."""
     lib = library()
     if lib.gshmem_jax_attach(ordinal, comm, slots, slot_bytes, flags) != 0:
         raise UsageError(lib.gshmem_jax_last_error().decode())
@@ -68,4 +76,4 @@ def detach(ordinal: int) -> None:
     library().gshmem_jax_detach(ordinal)
 
 
-__all__ = ["TARGETS", "attach", "channels", "detach", "library", "register"]
+__all__ = ["TARGETS", "attach", "channels", "detach", "flags", "library", "register"]

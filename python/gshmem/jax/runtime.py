@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gshmem import Buffer, Comm
 
 DEFAULT_SLOT_BYTES = 64 << 20
-FLAG_BYTES = 8  # per channel: a ready flag per PE, then arrived (registry.h)
+FLAG_BYTES = 8  # per half of a channel's slot: a ready flag per PE, then arrived (registry.h)
 
 
 @dataclass
@@ -82,7 +82,7 @@ def init() -> list[Comm]:
         raise UsageError("gshmem.jax.init: JAX sees no GPU in this process")
     comms, pe_of = _comms(devices)
     slot_bytes, channels = _slot_bytes(), _library.channels()
-    flags = channels * (comms[0].nranks + 1) * FLAG_BYTES
+    flags = _library.flags(comms[0].nranks) * FLAG_BYTES
     memory = gshmem.for_each(comms, lambda c: (c.malloc(channels * slot_bytes), c.calloc(flags)))
     state = State(comms, [d.local_hardware_id for d in devices], pe_of, comms[0].nranks, slot_bytes,
                   memory)  # fmt: skip

@@ -13,6 +13,9 @@ Usage: jax_check.py SCENARIO
            two arrays on two channels with computation between start and done, a chain of
            rotations on one channel, an operand larger than the slot, a partial permutation;
            one channel carrying both directions with two exchanges in flight on it
+  staged   every ppermute through the staging slot, made 64 KiB (32 KiB chunks) before init:
+           from less than one chunk to thousands per call with odd tails, repeated calls in
+           lax.scan, and split above
   badargs  an axis name not in the mesh, a non-permutation, a bad scatter dimension
   attention  ring_attention (zigzag causal, contiguous causal, non-causal; GQA) against
            attention on the whole sequence computed in float32 on one device: outputs and the
@@ -42,6 +45,9 @@ if "GSHMEM_RANK" in os.environ:  # one process per GPU
     device = int(os.environ.get("GSHMEM_DEVICE", rank))  # --devices 0,0: PEs sharing a GPU
     jax.distributed.initialize(f"127.0.0.1:{os.environ['JAX_COORDINATOR_PORT']}", world, rank,
                                local_device_ids=[device])  # fmt: skip
+
+if sys.argv[1:2] == ["staged"]:
+    os.environ.update(GSHMEM_JAX_SLOT_BYTES="64K", GSHMEM_JAX_PPERMUTE_KERNEL_MAX="0")
 
 import gshmem.jax as gj  # noqa: E402
 
@@ -211,6 +217,25 @@ def split():
              a, b))  # fmt: skip
 
 
+def staged():
+    ring = [(i, (i + 1) % N) for i in range(N)]
+    back = [(d, src) for src, d in ring]
+    # KiB per device (rows): chunks of 32 KiB <1, 1, 2 with a 1 KiB tail, 2, 4, 94
+    for rows in (1, 32, 33, 64, 97, 3001):
+        x = rand(rows, (rows * N, 256), jnp.int32)
+        for perm in (ring, back, ring[:-1]):
+            same(run(lambda a, p=perm: gj.ppermute(a, "x", p), x),
+                 run(lambda a, p=perm: jax.lax.ppermute(a, "x", p), x))  # fmt: skip
+
+    def rotate(permute):  # 20 calls of 4 chunks: each half's flags reused across calls
+        body = lambda c, _: (permute(c, "x", ring) + 1, None)  # noqa: E731
+        return lambda a: jax.lax.scan(body, a, None, length=20)[0]
+
+    x = rand(5, (97 * N, 256), jnp.int32)
+    same(run(rotate(gj.ppermute), x), run(rotate(jax.lax.ppermute), x))
+    split()
+
+
 def badargs():
     x = rand(6, (4 * N, 8), jnp.float32)
     expect_usage(lambda: run(lambda a: gj.ppermute(a, "y", [(0, 0)]), x), "'y' is not in the mesh")
@@ -258,7 +283,7 @@ def sharded_specs(fn, spec):
 
 
 SCENARIOS = {"values": values, "grad": grad, "loop": loop, "badargs": badargs, "split": split,
-             "attention": attention}  # fmt: skip
+             "staged": staged, "attention": attention}  # fmt: skip
 
 if __name__ == "__main__":
     name = sys.argv[1]
