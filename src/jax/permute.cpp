@@ -18,6 +18,11 @@
 // API's permute (gshmem_permute_on_stream), stored straight into XLA's output, no stream
 // operations.
 //
+// gshmem_ppermute_direct: large operands when every PE is in this process (one process driving
+// its GPUs): the sender puts into the receiver's XLA output itself, learned from the receiver's
+// handler through a host-side table (rendezvous.h), with the same ready/arrived flags and no
+// copy out (permute_direct below).
+//
 // gshmem_ppermute_start / gshmem_ppermute_done: the same exchange split in two so that it
 // overlaps XLA's computation (the ring attention's rotations). start runs the chunks on its
 // channel's own stream, after the work XLA enqueued before it, into start's result; done makes
@@ -28,11 +33,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "handler_common.h"
+#include "peer_memory.h"
+#include "rendezvous.h"
 
 namespace gshmem::jax {
 namespace {
@@ -47,9 +56,15 @@ cudaError_t join(cudaStream_t from, cudaStream_t to, cudaEvent_t event) {
   return cudaStreamWaitEvent(to, event, 0);
 }
 
+// Where one exchange's data goes, for the direct ppermute; by default through the slots.
+struct Route {
+  char* peer_out = nullptr;  // sender: the receiver's XLA output, put into straight (one chunk)
+  bool direct_in = false;    // receiver: its sender puts straight into `res` (one chunk, no copy)
+};
+
 // The chunked exchange of `bytes` through channel `ch`, enqueued on `stream` (header comment).
 ffi::Error exchange(const DeviceState& s, const Channel& ch, cudaStream_t stream, const char* in, char* res,
-                    size_t bytes, int dst, int src, const char* op) {
+                    size_t bytes, int dst, int src, const Route& route, const char* op) {
   if (src < 0) {  // nobody sends here: zeros, as jax.lax.ppermute
     if (cudaError_t e = cudaMemsetAsync(res, 0, bytes, stream)) return copy_error(e);
   }
@@ -58,32 +73,40 @@ ffi::Error exchange(const DeviceState& s, const Channel& ch, cudaStream_t stream
   }
   const bool sends = dst >= 0 && dst != s.rank, receives = src >= 0 && src != s.rank;
   if (!sends && !receives) return ffi::Error::Success();
-  const size_t chunks = (bytes + s.half_bytes - 1) / s.half_bytes;
-  const cudaStream_t copier = receives && chunks > 1 ? ch.copier : stream;
+  const size_t staged = (bytes + s.half_bytes - 1) / s.half_bytes;
+  const size_t sent = !sends ? 0 : route.peer_out ? 1 : staged, got = !receives ? 0 : route.direct_in ? 1 : staged;
+  const cudaStream_t copier = got > 1 ? ch.copier : stream;
   if (copier != stream) {
     if (cudaError_t e = join(stream, copier, ch.forked)) return copy_error(e);
   }
   auto half = [&](size_t k) { return static_cast<char*>(ch.slot) + (k % kHalves) * s.half_bytes; };
-  auto ready = [&](size_t k) {  // receiver: half k % 2 may now take chunk k
+  auto ready = [&](size_t k) {  // receiver: half k % 2 (or res, direct) may now take chunk k
     return gshmem_signal_op_on_stream(s.comm, ch.ready[k % kHalves] + s.rank, 1, GSHMEM_SIGNAL_SET, src, copier);
   };
-  for (size_t k = 0; receives && k < std::min<size_t>(chunks, kHalves); ++k) {
+  for (size_t k = 0; k < std::min<size_t>(got, kHalves); ++k) {
     if (ready(k)) return gshmem_error(op);
   }
-  for (size_t k = 0; k < chunks; ++k) {
+  for (size_t k = 0; k < std::max(sent, got); ++k) {
     const size_t offset = k * s.half_bytes, n = std::min(s.half_bytes, bytes - offset);
     uint64_t* const ready_flag = ch.ready[k % kHalves] + dst;
     uint64_t* const arrived = ch.arrived[k % kHalves];
-    if (sends && (gshmem_signal_wait_until_on_stream(s.comm, ready_flag, GSHMEM_CMP_EQ, 1, stream) ||
-                  gshmem_signal_op_on_stream(s.comm, ready_flag, 0, GSHMEM_SIGNAL_SET, s.rank, stream) ||
-                  gshmem_put_signal_on_stream(s.comm, half(k), in + offset, n, arrived, 1, GSHMEM_SIGNAL_SET,
-                                              dst, stream))) {
+    if (k < sent && (gshmem_signal_wait_until_on_stream(s.comm, ready_flag, GSHMEM_CMP_EQ, 1, stream) ||
+                     gshmem_signal_op_on_stream(s.comm, ready_flag, 0, GSHMEM_SIGNAL_SET, s.rank, stream))) {
       return gshmem_error(op);
     }
-    if (receives && (gshmem_signal_wait_until_on_stream(s.comm, arrived, GSHMEM_CMP_EQ, 1, copier) ||
-                     gshmem_signal_op_on_stream(s.comm, arrived, 0, GSHMEM_SIGNAL_SET, s.rank, copier) ||
-                     gshmem_get_on_stream(s.comm, res + offset, half(k), n, s.rank, copier) ||
-                     (k + kHalves < chunks && ready(k + kHalves)))) {
+    if (k < sent && route.peer_out) {  // the whole operand into the receiver's output
+      if (cudaError_t e = cudaMemcpyAsync(route.peer_out, in, bytes, cudaMemcpyDeviceToDevice, stream)) {
+        return copy_error(e);
+      }
+      if (gshmem_signal_op_on_stream(s.comm, arrived, 1, GSHMEM_SIGNAL_SET, dst, stream)) return gshmem_error(op);
+    } else if (k < sent && gshmem_put_signal_on_stream(s.comm, half(k), in + offset, n, arrived, 1,
+                                                       GSHMEM_SIGNAL_SET, dst, stream)) {
+      return gshmem_error(op);
+    }
+    if (k < got && (gshmem_signal_wait_until_on_stream(s.comm, arrived, GSHMEM_CMP_EQ, 1, copier) ||
+                    gshmem_signal_op_on_stream(s.comm, arrived, 0, GSHMEM_SIGNAL_SET, s.rank, copier) ||
+                    (!route.direct_in && gshmem_get_on_stream(s.comm, res + offset, half(k), n, s.rank, copier)) ||
+                    (k + kHalves < got && ready(k + kHalves)))) {
       return gshmem_error(op);
     }
   }
@@ -130,7 +153,50 @@ ffi::Error permute(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<
     if (gshmem_permute_on_stream(s->comm, in, res, bytes, dst, src, stream)) return gshmem_error(op);
     return ffi::Error::Success();
   }
-  return exchange(*s, s->channels[0], static_cast<cudaStream_t>(stream), in, res, bytes, dst, src, op);
+  return exchange(*s, s->channels[0], static_cast<cudaStream_t>(stream), in, res, bytes, dst, src, Route{}, op);
+}
+
+std::atomic<uint64_t> g_direct_puts{0};  // puts of this process straight into an XLA output
+
+// GSHMEM_TIMEOUT (seconds, default 120): how long a sender waits for its receiver's post.
+double timeout_seconds() {
+  const char* text = std::getenv("GSHMEM_TIMEOUT");
+  const double seconds = text ? std::strtod(text, nullptr) : 0;
+  return seconds > 0 ? seconds : 120;
+}
+
+// The direct ppermute (one process driving its peers' devices): a receiver whose sender is in
+// this process and can reach its output posts that output, and the sender puts the operand
+// straight into it, so nothing is staged or copied twice (XLA's virtual-memory mappings get the
+// sender's access granted: peer_memory.h); a receiver that cannot (a sender in another process,
+// an output in pool memory) posts nothing or null, and both sides use the slots.
+// Not command-buffer compatible: the receiver's buffer differs from call to call.
+ffi::Error permute_direct(void* stream, int32_t ordinal, ffi::RunId run, ffi::AnyBuffer x,
+                          ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int32_t> peers) {
+  const char* op = "ppermute";
+  const DeviceState* s = nullptr;
+  int dst = -1, src = -1;
+  if (auto err = lookup(ordinal, op, &s)) return *err;
+  if (auto err = peers_of(*s, peers, op, &dst, &src)) return *err;
+  auto* res = static_cast<char*>(out->untyped_data());
+  const uint64_t call = next_call(ordinal, static_cast<uint64_t>(run.run_id));
+  Route route;
+  if (const int from = local_ordinal(src); src != s->rank && from >= 0) {
+    route.direct_in = grant_peer_access(res, out->size_bytes(), device_state(from)->device, peer_access(from, ordinal));
+    post(CallKey{static_cast<uint64_t>(run.run_id), call, s->rank}, route.direct_in ? res : nullptr);
+  }
+  if (dst != s->rank && local_ordinal(dst) >= 0) {
+    void* peer_out = nullptr;
+    if (!take(CallKey{static_cast<uint64_t>(run.run_id), call, dst}, timeout_seconds(), &peer_out)) {
+      return ffi::Error::Internal("gshmem.jax ppermute: PE " + std::to_string(dst) +
+                                  " (this process) did not make this call within GSHMEM_TIMEOUT; every device must "
+                                  "run the same ppermutes in the same order");
+    }
+    route.peer_out = static_cast<char*>(peer_out);
+    if (peer_out) ++g_direct_puts;
+  }
+  return exchange(*s, s->channels[0], static_cast<cudaStream_t>(stream), static_cast<const char*>(x.untyped_data()),
+                  res, x.size_bytes(), dst, src, route, op);
 }
 
 // `token` carries no data: the Python side ties later computation to it (an optimization barrier)
@@ -148,7 +214,7 @@ ffi::Error permute_start(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::R
   if (cudaError_t e = cudaEventRecord(ch->issued, xla)) return copy_error(e);
   if (cudaError_t e = cudaStreamWaitEvent(ch->stream, ch->issued, 0)) return copy_error(e);
   if (auto err = exchange(*s, *ch, ch->stream, static_cast<const char*>(x.untyped_data()),
-                          static_cast<char*>(out->untyped_data()), x.size_bytes(), dst, src, op);
+                          static_cast<char*>(out->untyped_data()), x.size_bytes(), dst, src, Route{}, op);
       !err.success()) {
     return err;
   }
@@ -177,6 +243,10 @@ ffi::Error permute_done(void* stream, int32_t ordinal, ffi::AnyBuffer received, 
 }  // namespace
 }  // namespace gshmem::jax
 
+// How many direct ppermutes of this process put straight into their receiver's output (the
+// others went through the slots): for tests and benchmarks.
+extern "C" uint64_t gshmem_jax_direct_puts(void) { return gshmem::jax::g_direct_puts.load(); }
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(gshmem_jax_ppermute, gshmem::jax::permute,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<void*>>()
@@ -186,6 +256,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(gshmem_jax_ppermute, gshmem::jax::permute,
                                   .Attr<xla::ffi::Span<const int32_t>>("peers")
                                   .Attr<int32_t>("kernel"),
                               {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(gshmem_jax_ppermute_direct, gshmem::jax::permute_direct,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<void*>>()
+                                  .Ctx<xla::ffi::DeviceOrdinal>()
+                                  .Ctx<xla::ffi::RunId>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>()
+                                  .Attr<xla::ffi::Span<const int32_t>>("peers"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(gshmem_jax_ppermute_start, gshmem::jax::permute_start,
                               xla::ffi::Ffi::Bind()

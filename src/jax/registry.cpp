@@ -1,6 +1,7 @@
 #include "registry.h"
 
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -9,6 +10,7 @@ namespace {
 
 constexpr int kMaxDevices = 64;
 std::array<DeviceState, kMaxDevices> g_states;
+std::array<std::array<std::atomic<bool>, kMaxDevices>, kMaxDevices> g_peer{};  // [from][to]
 std::mutex g_mutex;  // attach/detach only: handlers read a device's state after it is attached
 thread_local std::string g_error;
 
@@ -47,12 +49,44 @@ bool create_channels(DeviceState& s, int device) {
   return ok;
 }
 
+// Lets `from` load and store `to`'s cudaMalloc'd memory (CUDA devices); true when it can.
+bool enable_peer(int from, int to) {
+  int can = 0, before = 0;
+  if (cudaDeviceCanAccessPeer(&can, from, to) != cudaSuccess || !can) return false;
+  if (cudaGetDevice(&before) != cudaSuccess || cudaSetDevice(from) != cudaSuccess) return false;
+  const cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();  // not sticky: clear it
+  cudaSetDevice(before);
+  return e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled;
+}
+
+// Peer access both ways between `ordinal` and every other attached device (under g_mutex).
+void connect(int ordinal) {
+  for (int other = 0; other < kMaxDevices; ++other) {
+    if (other == ordinal || !g_states[other].comm) continue;
+    const int a = g_states[ordinal].device, b = g_states[other].device;
+    g_peer[ordinal][other] = enable_peer(a, b);
+    g_peer[other][ordinal] = enable_peer(b, a);
+  }
+}
+
 }  // namespace
 
 const DeviceState* device_state(int ordinal) {
   if (ordinal < 0 || ordinal >= kMaxDevices) return nullptr;
   const DeviceState& s = g_states[ordinal];
   return s.comm ? &s : nullptr;
+}
+
+int local_ordinal(int pe) {
+  for (int i = 0; i < kMaxDevices; ++i) {
+    if (g_states[i].comm && g_states[i].rank == pe) return i;
+  }
+  return -1;
+}
+
+bool peer_access(int from, int to) {
+  return from >= 0 && from < kMaxDevices && to >= 0 && to < kMaxDevices && g_peer[from][to];
 }
 
 }  // namespace gshmem::jax
@@ -91,6 +125,7 @@ extern "C" int gshmem_jax_attach(int ordinal, void* comm, void* slots, size_t sl
     return 1;
   }
   s.comm = static_cast<gshmem_comm_t>(comm);
+  s.device = info.device;
   s.rank = info.rank;
   s.nranks = info.nranks;
   s.slot_bytes = slot_bytes;
@@ -104,6 +139,7 @@ extern "C" int gshmem_jax_attach(int ordinal, void* comm, void* slots, size_t sl
       c.arrived[h] = flag + info.nranks;
     }
   }
+  connect(ordinal);
   return 0;
 }
 
@@ -112,6 +148,7 @@ extern "C" void gshmem_jax_detach(int ordinal) {
   if (ordinal < 0 || ordinal >= kMaxDevices) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   release(g_states[ordinal]);
+  for (int other = 0; other < kMaxDevices; ++other) g_peer[ordinal][other] = g_peer[other][ordinal] = false;
 }
 
 extern "C" const char* gshmem_jax_last_error(void) { return gshmem::jax::g_error.c_str(); }

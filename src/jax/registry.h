@@ -1,6 +1,7 @@
 // Per-device state of the JAX adapter: which comm serves XLA's device ordinal N, and the
 // symmetric staging the permutes use (XLA's buffers are not symmetric). Python attaches a device
-// after creating its comm (gshmem.jax.init) and detaches it before finalizing the comm.
+// after creating its comm (gshmem.jax.init) and detaches it before finalizing the comm. Devices
+// attached in one process get peer access to one another (the direct ppermute: permute.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,7 +42,8 @@ struct Channel {
 
 struct DeviceState {
   gshmem_comm_t comm = nullptr;
-  int rank = -1;  // this device's PE
+  int device = -1;  // the CUDA device
+  int rank = -1;    // this device's PE
   int nranks = 0;
   size_t slot_bytes = 0;
   size_t half_bytes = 0;  // a chunk: slot_bytes / kHalves, rounded down to 256 bytes
@@ -50,6 +52,14 @@ struct DeviceState {
 
 // The state of `ordinal`, or nullptr when no comm is attached to it.
 const DeviceState* device_state(int ordinal);
+
+// The ordinal of this process's device whose comm is PE `pe`, or -1 (the PE is in another
+// process).
+int local_ordinal(int pe);
+
+// Whether device `from` loads and stores memory that cudaMalloc gave device `to` (ordinals):
+// attach enables peer access between the devices of this process where the GPUs allow it.
+bool peer_access(int from, int to);
 
 }  // namespace gshmem::jax
 
@@ -61,7 +71,8 @@ size_t gshmem_jax_flags(int nranks);
 // Attaches `comm` to XLA device `ordinal`; `slots` (gshmem_jax_channels() x slot_bytes, one slot
 // after the other; slot_bytes >= 64 KiB) and `flags` (gshmem_jax_flags(nranks) x 8 bytes, zeroed;
 // nranks: the comm's PEs) are symmetric allocations of that comm. Creates the channels' streams
-// and events on the comm's GPU.
+// and events on the comm's GPU, and enables peer access between it and the devices attached
+// before it.
 // Returns 0, or 1 with gshmem_jax_last_error() set.
 int gshmem_jax_attach(int ordinal, void* comm, void* slots, size_t slot_bytes, void* flags);
 // Forgets the comm of `ordinal` (before it is finalized) and releases its streams and events.

@@ -119,6 +119,29 @@ def test_ops_need_the_mesh_and_init(monkeypatch) -> None:
         jax.jit(fn)(jnp.zeros((4, 4)))
 
 
+def test_lowering_of_the_copy_engine_ppermutes(monkeypatch) -> None:
+    """Above the kernel's sizes, one process (as here) takes the direct target, which puts into
+    the receiver's output; GSHMEM_JAX_PPERMUTE_DIRECT=0 keeps the staged one."""
+    pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
+    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
+    monkeypatch.setenv("GSHMEM_JAX_PPERMUTE_KERNEL_MAX", "8")
+    x = jnp.zeros((4, 4), jnp.float32)  # 16 bytes per device
+
+    def lowered() -> str:
+        f = jax.shard_map(lambda y: ops.ppermute(y, "cp", [(0, 1), (1, 0)]), in_specs=P("dp", "cp"),
+                          out_specs=P("dp", "cp"), check_vma=False)  # fmt: skip
+        with jax.set_mesh(MESH):
+            return jax.jit(f).lower(x).as_text()
+
+    text = lowered()
+    assert text.count("@gshmem_ppermute_direct(") == 1 and "@gshmem_ppermute(" not in text
+    assert ops.explain("ppermute", 16).startswith("ppermute: gshmem, copy engine direct (")
+    monkeypatch.setenv("GSHMEM_JAX_PPERMUTE_DIRECT", "0")
+    text = lowered()
+    assert text.count("@gshmem_ppermute(") == 1 and "_direct" not in text
+    assert "kernel = 0 : i32" in text
+
+
 def test_lowering_shows_custom_calls_by_the_rule(monkeypatch) -> None:
     pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
     monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
@@ -145,7 +168,7 @@ def test_lowering_shows_custom_calls_by_the_rule(monkeypatch) -> None:
     assert ops.explain("psum", jnp.zeros(4, jnp.uint8)).startswith("psum: xla (uint8")
     assert ops.explain("ppermute", 6).startswith("ppermute: gshmem, packets (")
     assert ops.explain("ppermute", 4 << 20).startswith("ppermute: gshmem, bulk (")
-    assert ops.explain("ppermute", 32 << 20).startswith("ppermute: gshmem, copy engine (")
+    assert ops.explain("ppermute", 32 << 20).startswith("ppermute: gshmem, copy engine direct (")
 
 
 def test_handlers_library_builds_and_registers() -> None:

@@ -87,7 +87,7 @@ def test_perm_checks_and_inverse() -> None:
 
 def test_permute_path(monkeypatch) -> None:
     """The C API's kernel up to GSHMEM_JAX_PPERMUTE_KERNEL_MAX (packets, bulk from
-    GSHMEM_PERMUTE_BULK_MIN), the staged copy engine above it."""
+    GSHMEM_PERMUTE_BULK_MIN), the copy engine above it: direct in one process, else staged."""
     from gshmem.jax.rules import DEFAULT_KERNEL_MAX, permute_path
 
     monkeypatch.delenv("GSHMEM_PERMUTE_BULK_MIN", raising=False)
@@ -97,6 +97,13 @@ def test_permute_path(monkeypatch) -> None:
     assert permute_path((512 << 10) - 8, {}) == "packets"
     assert permute_path(DEFAULT_KERNEL_MAX, {}) == "bulk"
     assert permute_path(DEFAULT_KERNEL_MAX + 4, {}) == "copy engine"
+    # one process driving every device: straight into the receiver's output, unless turned off
+    assert permute_path(DEFAULT_KERNEL_MAX + 4, {}, one_process=True) == "copy engine direct"
+    off = {"GSHMEM_JAX_PPERMUTE_DIRECT": "0"}
+    assert permute_path(DEFAULT_KERNEL_MAX + 4, off, one_process=True) == "copy engine"
+    assert permute_path(8, {}, one_process=True) == "packets"  # the kernel's sizes stay
+    with pytest.raises(UsageError, match="GSHMEM_JAX_PPERMUTE_DIRECT='yes'; 0 or 1"):
+        permute_path(32 << 20, {"GSHMEM_JAX_PPERMUTE_DIRECT": "yes"}, one_process=True)
     assert permute_path(0, {}) == "copy engine"
     assert permute_path(4096, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1K"}) == "copy engine"
     assert permute_path(512, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1K"}) == "packets"

@@ -18,7 +18,7 @@ if importlib.util.find_spec("jax") is None:
     pytest.skip("jax is not installed", allow_module_level=True)
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "jax_check.py")
-SCENARIOS = ["values", "grad", "loop", "split", "staged", "badargs", "attention"]
+SCENARIOS = ["values", "grad", "loop", "split", "staged", "direct", "badargs", "attention"]
 ENV = {"GSHMEM_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 
@@ -39,8 +39,8 @@ def test_one_process_every_gpu(scenario):
 @pytest.mark.parametrize(
     "n", [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
 )
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "attention"])
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s not in ("attention", "direct")])
 def test_one_process_per_gpu(n, scenario):
-    # attention compares with whole-sequence attention on one process's arrays: one-process
-    # layout only
+    # attention compares with whole-sequence attention on one process's arrays, and direct puts
+    # need every device in one process: one-process layout only
     launch_pes(n, SCRIPT, scenario, timeout=300, JAX_COORDINATOR_PORT=str(free_port()), **ENV)

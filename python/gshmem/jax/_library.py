@@ -12,6 +12,7 @@ from gshmem._native import load
 # XLA custom-call target -> the handler's symbol in the library
 TARGETS = {
     "gshmem_ppermute": "gshmem_jax_ppermute",
+    "gshmem_ppermute_direct": "gshmem_jax_ppermute_direct",
     "gshmem_ppermute_start": "gshmem_jax_ppermute_start",
     "gshmem_ppermute_done": "gshmem_jax_ppermute_done",
     "gshmem_all_reduce": "gshmem_jax_all_reduce",
@@ -34,6 +35,7 @@ def library() -> ctypes.CDLL:
     lib.gshmem_jax_detach.argtypes = [ctypes.c_int]
     lib.gshmem_jax_channels.restype = ctypes.c_int
     lib.gshmem_jax_flags.restype = ctypes.c_size_t
+    lib.gshmem_jax_direct_puts.restype = ctypes.c_uint64
     lib.gshmem_jax_flags.argtypes = [ctypes.c_int]
     lib.gshmem_jax_last_error.restype = ctypes.c_char_p
     return lib
@@ -63,6 +65,12 @@ def flags(nranks: int) -> int:
     return int(library().gshmem_jax_flags(nranks))
 
 
+def direct_puts() -> int:
+    """How many direct ppermutes (gshmem_ppermute_direct) of this process put straight into the
+    receiver's output so far; the others were staged (the receiver's buffer was out of reach)."""
+    return int(library().gshmem_jax_direct_puts())
+
+
 def attach(ordinal: int, comm: int, slots: int, slot_bytes: int, flags: int) -> None:
     """Attaches ``comm`` to XLA device ``ordinal`` with ``channels()`` symmetric slots of
     ``slot_bytes`` (at least 64 KiB) one after the other at ``slots`` and ``flags(PEs)`` zeroed
@@ -76,4 +84,4 @@ def detach(ordinal: int) -> None:
     library().gshmem_jax_detach(ordinal)
 
 
-__all__ = ["TARGETS", "attach", "channels", "detach", "flags", "library", "register"]
+__all__ = ["TARGETS", "attach", "channels", "detach", "direct_puts", "flags", "library", "register"]

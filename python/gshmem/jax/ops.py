@@ -70,6 +70,12 @@ def _nbytes(x: Any) -> int:
     return int(np.prod(x.shape, dtype=np.int64)) * x.dtype.itemsize
 
 
+def _permute_path(nbytes: int) -> str:
+    import jax
+
+    return permute_path(nbytes, one_process=jax.process_count() == 1)
+
+
 def _ffi(target: str, shape: tuple[int, ...], x: Any, **attrs: Any) -> Any:
     import jax
 
@@ -80,7 +86,10 @@ class FfiWire:
     """The contiguous transfers as gshmem custom calls (on x's leading dimension)."""
 
     def permute(self, x, ax: Axis, pairs):
-        kernel = permute_path(_nbytes(x)) != "copy engine"
+        path = _permute_path(_nbytes(x))
+        if path == "copy engine direct":
+            return _ffi("gshmem_ppermute_direct", x.shape, x, peers=ax.peers(pairs))
+        kernel = path != "copy engine"
         return _ffi("gshmem_ppermute", x.shape, x, peers=ax.peers(pairs), kernel=np.int32(kernel))
 
     def permute_start(self, x, ax: Axis, pairs, channel: int):
@@ -136,9 +145,11 @@ def _team_or_none(op: str, x: Any, ax: Axis) -> np.ndarray | None:
 
 def ppermute(x: Any, axis_name: Any, perm, *, mesh: Any = None) -> Any:
     """jax.lax.ppermute on gshmem: device i of every group along ``axis_name`` sends its ``x`` to
-    device j for each (i, j) in ``perm``; devices nobody sends to get zeros. Copy-engine puts
-    (no SMs) through a symmetric staging slot (GSHMEM_JAX_SLOT_BYTES; larger operands go in
-    chunks of it), then one local copy into XLA's output."""
+    device j for each (i, j) in ``perm``; devices nobody sends to get zeros. Up to
+    GSHMEM_JAX_PPERMUTE_KERNEL_MAX (16M) one kernel stores straight into the receiver's output;
+    above it copy-engine puts (no SMs): straight into the receiver's output where one process
+    drives every device, else through a symmetric staging slot (GSHMEM_JAX_SLOT_BYTES, in
+    chunks of half of it) and a local copy out. ``explain`` says which (rules.permute_path)."""
     import jax
 
     ax = _axis(axis_name, mesh)
@@ -258,7 +269,7 @@ def explain(op: str, x: Any, axis_name: Any = None, *, mesh: Any = None) -> str:
     nbytes = x if isinstance(x, int) else _nbytes(x)
     backend, why = choose(op, nbytes)
     if backend == "gshmem" and op == "ppermute":
-        return f"{op}: gshmem, {permute_path(nbytes)} ({why})"
+        return f"{op}: gshmem, {_permute_path(nbytes)} ({why})"
     if backend == "gshmem" and not isinstance(x, int) and op != "ppermute":
         if str(x.dtype) not in GSHMEM_DTYPES:
             return f"{op}: xla ({x.dtype} is not one of {GSHMEM_DTYPES})"

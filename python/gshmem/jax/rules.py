@@ -46,15 +46,22 @@ def choose(op: str, nbytes: int, env: dict[str, str] | None = None) -> tuple[str
 DEFAULT_KERNEL_MAX = 16 << 20
 
 
-def permute_path(nbytes: int, env: dict[str, str] | None = None) -> str:
+def permute_path(nbytes: int, env: dict[str, str] | None = None, one_process: bool = False) -> str:
     """How a gshmem ppermute of ``nbytes`` per device moves: up to GSHMEM_JAX_PPERMUTE_KERNEL_MAX
     (default DEFAULT_KERNEL_MAX) by the C API's permute kernel straight into the receiver,
     "packets" (LL packets, one NVLink crossing) or from GSHMEM_PERMUTE_BULK_MIN "bulk" (plain
     stores and a flag per chunk), as gshmem_permute_on_stream chooses from the process's
-    environment; above it "copy engine" (puts through the staging slot, zero SMs)."""
+    environment; above it by the copy engines (zero SMs): "copy engine direct" (straight into
+    the receiver's output) where one process drives every device (``one_process``) unless
+    GSHMEM_JAX_PPERMUTE_DIRECT=0, else "copy engine" (through the staging slot)."""
     env = os.environ if env is None else env
     limit = int(_C.parse_size(env.get("GSHMEM_JAX_PPERMUTE_KERNEL_MAX", str(DEFAULT_KERNEL_MAX))))
-    return _C.permute_path(nbytes, False) if 0 < nbytes <= limit else "copy engine"
+    if 0 < nbytes <= limit:
+        return _C.permute_path(nbytes, False)
+    direct = env.get("GSHMEM_JAX_PPERMUTE_DIRECT", "1").strip()
+    if direct not in ("0", "1"):
+        raise UsageError(f"GSHMEM_JAX_PPERMUTE_DIRECT={direct!r}; 0 or 1")
+    return "copy engine direct" if one_process and direct == "1" else "copy engine"
 
 
 def check_perm(perm: Sequence[tuple[int, int]], size: int) -> tuple[tuple[int, int], ...]:

@@ -16,6 +16,8 @@ Usage: jax_check.py SCENARIO
   staged   every ppermute through the staging slot, made 64 KiB (32 KiB chunks) before init:
            from less than one chunk to thousands per call with odd tails, repeated calls in
            lax.scan, and split above
+  direct   the same ppermutes on the copy engines straight into the receiver's output (one
+           process driving every GPU; per GPU they are staged)
   badargs  an axis name not in the mesh, a non-permutation, a bad scatter dimension
   attention  ring_attention (zigzag causal, contiguous causal, non-causal; GQA) against
            attention on the whole sequence computed in float32 on one device: outputs and the
@@ -47,7 +49,10 @@ if "GSHMEM_RANK" in os.environ:  # one process per GPU
                                local_device_ids=[device])  # fmt: skip
 
 if sys.argv[1:2] == ["staged"]:
-    os.environ.update(GSHMEM_JAX_SLOT_BYTES="64K", GSHMEM_JAX_PPERMUTE_KERNEL_MAX="0")
+    os.environ.update(GSHMEM_JAX_SLOT_BYTES="64K", GSHMEM_JAX_PPERMUTE_KERNEL_MAX="0",
+                      GSHMEM_JAX_PPERMUTE_DIRECT="0")  # fmt: skip
+if sys.argv[1:2] == ["direct"]:
+    os.environ.update(GSHMEM_JAX_PPERMUTE_KERNEL_MAX="0")
 
 import gshmem.jax as gj  # noqa: E402
 
@@ -217,13 +222,14 @@ def split():
              a, b))  # fmt: skip
 
 
-def staged():
+def copy_engine_permutes():
     ring = [(i, (i + 1) % N) for i in range(N)]
     back = [(d, src) for src, d in ring]
-    # KiB per device (rows): chunks of 32 KiB <1, 1, 2 with a 1 KiB tail, 2, 4, 94
+    ident = [(i, i) for i in range(N)]
+    # KiB per device (rows): chunks of 32 KiB (staged) <1, 1, 2 with a 1 KiB tail, 2, 4, 94
     for rows in (1, 32, 33, 64, 97, 3001):
         x = rand(rows, (rows * N, 256), jnp.int32)
-        for perm in (ring, back, ring[:-1]):
+        for perm in (ring, back, ring[:-1], ident):
             same(run(lambda a, p=perm: gj.ppermute(a, "x", p), x),
                  run(lambda a, p=perm: jax.lax.ppermute(a, "x", p), x))  # fmt: skip
 
@@ -233,7 +239,20 @@ def staged():
 
     x = rand(5, (97 * N, 256), jnp.int32)
     same(run(rotate(gj.ppermute), x), run(rotate(jax.lax.ppermute), x))
+
+
+def staged():
+    copy_engine_permutes()
     split()
+
+
+def direct():
+    from gshmem.jax import _library
+
+    before = _library.direct_puts()
+    copy_engine_permutes()
+    if jax.process_count() == 1:  # every ring send, and scan's, went straight into the output
+        assert _library.direct_puts() - before >= 6 * 2 * N + 20 * N, _library.direct_puts()
 
 
 def badargs():
@@ -283,7 +302,7 @@ def sharded_specs(fn, spec):
 
 
 SCENARIOS = {"values": values, "grad": grad, "loop": loop, "badargs": badargs, "split": split,
-             "staged": staged, "attention": attention}  # fmt: skip
+             "staged": staged, "direct": direct, "attention": attention}  # fmt: skip
 
 if __name__ == "__main__":
     name = sys.argv[1]
