@@ -28,7 +28,7 @@ gshmem_result_t gshmem_comm_enable_nccl(gshmem_comm_t comm) {
 // npes <= 0 means the comm's size (the world team); a team smaller than the world never uses
 // NCCL (its communicator spans the world).
 gshmem_result_t gshmem_coll_explain(gshmem_comm_t comm, gshmem_coll_t op, size_t bytes, int npes,
-                                    int out_symmetric, char* out, size_t len) {
+                                    int symmetric, char* out, size_t len) {
   return guarded([&] {
     gshmem::Comm& c = live(comm);
     gshmem::capi::require_out(out, "out");
@@ -38,9 +38,13 @@ gshmem_result_t gshmem_coll_explain(gshmem_comm_t comm, gshmem_coll_t op, size_t
                                            std::to_string(c.nranks()) + " PEs");
     int n = npes <= 0 ? c.nranks() : npes;
     const gshmem_team_t first{0, 1, n, c.rank() < n ? c.rank() : -1};  // PEs 0 .. n-1
+    GSHMEM_REQUIRE((symmetric & ~(GSHMEM_EXPLAIN_OUT_SYMMETRIC | GSHMEM_EXPLAIN_IN_SYMMETRIC)) == 0,
+                   "gshmem_coll_explain: symmetric " + std::to_string(symmetric) +
+                       " has bits other than GSHMEM_EXPLAIN_OUT_SYMMETRIC and _IN_SYMMETRIC");
     gshmem::coll::Query q{op, bytes, n, c.nccl() != nullptr && n == c.nranks(),
-                          out_symmetric != 0, gshmem::coll::beyond_reach(c, first),
-                          c.proxy() != nullptr};
+                          (symmetric & GSHMEM_EXPLAIN_OUT_SYMMETRIC) != 0,
+                          (symmetric & GSHMEM_EXPLAIN_IN_SYMMETRIC) != 0,
+                          gshmem::coll::beyond_reach(c, first), c.proxy() != nullptr};
     std::string text = gshmem::coll::explain(q);
     size_t k = std::min(text.size(), len - 1);
     std::memcpy(out, text.data(), k);

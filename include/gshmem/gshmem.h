@@ -298,8 +298,8 @@ gshmem_result_t gshmem_barrier_on_stream(gshmem_comm_t comm, void* stream);
  * at once; the result is in `out` when the stream reaches that point. `in` and `out` may be
  * symmetric or ordinary device memory of this comm's GPU. Ordinary memory is staged through the
  * heap scratch the comm allocates at init; a symmetric `out` is written directly by large
- * all_gather / broadcast / all_to_all and by two-shot all_reduce (every member must then pass
- * the same symmetric object: the paths differ). Each call chooses gshmem's own algorithm or NCCL (gshmem_coll_explain says which and
+ * all_gather / broadcast / all_to_all and by two-shot all_reduce, which also reads a symmetric
+ * `in` in place (every member must then pass the same symmetric objects: the paths differ). Each call chooses gshmem's own algorithm or NCCL (gshmem_coll_explain says which and
  * why; GSHMEM_COLL_BACKEND and per-operation variables override it). A team with a member beyond
  * load/store reach takes NCCL where it is enabled; else, on a comm with a proxy path, all_gather,
  * broadcast and all_to_all into a symmetric `out` (not `in`) run as puts straight into the
@@ -384,10 +384,14 @@ gshmem_result_t gshmem_comm_enable_nccl(gshmem_comm_t comm);
 
 /* Not collective. Writes to `out` (at most len bytes, NUL-terminated) the backend and algorithm
  * that a collective of `op` with `bytes` per PE over `npes` PEs would use on this comm, and why.
- * `out_symmetric`: nonzero when the call's output is a symmetric heap object (not `in`, for
- * all_to_all); large calls whose output is staged through the heap switch to NCCL sooner. */
+ * `symmetric`: GSHMEM_EXPLAIN_OUT_SYMMETRIC when the call's output is a symmetric heap object
+ * (not `in`, for all_to_all: large calls whose output is staged through the heap switch to NCCL
+ * sooner), or'ed with GSHMEM_EXPLAIN_IN_SYMMETRIC when its input is one too (a two-shot
+ * all_reduce then reads the inputs in place: "two_shot pull"); other bits are a usage error. */
+#define GSHMEM_EXPLAIN_OUT_SYMMETRIC 1
+#define GSHMEM_EXPLAIN_IN_SYMMETRIC 2
 gshmem_result_t gshmem_coll_explain(gshmem_comm_t comm, gshmem_coll_t op, size_t bytes, int npes,
-                                    int out_symmetric, char* out, size_t len);
+                                    int symmetric, char* out, size_t len);
 
 #ifdef __cplusplus
 }

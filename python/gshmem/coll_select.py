@@ -63,16 +63,26 @@ def enable_nccl(comm: CommLike) -> None:
 
 
 def explain(
-    comm: CommLike, op: str, nbytes: int, npes: int | None = None, symmetric: bool = False
+    comm: CommLike,
+    op: str,
+    nbytes: int,
+    npes: int | None = None,
+    symmetric: bool = False,
+    symmetric_input: bool = False,
 ) -> str:
     """Which backend and algorithm a collective ``op`` with ``nbytes`` of input per PE over
     ``npes`` PEs (default: every PE) would use on ``comm``, and why; ``symmetric``: its output
-    is a symmetric tensor (``comm.empty``; for all_to_all, not the input). Not collective."""
+    is a symmetric tensor (``comm.empty``; for all_to_all, not the input); ``symmetric_input``:
+    its input too (a two-shot all_reduce then pulls: "two_shot pull"). Not collective."""
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
         raise UsageError(f"nbytes must be a non-negative int, got {nbytes!r}")
     if npes is not None and (isinstance(npes, bool) or not isinstance(npes, int) or npes < 1):
         raise UsageError(f"npes must be a positive int or None, got {npes!r}")
-    return str(_C.comm_coll_explain(comm._handle, op_code(op), nbytes, npes or 0, bool(symmetric)))
+    return str(
+        _C.comm_coll_explain(
+            comm._handle, op_code(op), nbytes, npes or 0, bool(symmetric), bool(symmetric_input)
+        )
+    )
 
 
 def choose(
@@ -83,15 +93,18 @@ def choose(
     symmetric: bool = False,
     beyond_reach: bool = False,
     proxy: bool = False,
+    symmetric_input: bool = False,
 ) -> tuple[str, str, str]:
     """(backend, algorithm, reason) for a query, without a comm (what ``explain`` reports;
     tests and planning tools). Reads the same environment variables. ``beyond_reach``: some
     member is not load/store-reachable (another host): NCCL serves it, or, when the comm has a
     proxy path (``proxy``), gshmem's ``exchange`` for all_gather, broadcast and all_to_all into
-    a symmetric output."""
+    a symmetric output. ``symmetric_input``: the input is symmetric too ("two_shot pull")."""
     code = op_code(op)
     return tuple(  # type: ignore[return-value]
-        _C.coll_choose(code, nbytes, npes, nccl_available, symmetric, beyond_reach, proxy)
+        _C.coll_choose(
+            code, nbytes, npes, nccl_available, symmetric, beyond_reach, proxy, symmetric_input
+        )
     )
 
 

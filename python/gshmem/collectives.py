@@ -43,16 +43,22 @@ class Collectives:
         coll_select.enable_nccl(self)
 
     def explain(
-        self, op: str, nbytes: int, npes: int | None = None, symmetric: bool = False
+        self,
+        op: str,
+        nbytes: int,
+        npes: int | None = None,
+        symmetric: bool = False,
+        symmetric_input: bool = False,
     ) -> str:
         """The backend and algorithm collective ``op`` ("all_reduce", "all_gather", ...) would
         use for ``nbytes`` of input per PE over ``npes`` PEs (default all), and why.
         ``symmetric``: the output is a symmetric tensor (``empty``/``zeros``; for all_to_all,
-        not the input), which lets large calls write it directly and stay on gshmem longer.
-        Not collective; runs nothing."""
+        not the input), which lets large calls write it directly and stay on gshmem longer;
+        ``symmetric_input``: the input is one too, which lets a two-shot all_reduce read the
+        inputs in place ("two_shot pull"). Not collective; runs nothing."""
         from gshmem import coll_select
 
-        return coll_select.explain(self, op, nbytes, npes, symmetric)
+        return coll_select.explain(self, op, nbytes, npes, symmetric, symmetric_input)
 
     # Collective over ``team`` (a gshmem.Team of this comm; None: every PE): every member makes
     # the same call (same element count, dtype, op and root) in the same order relative to its

@@ -39,6 +39,11 @@ void all_reduce_one_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t o
 // object (the reduced shards go straight into it).
 void all_reduce_two_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
                          const void* in, void* out, size_t count, size_t shard, bool direct);
+// The two-shot reading the members' inputs in place: `in` and `out` symmetric heap objects (the
+// same on every member), count elements in team-size shards of `shard` elements (a multiple of
+// 16 bytes; the last shard may be shorter or empty), any size (no slots).
+void all_reduce_pull(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
+                     void* out, size_t count, size_t shard);
 // out[i] = op over members of in[me * stride + i], i < count (at most packet_bytes / 2 bytes).
 void reduce_scatter_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
                            const void* in, void* out, size_t count, size_t stride);

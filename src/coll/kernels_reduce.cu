@@ -1,5 +1,6 @@
-// The reducing collectives: all_reduce (packet, one-shot, two-shot) and reduce_scatter (packet,
-// one-shot); the packet kernel serves both. One kernel per (algorithm, element type): 4 x 5
+// The reducing collectives: all_reduce (packet, one-shot, two-shot pushed or pulled) and
+// reduce_scatter (packet, one-shot); the packet kernel serves both. One kernel per (algorithm,
+// element type): 5 x 5
 // instantiations; the operator is a run-time switch (reduce.cuh). Synchronisation and staging:
 // protocol.cuh.
 #include <algorithm>
@@ -132,6 +133,38 @@ __global__ void __launch_bounds__(kThreads)
   end_call(s, dev, team, 2);
 }
 
+// ---- pull two-shot (`in` and `out` symmetric on every member): no slots. Phase 1 says every
+// member has started (its `in` is written and its `out` free: stream order); member t then
+// reduces shard t, loading the others' shard t straight from their `in`, and stores the result
+// into every member's `out`; phase 2 says every member is done with this one's `in` and `out`,
+// so the kernel leaves nothing in flight. One launch at any size. In place is safe: only member
+// t reads or writes anyone's shard t, and its CTA b reads its range before it stores there.
+template <class E>
+__global__ void __launch_bounds__(kThreads)
+    all_reduce_pull_kernel(Device dev, Team team, Sync s, const typename E::U* in,
+                           typename E::U* out, size_t count, size_t shard, int op) {
+  using U = typename E::U;
+  const int mine = team.my_pe;
+  const size_t lo = static_cast<size_t>(mine) * shard;
+  const size_t len = lo >= count ? 0 : (count - lo < shard ? count - lo : shard);
+  arrive_and_wait(s, dev, team, 1);
+  const Range r = cta_range(len, kUnit<E>, blockIdx.x, s.ctas);
+  const U* own = in + lo;
+  U* reduced = out + lo;
+  auto source = [&](int t) {
+    const int q = world(team, t);
+    return q == dev.my_pe ? own : gshmem::detail::peer(dev, own, q);
+  };
+  reduce_range<E>(reduced, team.size, source, r.lo, r.hi, op);
+  __syncthreads();  // the stores below read what other threads of this CTA reduced
+  for (int k = 0; k + 1 < team.size; ++k) {
+    const int q = world(team, push_target(team, k));
+    copy(gshmem::detail::peer(dev, reduced, q) + r.lo, reduced + r.lo, r.size() * sizeof(U));
+  }
+  arrive_and_wait(s, dev, team, 2);
+  end_call(s, dev, team, 2);
+}
+
 // ---- reduce_scatter: member t's block to member t (one push per member), one phase, reduce.
 template <class E>
 __global__ void __launch_bounds__(kThreads)
@@ -217,6 +250,16 @@ void all_reduce_two_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t o
   cuda::check_launch("launching the two-shot all_reduce kernel");
 }
 
+void all_reduce_pull(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
+                     void* out, size_t count, size_t shard) {
+  with_type(dtype, [&](auto e) {
+    using E = decltype(e);
+    all_reduce_pull_kernel<E><<<l.sync.ctas, kThreads, 0, l.stream>>>(
+        l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, shard, op);
+  });
+  cuda::check_launch("launching the pull all_reduce kernel");
+}
+
 void reduce_scatter_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
                            const void* in, void* out, size_t count, size_t stride) {
   with_type(dtype, [&](auto e) {
@@ -258,6 +301,7 @@ void preload_reduce() {
       cuda::preload(reduce_packet_kernel<E>, "loading the collective kernels");
       cuda::preload(all_reduce_one_shot_kernel<E>, "loading the collective kernels");
       cuda::preload(all_reduce_two_shot_kernel<E>, "loading the collective kernels");
+      cuda::preload(all_reduce_pull_kernel<E>, "loading the collective kernels");
       cuda::preload(reduce_slots_kernel<E>, "loading the collective kernels");
       cuda::preload(reduce_scatter_kernel<E>, "loading the collective kernels");
     });

@@ -24,12 +24,13 @@ bool is_world(const Comm& comm, const gshmem_team_t& t) {
 
 // The backend and algorithm for this call (select.h; it also writes the debug log); NCCL only
 // where the comm has it and the team is the world (NCCL's communicator spans every PE).
-// `out_symmetric`: `out` may take a direct path (select.h: direct_path).
+// `out_symmetric`: `out` may take a direct path (select.h: direct_path); `in_symmetric`: `in`
+// too, so an all_reduce may pull (select.h: pull_path).
 Choice decide(Comm& comm, const gshmem_team_t& team, gshmem_coll_t op, size_t bytes,
-              bool out_symmetric, bool nccl_has_op = true) {
+              bool out_symmetric, bool nccl_has_op = true, bool in_symmetric = false) {
   const bool nccl = nccl_has_op && comm.nccl() != nullptr && is_world(comm, team);
-  return choose({op, bytes, team.size, nccl, out_symmetric, beyond_reach(comm, team),
-                 comm.proxy() != nullptr});
+  return choose({op, bytes, team.size, nccl, out_symmetric, in_symmetric,
+                 beyond_reach(comm, team), comm.proxy() != nullptr});
 }
 
 // GSHMEM_COLL_CHECK's descriptor of a call: what every member must agree on. Low 7 bits: the
@@ -110,8 +111,9 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   require_buffer(comm, what, "in", in, bytes, e);
   require_buffer(comm, what, "out", out, bytes, e);
   require_no_overlap(what, in, bytes, out, bytes, in == out);
-  const uint64_t out_offset = heap_offset(comm, out);
-  const Choice c = decide(comm, team, GSHMEM_COLL_ALL_REDUCE, bytes, out_offset != kNotDirect);
+  const uint64_t out_offset = heap_offset(comm, out), in_offset = heap_offset(comm, in);
+  const Choice c = decide(comm, team, GSHMEM_COLL_ALL_REDUCE, bytes, out_offset != kNotDirect,
+                          true, in_offset != kNotDirect);
   cuda::DeviceGuard current(comm.device());
   if (c.backend == Backend::Nccl) {
     comm.nccl()->all_reduce(in, out, count, dtype, op, stream);
@@ -123,10 +125,19 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   }
   const size_t n = static_cast<size_t>(team.size);
   // Two-shot's second phase stores into a heap `out` directly at no extra cost (kernels_reduce.cu),
-  // whatever the size.
-  const uint64_t offset = c.direct ? out_offset : kNotDirect;
+  // whatever the size. Pulling, every member must also pass the same `in`: its offset joins the
+  // checked descriptor's.
+  const uint64_t offset =
+      !c.direct ? kNotDirect : c.pull ? out_offset ^ (in_offset << 1) : out_offset;
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_REDUCE, dtype, op, 0, count, offset));
+  const size_t unit = 16 / e;
+  auto shard_of = [&](size_t len) { return ((len + n - 1) / n + unit - 1) / unit * unit; };
+  if (c.pull) {
+    kernels::all_reduce_pull(sized(l, shard_of(count) * e, kReducePerCta), dtype, op, in, out,
+                             count, shard_of(count));
+    return;
+  }
   switch (c.algo) {
     case Algo::Packet:
       chunks(count, l.sync.packet_bytes / 2 / e, [&](size_t off, size_t len) {
@@ -140,15 +151,13 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
                                      at(in, off * e), at(out, off * e), len);
       });
       break;
-    default: {  // TwoShot (Nccl and Exchange are not reached)
-      const size_t unit = 16 / e;
+    default:  // TwoShot (Nccl and Exchange are not reached)
       chunks(count, n * (l.sync.slot_bytes / 2 / e), [&](size_t off, size_t len) {
-        const size_t shard = ((len + n - 1) / n + unit - 1) / unit * unit;
-        kernels::all_reduce_two_shot(sized(l, shard * e, kReducePerCta), dtype, op,
-                                     at(in, off * e), at(out, off * e), len, shard, c.direct);
+        kernels::all_reduce_two_shot(sized(l, shard_of(len) * e, kReducePerCta), dtype, op,
+                                     at(in, off * e), at(out, off * e), len, shard_of(len),
+                                     c.direct);
       });
       break;
-    }
   }
 }
 

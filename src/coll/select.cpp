@@ -52,6 +52,12 @@ constexpr size_t kNoLimit = static_cast<size_t>(-1);  // a NCCL_MIN of "never"
 // ---------------------------------------------------------------------------------------------
 constexpr int kAnchorPes = 4;
 
+// NCCL's all_reduce threshold when the two-shot pulls symmetric inputs (pull_path): one launch
+// at any size, no staging. MEASURED on nvidia-h200-x2 (2 x H200), 2026-11-27, gshmem forced, same
+// run as NCCL: 1.32x at 16 MiB, 1.16x at 32 MiB, 1.09x at 64 MiB (pushed: 0.99x at 16 MiB, 0.75x
+// at 64 MiB). Not yet measured at 4 PEs.
+constexpr size_t kPullNcclMin = 64 * MiB;
+
 struct Defaults {
   gshmem_coll_t op;
   size_t packet_max;    // packet when bytes <= this
@@ -170,9 +176,13 @@ Threshold threshold(gshmem_coll_t op, const char* suffix, size_t fallback, bool 
     return {static_cast<size_t>(env::parse_size(v, name_.c_str())), true};
   }
   // One-sided one-shot traffic per PE grows with the peers ((n-1) x bytes): beyond the anchors'
-  // 4 PEs, shrink the packet and one-shot ranges in proportion. Never grown below 4 PEs
-  // (unmeasured there; the measured table will say). Rounded down to whole KiB.
-  if (scale && npes > kAnchorPes && fallback != kNever && fallback != kNoLimit) {
+  // 4 PEs, shrink the packet and one-shot ranges in proportion; below them, grow the one-shot
+  // range the same way (2 x H200, 2026-11-27, all_reduce forced one_shot against the pulled
+  // two-shot: 9.4 / 11.5 / 15.9 us at 512 KiB / 1 MiB / 2 MiB against 11.4 / 12.5 / 15.3, so
+  // 768 KiB at 2 PEs). The packet range is not grown (unmeasured). Rounded down to whole KiB.
+  const bool grow = npes < kAnchorPes && std::string(suffix) == "ONE_SHOT_MAX";
+  if (scale && npes > 1 && (npes > kAnchorPes || grow) && fallback != kNever &&
+      fallback != kNoLimit) {
     fallback = fallback * (kAnchorPes - 1) / static_cast<size_t>(npes - 1);
     fallback = std::max<size_t>(KiB, fallback / KiB * KiB);  // whole KiB, at least 1 KiB
   }
@@ -317,15 +327,20 @@ Choice decide(const Query& q) {
   // 3. Size rules (thresholds: per-operation variables, else the table above). All three are
   // read first so that a malformed one is an error whatever the size.
   const bool staged = !direct_path(q.op, q.bytes, q.out_symmetric);
-  Threshold nccl =
-      threshold(q.op, "NCCL_MIN", staged ? d.nccl_min_staged : d.nccl_min, false, q.npes);
+  const bool pulled = pull_path(q.op, q.bytes, q.in_symmetric, q.out_symmetric);
+  Threshold nccl = threshold(q.op, "NCCL_MIN",
+                             pulled   ? kPullNcclMin
+                             : staged ? d.nccl_min_staged
+                                      : d.nccl_min,
+                             false, q.npes);
   Threshold packet = threshold(q.op, "PACKET_MAX", d.packet_max, true, q.npes);
   Threshold one = threshold(q.op, "ONE_SHOT_MAX", d.one_shot_max, true, q.npes);
   std::string suffix;  // what NCCL's threshold says about this call, appended to the reason
   if (want == Want::Auto && d.nccl_capable) {
-    std::string at = size_text(nccl.bytes) +
-                     (nccl.from_env ? " (" + var(q.op, "NCCL_MIN") + ")"
-                                    : staged ? " for staged outputs" : "");
+    std::string at = size_text(nccl.bytes) + (nccl.from_env ? " (" + var(q.op, "NCCL_MIN") + ")"
+                                              : pulled      ? " for pulled inputs"
+                                              : staged      ? " for staged outputs"
+                                                            : "");
     if (nccl.bytes != kNoLimit && q.bytes > nccl.bytes) {
       if (q.nccl_available) return {Backend::Nccl, Algo::Nccl, "above the NCCL threshold of " + at};
       suffix = "; above the NCCL threshold of " + at + " but NCCL is not enabled";
@@ -381,6 +396,11 @@ bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric) {
   }
 }
 
+bool pull_path(gshmem_coll_t op, size_t bytes, bool in_symmetric, bool out_symmetric) {
+  return op == GSHMEM_COLL_ALL_REDUCE && in_symmetric && out_symmetric &&
+         at_least(bytes, "GSHMEM_COLL_PULL_MIN", 0);
+}
+
 PermutePath permute_path(size_t bytes, bool out_symmetric, bool in_place, bool proxy) {
   // The defaults: 4 x H200, each path forced (docs/collectives.md): packets 6.7 /
   // 10.2 us at 256 / 512 KiB against bulk 9.6 / 9.0; bulk 42.3 / 80.8 us at 8 / 16 MiB against
@@ -402,22 +422,30 @@ const char* name(PermutePath path) {
   return "?";
 }
 
+// Sets c.pull where the chosen two-shot all_reduce reads the inputs in place.
+static void mark_pull(const Query& q, Choice& c) {
+  c.pull = c.backend == Backend::Gshmem && c.algo == Algo::TwoShot &&
+           pull_path(q.op, q.bytes, q.in_symmetric, q.out_symmetric);
+}
+
 Choice choose(const Query& q) {
   Choice c = decide(q);
   // Only two-shot all_reduce and one-shot all_gather / broadcast / all_to_all have direct paths.
   const Algo with_direct = q.op == GSHMEM_COLL_ALL_REDUCE ? Algo::TwoShot : Algo::OneShot;
   c.direct = c.backend == Backend::Gshmem && c.algo == with_direct &&
              direct_path(q.op, q.bytes, q.out_symmetric);
+  mark_pull(q, c);
   log_once(q, c);
   return c;
 }
 
 std::string explain(const Query& q) {
   Choice c = decide(q);
+  mark_pull(q, c);
   std::string s = std::string(name(q.op)) + " " + std::to_string(q.bytes) + " B on " +
                   std::to_string(q.npes) + (q.npes == 1 ? " PE: " : " PEs: ") +
                   (c.backend == Backend::Nccl ? "nccl" : "gshmem");
-  if (c.backend == Backend::Gshmem) s += std::string(" ") + name(c.algo);
+  if (c.backend == Backend::Gshmem) s += std::string(" ") + name(c.algo) + (c.pull ? " pull" : "");
   return s + " (" + c.reason + ")";
 }
 

@@ -28,6 +28,7 @@ struct Query {
   int npes;             // team size
   bool nccl_available;  // gshmem_comm_enable_nccl succeeded on this comm (and the team is world)
   bool out_symmetric = false;  // `out` is a symmetric heap object (and, for all_to_all, not `in`)
+  bool in_symmetric = false;   // `in` is a symmetric heap object
   // Some member is beyond load/store reach (another host, or P2P off). gshmem's kernels run on
   // loads and stores, so such a team takes NCCL (its own network path) when it is enabled, else
   // Algo::Exchange where the comm has a proxy path and the call allows it (all_gather,
@@ -43,6 +44,12 @@ struct Query {
 // of input per PE (default 256 KiB; "never": off); reduce_scatter never. Staged calls give NCCL
 // larger sizes (the table in select.cpp). Re-reads the environment; a bad value is a usage error.
 bool direct_path(gshmem_coll_t op, size_t bytes, bool out_symmetric);
+
+// Whether a two-shot all_reduce whose `in` and `out` are both symmetric heap objects reads the
+// members' inputs in place (docs/collectives.md, "Pull"): no staging slots and one launch at any
+// size, from GSHMEM_COLL_PULL_MIN bytes of input per PE (default 0: always; "never": off).
+// Re-reads the environment; a bad value is a usage error.
+bool pull_path(gshmem_coll_t op, size_t bytes, bool in_symmetric, bool out_symmetric);
 
 // How gshmem_permute_on_stream moves a message (permute.cpp, kernels_permute.cu):
 //   CopyEngine  by the copy engine straight into the receiver's `out`: `out` a symmetric heap
@@ -65,6 +72,7 @@ struct Choice {
   Algo algo;
   std::string reason;   // one line: which rule or override decided
   bool direct = false;  // the chosen gshmem algorithm stores straight into a symmetric `out`
+  bool pull = false;    // the two-shot all_reduce loads the members' symmetric inputs in place
 };
 
 // Throws GSHMEM_ERROR_USAGE for a malformed override (naming the variable and the values allowed)

@@ -25,9 +25,9 @@ using gshmem::python::comm_of;
 namespace {
 
 gshmem::coll::Query query(int op, size_t bytes, int npes, bool nccl_available,
-                          bool out_symmetric, bool beyond_reach, bool proxy) {
+                          bool out_symmetric, bool beyond_reach, bool proxy, bool in_symmetric) {
   return {static_cast<gshmem_coll_t>(op), bytes, npes, nccl_available, out_symmetric,
-          beyond_reach, proxy};
+          in_symmetric, beyond_reach, proxy};
 }
 
 const char* step_name(gshmem::coll::PermuteStep step) {
@@ -50,34 +50,38 @@ void bind_coll_select(nb::module_& m) {
         call([&] { return gshmem_comm_enable_nccl(c); });
       }, "comm"_a, "Collective: loads NCCL and creates its communicator (gshmem_comm_enable_nccl).");
   m.def("comm_coll_explain", [](nb::handle comm, int op, size_t bytes, int npes,
-                                bool out_symmetric) {
+                                bool out_symmetric, bool in_symmetric) {
         gshmem_comm_t c = comm_of(comm);
         char buf[512];
         call([&] {
           return gshmem_coll_explain(c, static_cast<gshmem_coll_t>(op), bytes, npes,
-                                     out_symmetric ? 1 : 0, buf, sizeof buf);
+                                     (out_symmetric ? GSHMEM_EXPLAIN_OUT_SYMMETRIC : 0) |
+                                         (in_symmetric ? GSHMEM_EXPLAIN_IN_SYMMETRIC : 0),
+                                     buf, sizeof buf);
         });
         return std::string(buf);
-      }, "comm"_a, "op"_a, "bytes"_a, "npes"_a, "out_symmetric"_a);
+      }, "comm"_a, "op"_a, "bytes"_a, "npes"_a, "out_symmetric"_a, "in_symmetric"_a = false);
   m.def("coll_choose", [](int op, size_t bytes, int npes, bool nccl_available, bool out_symmetric,
-                          bool beyond_reach, bool proxy) {
+                          bool beyond_reach, bool proxy, bool in_symmetric) {
         auto c = call_internal([&] {
-          return gshmem::coll::choose(
-              query(op, bytes, npes, nccl_available, out_symmetric, beyond_reach, proxy));
+          return gshmem::coll::choose(query(op, bytes, npes, nccl_available, out_symmetric,
+                                            beyond_reach, proxy, in_symmetric));
         });
         return std::make_tuple(std::string(c.backend == gshmem::coll::Backend::Nccl ? "nccl" : "gshmem"),
-                               std::string(gshmem::coll::name(c.algo)), c.reason);
+                               std::string(gshmem::coll::name(c.algo)) + (c.pull ? " pull" : ""),
+                               c.reason);
       }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false,
-      "beyond_reach"_a = false, "proxy"_a = false,
+      "beyond_reach"_a = false, "proxy"_a = false, "in_symmetric"_a = false,
       "(backend, algo, reason) the selector picks; pure (no comm, no GPU). Tests only.");
   m.def("coll_explain_query", [](int op, size_t bytes, int npes, bool nccl_available,
-                                 bool out_symmetric, bool beyond_reach, bool proxy) {
+                                 bool out_symmetric, bool beyond_reach, bool proxy,
+                                 bool in_symmetric) {
         return call_internal([&] {
-          return gshmem::coll::explain(
-              query(op, bytes, npes, nccl_available, out_symmetric, beyond_reach, proxy));
+          return gshmem::coll::explain(query(op, bytes, npes, nccl_available, out_symmetric,
+                                             beyond_reach, proxy, in_symmetric));
         });
       }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false,
-      "beyond_reach"_a = false, "proxy"_a = false);
+      "beyond_reach"_a = false, "proxy"_a = false, "in_symmetric"_a = false);
   m.def("permute_path", [](size_t bytes, bool out_symmetric, bool in_place, bool proxy) {
         return std::string(gshmem::coll::name(call_internal([&] {
           return gshmem::coll::permute_path(bytes, out_symmetric, in_place, proxy);

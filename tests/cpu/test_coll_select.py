@@ -39,13 +39,15 @@ def test_ops_are_the_c_enum():
         coll_select.op_code("allreduce")
 
 
-@pytest.mark.parametrize("npes", [2, 4])
+@pytest.mark.parametrize("npes", [2, 3, 4])
 def test_all_reduce_by_size(npes):
+    one_max = {2: 768 * KiB, 3: 384 * KiB, 4: 256 * KiB}[npes]  # one-shot grows below 4 PEs
     want = {8: "packet", 64 * KiB: "packet", 64 * KiB + 1: "one_shot", 256 * KiB: "one_shot",
-            256 * KiB + 1: "two_shot", MiB: "two_shot", 8 * MiB: "two_shot"}  # fmt: skip
+            one_max: "one_shot", one_max + 1: "two_shot", 4 * MiB: "two_shot",
+            8 * MiB: "two_shot"}  # fmt: skip
     for size, algo in want.items():
         assert choose("all_reduce", size, npes, True, symmetric=True)[:2] == ("gshmem", algo)
-        # a staged output leaves gshmem after one-shot's range
+        # a staged output leaves gshmem after one-shot's range (the staged threshold: 256 KiB)
         staged = ("gshmem", algo) if size <= 256 * KiB else ("nccl", "nccl")
         assert choose("all_reduce", size, npes, True)[:2] == staged, size
         assert choose("all_reduce", size, npes, False)[:2] == ("gshmem", algo), size
@@ -100,6 +102,37 @@ def test_direct_min_decides_whether_a_symmetric_output_is_staged(monkeypatch):
     monkeypatch.setenv("GSHMEM_COLL_DIRECT_MIN", "lots")
     with pytest.raises(gshmem.UsageError, match="GSHMEM_COLL_DIRECT_MIN"):
         choose("all_gather", big, 4, True, symmetric=True)
+
+
+def test_pull_needs_symmetric_inputs_and_outputs(monkeypatch):
+    """A two-shot all_reduce whose input and output are both symmetric reads the inputs in
+    place ("two_shot pull") from GSHMEM_COLL_PULL_MIN (default: always); nothing else pulls."""
+    both = {"symmetric": True, "symmetric_input": True}
+    assert choose("all_reduce", MiB, 4, True, **both)[:2] == ("gshmem", "two_shot pull")
+    assert choose("all_reduce", MiB, 2, False, **both)[:2] == ("gshmem", "two_shot pull")
+    assert choose("all_reduce", MiB, 4, True, symmetric=True)[:2] == ("gshmem", "two_shot")
+    assert choose("all_reduce", MiB, 4, False, symmetric_input=True)[:2] == ("gshmem", "two_shot")
+    assert choose("all_reduce", 128 * KiB, 4, True, **both)[1] == "one_shot"  # two-shot only
+    assert choose("all_reduce", 8 * KiB, 4, True, **both)[1] == "packet"
+    assert choose("all_gather", 4 * MiB, 4, True, **both)[1] == "one_shot"  # all_reduce only
+    # NCCL's threshold for pulled calls: 64 MiB (8 MiB pushed)
+    assert choose("all_reduce", 64 * MiB, 4, True, **both)[:2] == ("gshmem", "two_shot pull")
+    b, a, why = choose("all_reduce", 64 * MiB + 1, 4, True, **both)
+    assert (b, a) == ("nccl", "nccl") and "64 MiB for pulled inputs" in why, why
+    assert choose("all_reduce", 16 * MiB, 4, True, symmetric=True)[:2] == ("nccl", "nccl")
+    monkeypatch.setenv("GSHMEM_COLL_ALL_REDUCE_ALGO", "two_shot")  # an override pulls too
+    assert choose("all_reduce", 8, 4, True, **both)[1] == "two_shot pull"
+    monkeypatch.delenv("GSHMEM_COLL_ALL_REDUCE_ALGO")
+    monkeypatch.setenv("GSHMEM_COLL_PULL_MIN", "2M")
+    assert choose("all_reduce", MiB, 4, True, **both)[1] == "two_shot"
+    assert choose("all_reduce", 2 * MiB, 4, True, **both)[1] == "two_shot pull"
+    text = _C.coll_explain_query(0, 2 * MiB, 4, True, True, in_symmetric=True)
+    assert text.startswith("all_reduce 2097152 B on 4 PEs: gshmem two_shot pull ("), text
+    monkeypatch.setenv("GSHMEM_COLL_PULL_MIN", "never")
+    assert choose("all_reduce", 8 * MiB, 4, True, **both)[1] == "two_shot"
+    monkeypatch.setenv("GSHMEM_COLL_PULL_MIN", "lots")
+    with pytest.raises(gshmem.UsageError, match="GSHMEM_COLL_PULL_MIN"):
+        choose("all_reduce", MiB, 4, True, **both)
 
 
 def test_permute_path(monkeypatch):

@@ -418,7 +418,8 @@ class CollBench:
         """What comm.explain says a team collective of ``size`` runs, or '' (informational)."""
         try:
             per_pe = size // (self.n if op == "all_gather" else 1)
-            algo = self.comm.explain(op, per_pe, symmetric=self.o.buffers == "symmetric")
+            sym = self.o.buffers == "symmetric"  # inputs and outputs alike
+            algo = self.comm.explain(op, per_pe, symmetric=sym, symmetric_input=sym)
             return algo.split(": ", 1)[1].split(" (")[0]
         except Exception:  # noqa: BLE001 - informational only
             return ""

@@ -3,21 +3,23 @@
 Usage: coll_check.py SCENARIO
   matrix    every collective x dtype x op x count (1, 7, 1001, 65539: none divisible by the PE
             count) over the world team, once per all_reduce algorithm (packet, one_shot,
-            two_shot) with the other collectives forced to each algorithm they accept
+            two_shot pushed, two_shot pulling symmetric inputs: GSHMEM_COLL_PULL_MIN=0 or never)
+            with the other collectives forced to each algorithm they accept
             (select.h re-reads GSHMEM_COLL_<OP>_ALGO at each call, so this process switches them);
             in place and out of place, symmetric and ordinary buffers, in turn for each collective;
             symmetric outputs take the direct path at every size on every other pass
             (GSHMEM_COLL_DIRECT_MIN=0) and the staged one on the others
   big       ~16 MiB per PE (several launches per call: more than one staging slot) for every
-            collective and every all_reduce algorithm, each variant (direct when symmetric)
+            collective and every all_reduce algorithm (two-shot pushed and pulled), each variant
+            (direct when symmetric)
   teams     the matrix on sub-teams: even/odd PEs (split_strided), a team of one, and on 4 PEs
             the team {1, 2, 3} that PE 0 is not in
   streams   rows and columns of split_2d, on two streams at once, 60 rounds with no host
             synchronisation between them, checked on the device
-  graph     a CUDA graph of every collective (each all_reduce algorithm; ordinary and
-            symmetric outputs, so staged and direct) on new data at each replay, replayed 50
-            times, checked on the device (run with a small GSHMEM_COLL_SCRATCH_BYTES so that
-            staged calls span several launches)
+  graph     a CUDA graph of every collective (each all_reduce algorithm, a pulled in-place
+            two-shot; ordinary and symmetric outputs, so staged and direct) on new data at each
+            replay, replayed 50 times, checked on the device (run with a small
+            GSHMEM_COLL_SCRATCH_BYTES so that staged calls span several launches)
   permute   comm.permute into ordinary tensors (packets and bulk): random permutations and
             sizes, a graph
   permute_copy  comm.permute into symmetric tensors (GSHMEM_PERMUTE_COPY_MIN=64K): the copy
@@ -55,7 +57,9 @@ OPS = ["sum", "prod", "min", "max"]
 COUNTS = [1, 7, 1001, 65539]
 SLACK = 64  # elements past each output that must stay poisoned
 EPS = {torch.float32: 2.0**-23, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
-ALL_REDUCE_ALGOS = ["packet", "one_shot", "two_shot"]
+# (algorithm, GSHMEM_COLL_PULL_MIN): two-shot pushed, then pulling symmetric inputs in place
+ALL_REDUCE_PASSES = [("packet", "never"), ("one_shot", "never"), ("two_shot", "never"),
+                     ("two_shot", "0")]  # fmt: skip
 # What GSHMEM_COLL_<OP>_ALGO accepts for the other collectives (select.cpp's table).
 OTHER_ALGOS = {
     "ALL_GATHER": ("packet", "one_shot"),
@@ -338,16 +342,18 @@ def scenario_matrix(comm: gshmem.Comm) -> str:
     pool = pool_for(comm, max(COUNTS) + 3 * comm.nranks)
     check = Checker(comm, pool, None)
     k = 0
-    for a, algo in enumerate(ALL_REDUCE_ALGOS):
+    for a, (algo, pull) in enumerate(ALL_REDUCE_PASSES):
         force_algo(algo)
         # Symmetric outputs: direct stores into them at every size on every other pass, staged
         # on the others (ops.cpp re-reads GSHMEM_COLL_DIRECT_MIN at each call).
         os.environ["GSHMEM_COLL_DIRECT_MIN"] = "0" if a % 2 else "never"
-        k = check.everything(COUNTS, DTYPES, f"[{algo} direct={a % 2}]", k)
+        os.environ["GSHMEM_COLL_PULL_MIN"] = pull
+        k = check.everything(COUNTS, DTYPES, f"[{algo} direct={a % 2} pull={pull}]", k)
     os.environ.pop("GSHMEM_COLL_DIRECT_MIN")
+    os.environ.pop("GSHMEM_COLL_PULL_MIN")
     torch.cuda.synchronize()
     pool.free(comm)
-    return f"{check.cases} cases, {len(ALL_REDUCE_ALGOS)} algorithms"
+    return f"{check.cases} cases, {len(ALL_REDUCE_PASSES)} all_reduce passes"
 
 
 def scenario_big(comm: gshmem.Comm) -> str:
@@ -356,13 +362,15 @@ def scenario_big(comm: gshmem.Comm) -> str:
     pool = Pool(comm, big + 4096, n * big + 4096 * n)
     check = Checker(comm, pool, None)
     k = 1000
-    for algo in ALL_REDUCE_ALGOS[:3]:
+    for algo, pull in ALL_REDUCE_PASSES:  # a pulled two-shot of any size is one launch
         force_algo(algo)
+        os.environ["GSHMEM_COLL_PULL_MIN"] = pull
         for dtype, op in ((torch.float32, "sum"), (torch.bfloat16, "sum"), (torch.int64, "max")):
             es = torch.empty((), dtype=dtype).element_size()
             count = big // es - SLACK - 5  # not a multiple of anything useful
-            check.all_reduce(k, count, dtype, op, f"[{algo}]")
+            check.all_reduce(k, count, dtype, op, f"[{algo} pull={pull}]")
             k += 1
+    os.environ.pop("GSHMEM_COLL_PULL_MIN")
     force_algo("one_shot")
     count = big // 4 // n - SLACK - 3
     for _ in range(4):  # every (in place, symmetric) variant: staged and, symmetric, direct
@@ -483,6 +491,7 @@ def scenario_graph(comm: gshmem.Comm) -> str:
     sym_gathered = comm.empty((n * cnt,), torch.int32)
     sym_bcast = comm.empty((cnt,), torch.int32)
     sym_a2a = comm.empty((n * cnt,), torch.int32)
+    sym_pulled = comm.empty((cnt,), torch.int32)  # symmetric in and out: the pulled two-shot
     it = torch.zeros((), dtype=torch.int32, device=dev)
     errors = torch.zeros((), dtype=torch.int64, device=dev)
 
@@ -495,6 +504,9 @@ def scenario_graph(comm: gshmem.Comm) -> str:
             os.environ["GSHMEM_COLL_ALL_REDUCE_ALGO"] = algo  # read now, at capture
             comm.all_reduce(x, out=out)
             errors.add_((out != sum_base + n * it).sum())
+        sym_pulled.copy_(x)  # two-shot (the last algorithm above), in place
+        comm.all_reduce(sym_pulled)
+        errors.add_((sym_pulled != sum_base + n * it).sum())
         comm.all_gather(x, out=gathered)
         errors.add_((gathered != gather_base + it).sum())
         comm.reduce_scatter(sym, out=scattered)
@@ -525,7 +537,7 @@ def scenario_graph(comm: gshmem.Comm) -> str:
     torch.cuda.synchronize()
     assert it.item() == GRAPH_REPLAYS + 1, it.item()
     assert errors.item() == 0, f"{errors.item()} elements differ over {GRAPH_REPLAYS} replays"
-    for t in (sym_a2a, sym_bcast, sym_gathered, sym_reduced, sym):
+    for t in (sym_pulled, sym_a2a, sym_bcast, sym_gathered, sym_reduced, sym):
         comm.free(t)
     return f"{GRAPH_REPLAYS} replays, count {cnt}"
 
