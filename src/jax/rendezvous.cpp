@@ -54,3 +54,16 @@ bool take(const CallKey& key, double seconds, void** out) {
 }
 
 }  // namespace gshmem::jax
+
+// The table's C ABI, for tests (tests/cpu/test_jax_ops.py) through ctypes.
+extern "C" uint64_t gshmem_jax_next_call(int ordinal, uint64_t run) {
+  return gshmem::jax::next_call(ordinal, run);
+}
+
+extern "C" void gshmem_jax_post(uint64_t run, uint64_t call, int pe, void* out) {
+  gshmem::jax::post(gshmem::jax::CallKey{run, call, pe}, out);
+}
+
+extern "C" int gshmem_jax_take(uint64_t run, uint64_t call, int pe, double seconds, void** out) {
+  return gshmem::jax::take(gshmem::jax::CallKey{run, call, pe}, seconds, out) ? 1 : 0;
+}

@@ -119,6 +119,52 @@ def test_ops_need_the_mesh_and_init(monkeypatch) -> None:
         jax.jit(fn)(jnp.zeros((4, 4)))
 
 
+def test_direct_ppermute_host_table() -> None:
+    """The host table the direct ppermute's receivers post their outputs in (rendezvous.h):
+    calls counted per device and run (16 recent runs apart), each post taken once, a take that
+    waits for a post from another thread, a take that times out."""
+    import ctypes
+    import threading
+    import time
+
+    from gshmem.jax import _library
+
+    lib = _library.library()
+    lib.gshmem_jax_next_call.restype = ctypes.c_uint64
+    lib.gshmem_jax_next_call.argtypes = [ctypes.c_int, ctypes.c_uint64]
+    lib.gshmem_jax_post.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p]
+    lib.gshmem_jax_take.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_double,
+                                    ctypes.POINTER(ctypes.c_void_p)]  # fmt: skip
+
+    def calls(ordinal: int, run: int, n: int) -> list[int]:
+        return [lib.gshmem_jax_next_call(ordinal, run) for _ in range(n)]
+
+    assert calls(60, 1000, 3) == [0, 1, 2]
+    assert calls(60, 1001, 2) == [0, 1]  # a new run counts from 0
+    assert calls(60, 1000, 1) == [3]  # runs may interleave
+    assert calls(61, 1000, 1) == [0]  # per device
+    for run in range(2000, 2015):  # 15 more runs: 1001 is the oldest of 16, 1000 is forgotten
+        calls(60, run, 1)
+    assert calls(60, 1001, 1) == [2]
+    assert calls(60, 1000, 1) == [0]
+
+    def take(run: int, call: int, pe: int, seconds: float) -> int | None:
+        out = ctypes.c_void_p()
+        return out.value or 0 if lib.gshmem_jax_take(run, call, pe, seconds, out) else None
+
+    lib.gshmem_jax_post(7, 0, 3, 0x1000)
+    lib.gshmem_jax_post(7, 0, 2, None)  # a receiver that stages: posts null
+    assert take(7, 0, 3, 1.0) == 0x1000
+    assert take(7, 0, 2, 1.0) == 0
+    t0 = time.monotonic()
+    assert take(7, 0, 3, 0.05) is None  # taken once
+    assert time.monotonic() - t0 >= 0.04
+    late = threading.Timer(0.05, lambda: lib.gshmem_jax_post(7, 1, 3, 0x2000))
+    late.start()
+    assert take(7, 1, 3, 5.0) == 0x2000  # waits for the post
+    late.join()
+
+
 def test_lowering_of_the_copy_engine_ppermutes(monkeypatch) -> None:
     """Above the kernel's sizes, one process (as here) takes the direct target, which puts into
     the receiver's output; GSHMEM_JAX_PPERMUTE_DIRECT=0 keeps the staged one."""
