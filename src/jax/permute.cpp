@@ -190,7 +190,8 @@ ffi::Error permute_direct(void* stream, int32_t ordinal, ffi::RunId run, ffi::An
     if (!take(CallKey{static_cast<uint64_t>(run.run_id), call, dst}, timeout_seconds(), &peer_out)) {
       return ffi::Error::Internal("gshmem.jax ppermute: PE " + std::to_string(dst) +
                                   " (this process) did not make this call within GSHMEM_TIMEOUT; every device must "
-                                  "run the same ppermutes in the same order");
+                                  "run the same ppermutes in the same order, and XLA must run the devices' programs "
+                                  "concurrently (else set GSHMEM_JAX_PPERMUTE_DIRECT=0)");
     }
     route.peer_out = static_cast<char*>(peer_out);
     if (peer_out) ++g_direct_puts;
