@@ -21,6 +21,12 @@ constexpr size_t kUnit = sizeof(uint4) / sizeof(typename E::U);
 
 __device__ inline int world(const Team& team, int t) { return gshmem_team_world_pe(&team, t); }
 
+// Elements of shard t of `count` in shards of `shard` (the last may be shorter or empty).
+__device__ inline size_t shard_length(size_t count, size_t shard, int t) {
+  const size_t lo = static_cast<size_t>(t) * shard;
+  return lo >= count ? 0 : (count - lo < shard ? count - lo : shard);
+}
+
 // ---- packets (LL): block t of the input (in + t * stride) goes to member t as packets; then
 // each member reduces its own block in team order, polling each packet's epochs. No signals, no
 // fences. reduce_scatter passes its block stride; all_reduce passes stride 0, which sends the
@@ -93,10 +99,7 @@ __global__ void __launch_bounds__(kThreads)
                                bool direct) {
   using U = typename E::U;
   const size_t half = s.slot_bytes / 2;
-  auto shard_len = [&](int t) -> size_t {
-    const size_t lo = static_cast<size_t>(t) * shard;
-    return lo >= count ? 0 : (count - lo < shard ? count - lo : shard);
-  };
+  auto shard_len = [&](int t) { return shard_length(count, shard, t); };
   const int mine = team.my_pe;
   for (int k = 0; k + 1 < team.size; ++k) {
     const int t = push_target(team, k);
@@ -146,9 +149,8 @@ __global__ void __launch_bounds__(kThreads)
   using U = typename E::U;
   const int mine = team.my_pe;
   const size_t lo = static_cast<size_t>(mine) * shard;
-  const size_t len = lo >= count ? 0 : (count - lo < shard ? count - lo : shard);
   arrive_and_wait(s, dev, team, 1);
-  const Range r = cta_range(len, kUnit<E>, blockIdx.x, s.ctas);
+  const Range r = cta_range(shard_length(count, shard, mine), kUnit<E>, blockIdx.x, s.ctas);
   const U* own = in + lo;
   U* reduced = out + lo;
   auto source = [&](int t) {

@@ -55,7 +55,8 @@ constexpr int kAnchorPes = 4;
 // NCCL's all_reduce threshold when the two-shot pulls symmetric inputs (pull_path): one launch
 // at any size, no staging. MEASURED on nvidia-h200-x2 (2 x H200), 2026-11-27, gshmem forced, same
 // run as NCCL: 1.32x at 16 MiB, 1.16x at 32 MiB, 1.09x at 64 MiB (pushed: 0.99x at 16 MiB, 0.75x
-// at 64 MiB). Not yet measured at 4 PEs.
+// at 64 MiB); on nvidia-h200-x4 (4 x H200), the same way: 1.08x at 16 MiB, 1.09x at 32 MiB,
+// 1.00x at 64 MiB.
 constexpr size_t kPullNcclMin = 64 * MiB;
 
 struct Defaults {
@@ -445,8 +446,12 @@ std::string explain(const Query& q) {
   std::string s = std::string(name(q.op)) + " " + std::to_string(q.bytes) + " B on " +
                   std::to_string(q.npes) + (q.npes == 1 ? " PE: " : " PEs: ") +
                   (c.backend == Backend::Nccl ? "nccl" : "gshmem");
-  if (c.backend == Backend::Gshmem) s += std::string(" ") + name(c.algo) + (c.pull ? " pull" : "");
+  if (c.backend == Backend::Gshmem) s += " " + algo_name(c);
   return s + " (" + c.reason + ")";
+}
+
+std::string algo_name(const Choice& c) {
+  return std::string(name(c.algo)) + (c.pull ? " pull" : "");
 }
 
 const char* name(gshmem_coll_t op) {

@@ -83,5 +83,6 @@ std::string explain(const Query& q);
 
 const char* name(gshmem_coll_t op);  // "all_reduce", ...
 const char* name(Algo algo);  // "packet", "one_shot", "two_shot", "nccl", "exchange"
+std::string algo_name(const Choice& c);  // name(c.algo), "two_shot pull" where c.pull
 
 }  // namespace gshmem::coll

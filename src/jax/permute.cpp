@@ -34,7 +34,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -158,13 +157,6 @@ ffi::Error permute(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<
 
 std::atomic<uint64_t> g_direct_puts{0};  // puts of this process straight into an XLA output
 
-// GSHMEM_TIMEOUT (seconds, default 120): how long a sender waits for its receiver's post.
-double timeout_seconds() {
-  const char* text = std::getenv("GSHMEM_TIMEOUT");
-  const double seconds = text ? std::strtod(text, nullptr) : 0;
-  return seconds > 0 ? seconds : 120;
-}
-
 // The direct ppermute (one process driving its peers' devices): a receiver whose sender is in
 // this process and can reach its output posts that output, and the sender puts the operand
 // straight into it, so nothing is staged or copied twice (XLA's virtual-memory mappings get the
@@ -187,7 +179,7 @@ ffi::Error permute_direct(void* stream, int32_t ordinal, ffi::RunId run, ffi::An
   }
   if (dst != s->rank && local_ordinal(dst) >= 0) {
     void* peer_out = nullptr;
-    if (!take(CallKey{static_cast<uint64_t>(run.run_id), call, dst}, timeout_seconds(), &peer_out)) {
+    if (!take(CallKey{static_cast<uint64_t>(run.run_id), call, dst}, s->timeout_s, &peer_out)) {
       return ffi::Error::Internal("gshmem.jax ppermute: PE " + std::to_string(dst) +
                                   " (this process) did not make this call within GSHMEM_TIMEOUT; every device must "
                                   "run the same ppermutes in the same order, and XLA must run the devices' programs "

@@ -111,7 +111,9 @@ extern "C" int gshmem_jax_attach(int ordinal, void* comm, void* slots, size_t sl
     return 1;
   }
   gshmem_comm_info_t info{};
-  if (gshmem_comm_info(static_cast<gshmem_comm_t>(comm), &info) != GSHMEM_SUCCESS) {
+  gshmem_device_t device{};
+  if (gshmem_comm_info(static_cast<gshmem_comm_t>(comm), &info) != GSHMEM_SUCCESS ||
+      gshmem_comm_device(static_cast<gshmem_comm_t>(comm), &device) != GSHMEM_SUCCESS) {
     g_error = gshmem_last_error();
     return 1;
   }
@@ -130,6 +132,7 @@ extern "C" int gshmem_jax_attach(int ordinal, void* comm, void* slots, size_t sl
   s.nranks = info.nranks;
   s.slot_bytes = slot_bytes;
   s.half_bytes = slot_bytes / kHalves / 256 * 256;
+  s.timeout_s = static_cast<double>(device.timeout_ns) * 1e-9;
   auto* flag = static_cast<uint64_t*>(flags);
   for (int i = 0; i < kChannels; ++i) {
     Channel& c = s.channels[i];

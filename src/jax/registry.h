@@ -47,6 +47,7 @@ struct DeviceState {
   int nranks = 0;
   size_t slot_bytes = 0;
   size_t half_bytes = 0;  // a chunk: slot_bytes / kHalves, rounded down to 256 bytes
+  double timeout_s = 0;   // the comm's GSHMEM_TIMEOUT (0: no limit), for host-side waits
   Channel channels[kChannels];
 };
 

@@ -43,10 +43,16 @@ void post(const CallKey& key, void* out) {
 bool take(const CallKey& key, double seconds, void** out) {
   std::unique_lock<std::mutex> lock(g_mutex);
   auto found = g_posts.end();
-  const bool came = g_posted.wait_for(lock, std::chrono::duration<double>(seconds), [&] {
+  auto posted = [&] {
     found = g_posts.find(key);
     return found != g_posts.end();
-  });
+  };
+  bool came = true;
+  if (seconds > 0) {
+    came = g_posted.wait_for(lock, std::chrono::duration<double>(seconds), posted);
+  } else {
+    g_posted.wait(lock, posted);
+  }
   if (!came) return false;
   *out = found->second;
   g_posts.erase(found);

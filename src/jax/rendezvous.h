@@ -25,8 +25,8 @@ uint64_t next_call(int ordinal, uint64_t run);
 // The receiver's output for `key`, or nullptr when it receives through the staging slot.
 void post(const CallKey& key, void* out);
 
-// The sender: waits up to `seconds` for `key`'s post and takes it (each post is taken once).
-// Returns false when none came in time.
+// The sender: waits up to `seconds` (0: no limit) for `key`'s post and takes it (each post is
+// taken once). Returns false when none came in time.
 bool take(const CallKey& key, double seconds, void** out);
 
 }  // namespace gshmem::jax

@@ -68,8 +68,7 @@ void bind_coll_select(nb::module_& m) {
                                             beyond_reach, proxy, in_symmetric));
         });
         return std::make_tuple(std::string(c.backend == gshmem::coll::Backend::Nccl ? "nccl" : "gshmem"),
-                               std::string(gshmem::coll::name(c.algo)) + (c.pull ? " pull" : ""),
-                               c.reason);
+                               gshmem::coll::algo_name(c), c.reason);
       }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false,
       "beyond_reach"_a = false, "proxy"_a = false, "in_symmetric"_a = false,
       "(backend, algo, reason) the selector picks; pure (no comm, no GPU). Tests only.");
