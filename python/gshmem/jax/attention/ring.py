@@ -86,8 +86,9 @@ def forward(p: Problem, q, k, v):
     from gshmem.jax.split import hold_all, ppermute_done
 
     me = jax.lax.axis_index(p.axis_name)
-    out = jnp.zeros(q.shape, jnp.float32)
-    lse = jnp.full(q.shape[:-1], -jnp.inf, jnp.float32)
+    # step 0's block (every row) as the kernel gave it: the fp32 accumulator is born at the
+    # first merge, which XLA fuses, so no pass writes it before (at two devices none at all)
+    out = lse = None
     kv = (k, v)
     for s in range(p.world):
         nxt = _start(p, kv, 1, KV_CHANNEL) if s + 1 < p.world else None
@@ -98,6 +99,10 @@ def forward(p: Problem, q, k, v):
             o_b, lse_b = block(_part(q, b.q, front), kb, vb, b.causal, p.scale, p.implementation)
             if b.if_source_before:
                 lse_b = jnp.where(front, lse_b, -jnp.inf)
+            if out is None:  # step 0: one block over every row
+                out, lse = o_b, lse_b
+                continue
+            out = out.astype(jnp.float32)
             o_r, lse_r = merge(_part(out, b.q, front), _part(lse, b.q, front), o_b, lse_b)
             out, lse = _set_part(out, b.q, front, o_r), _set_part(lse, b.q, front, lse_r)
         if nxt is not None:
