@@ -14,7 +14,7 @@ namespace gshmem::coll {
 namespace {
 
 constexpr uint64_t kDefaultScratch = 32ull << 20;
-constexpr int kDefaultCtas = kMaxCtas;
+constexpr int kDefaultCtas = 64;
 
 uint64_t scratch_from_env() {
   const char* v = std::getenv("GSHMEM_COLL_SCRATCH_BYTES");

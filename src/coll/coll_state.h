@@ -9,7 +9,7 @@
 //                              larger calls run as several launches (chunks); a comm with a
 //                              proxy path takes n_pes slots more, where its reductions through
 //                              the proxy stage (exchange.cpp)
-//   GSHMEM_COLL_CTAS           most CTAs of a collective kernel (default 64, 1..64); each launch
+//   GSHMEM_COLL_CTAS           most CTAs of a collective kernel (default 64, 1..128); each launch
 //                              takes fewer when it is small (ops.cpp, ctas_for)
 //   GSHMEM_COLL_CHECK          1: every collective kernel compares its arguments with the other
 //                              members' and traps on a mismatch, printing both (default 0)

@@ -52,6 +52,12 @@ constexpr size_t kNoLimit = static_cast<size_t>(-1);  // a NCCL_MIN of "never"
 // ---------------------------------------------------------------------------------------------
 constexpr int kAnchorPes = 4;
 
+// Below kAnchorPes, all_reduce's one-shot range: this much one-shot traffic per PE, so 1 MiB at
+// 2 PEs and 512 KiB at 3. MEASURED on nvidia-h200-x2 (2 x H200), 2026-11-27, all_reduce forced
+// one_shot against the pulled two-shot, three runs: 1 MiB 11.3-11.5 us against 12.3-12.5,
+// 2 MiB 15.7-15.9 against 15.1-15.3 (512 KiB 9.3-9.8 against 11.1-11.5). 3 PEs: not measured.
+constexpr size_t kSmallTeamOneShotTraffic = 1 * MiB;
+
 // NCCL's all_reduce threshold when the two-shot pulls symmetric inputs (pull_path): one launch
 // at any size, no staging. MEASURED on nvidia-h200-x2 (2 x H200), 2026-11-27, gshmem forced, same
 // run as NCCL: 1.32x at 16 MiB, 1.16x at 32 MiB, 1.09x at 64 MiB (pushed: 0.99x at 16 MiB, 0.75x
@@ -177,14 +183,14 @@ Threshold threshold(gshmem_coll_t op, const char* suffix, size_t fallback, bool 
     return {static_cast<size_t>(env::parse_size(v, name_.c_str())), true};
   }
   // One-sided one-shot traffic per PE grows with the peers ((n-1) x bytes): beyond the anchors'
-  // 4 PEs, shrink the packet and one-shot ranges in proportion; below them, grow the one-shot
-  // range the same way (2 x H200, 2026-11-27, all_reduce forced one_shot against the pulled
-  // two-shot: 9.4 / 11.5 / 15.9 us at 512 KiB / 1 MiB / 2 MiB against 11.4 / 12.5 / 15.3, so
-  // 768 KiB at 2 PEs). The packet range is not grown (unmeasured). Rounded down to whole KiB.
+  // 4 PEs, shrink the packet and one-shot ranges in proportion. Below them the one-shot range
+  // holds kSmallTeamOneShotTraffic per PE instead (the packet range is not grown: unmeasured).
+  // Rounded down to whole KiB.
   const bool grow = npes < kAnchorPes && std::string(suffix) == "ONE_SHOT_MAX";
   if (scale && npes > 1 && (npes > kAnchorPes || grow) && fallback != kNever &&
       fallback != kNoLimit) {
-    fallback = fallback * (kAnchorPes - 1) / static_cast<size_t>(npes - 1);
+    fallback = grow ? std::max(fallback, kSmallTeamOneShotTraffic / static_cast<size_t>(npes - 1))
+                    : fallback * (kAnchorPes - 1) / static_cast<size_t>(npes - 1);
     fallback = std::max<size_t>(KiB, fallback / KiB * KiB);  // whole KiB, at least 1 KiB
   }
   return {fallback, false};

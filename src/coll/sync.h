@@ -23,7 +23,7 @@
 
 namespace gshmem::coll {
 
-constexpr int kMaxCtas = 64;        // upper bound of GSHMEM_COLL_CTAS
+constexpr int kMaxCtas = 128;       // upper bound of GSHMEM_COLL_CTAS
 constexpr int kThreads = 512;       // threads per CTA of every collective kernel
 constexpr int kMaxVPes = 64;        // all_to_allv: team size carried in the kernel parameters
 constexpr uint64_t kPacketSlotBytes = 128 << 10;  // 8192 packets: 64 KiB of data per member

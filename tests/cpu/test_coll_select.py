@@ -41,7 +41,7 @@ def test_ops_are_the_c_enum():
 
 @pytest.mark.parametrize("npes", [2, 3, 4])
 def test_all_reduce_by_size(npes):
-    one_max = {2: 768 * KiB, 3: 384 * KiB, 4: 256 * KiB}[npes]  # one-shot grows below 4 PEs
+    one_max = {2: MiB, 3: 512 * KiB, 4: 256 * KiB}[npes]  # one-shot: 1 MiB of traffic below 4 PEs
     want = {8: "packet", 64 * KiB: "packet", 64 * KiB + 1: "one_shot", 256 * KiB: "one_shot",
             one_max: "one_shot", one_max + 1: "two_shot", 4 * MiB: "two_shot",
             8 * MiB: "two_shot"}  # fmt: skip
@@ -109,7 +109,7 @@ def test_pull_needs_symmetric_inputs_and_outputs(monkeypatch):
     place ("two_shot pull") from GSHMEM_COLL_PULL_MIN (default: always); nothing else pulls."""
     both = {"symmetric": True, "symmetric_input": True}
     assert choose("all_reduce", MiB, 4, True, **both)[:2] == ("gshmem", "two_shot pull")
-    assert choose("all_reduce", MiB, 2, False, **both)[:2] == ("gshmem", "two_shot pull")
+    assert choose("all_reduce", 2 * MiB, 2, False, **both)[:2] == ("gshmem", "two_shot pull")
     assert choose("all_reduce", MiB, 4, True, symmetric=True)[:2] == ("gshmem", "two_shot")
     assert choose("all_reduce", MiB, 4, False, symmetric_input=True)[:2] == ("gshmem", "two_shot")
     assert choose("all_reduce", 128 * KiB, 4, True, **both)[1] == "one_shot"  # two-shot only
