@@ -130,7 +130,8 @@ __device__ inline void arrive_and_wait(const Sync& s, const Device& dev, const T
     const int q = gshmem_team_world_pe(&team, t);
     if (q == dev.my_pe) continue;
     if (check) *gshmem::detail::peer(dev, desc_slot(s, parity(s, q), dev.my_pe), q) = s.desc;
-    asm volatile("fence.acq_rel.sys;" ::: "memory");
+    // a release at system scope, cumulative over what the barrier above ordered before it (the
+    // device barrier's pattern, barrier.cuh): no separate fence
     gshmem::detail::red_add_release(
         gshmem::detail::peer(dev, reinterpret_cast<unsigned long long*>(s.arrivals) +
                                       counter(s, dev.my_pe), q),
