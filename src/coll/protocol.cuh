@@ -8,7 +8,9 @@
 //
 // Push, then signal (the device API's put_signal order): the threads of CTA b store their data
 // into the receiver's slot for this PE (weak stores over NVLink), bar.sync, and then one thread
-// per receiver does fence.acq_rel.sys + red.release.sys.add(1) on the receiver's arrivals[b][me].
+// per receiver does red.release.sys.add(1) on the receiver's arrivals[b][me] (a release is
+// cumulative: it orders what bar.sync ordered before it, so no separate fence; until 2026-11-27 a
+// fence.acq_rel.sys came first, 1.3-1.7 us per all_reduce, docs/benchmarks.md).
 // The receiver's thread for source q polls arrivals[b][q] with ld.acquire.sys until it exceeds
 // the tally it keeps, then bar.sync extends the acquire to the whole CTA, which then reads the
 // slot with plain loads. A kernel with k such phases advances each tally by k.
