@@ -184,8 +184,8 @@ Threshold threshold(gshmem_coll_t op, const char* suffix, size_t fallback, bool 
   }
   // One-sided one-shot traffic per PE grows with the peers ((n-1) x bytes): beyond the anchors'
   // 4 PEs, shrink the packet and one-shot ranges in proportion. Below them the one-shot range
-  // holds kSmallTeamOneShotTraffic per PE instead (the packet range is not grown: unmeasured).
-  // Rounded down to whole KiB.
+  // grows to hold at least kSmallTeamOneShotTraffic per PE (the packet range is not grown:
+  // unmeasured). Rounded down to whole KiB.
   const bool grow = npes < kAnchorPes && std::string(suffix) == "ONE_SHOT_MAX";
   if (scale && npes > 1 && (npes > kAnchorPes || grow) && fallback != kNever &&
       fallback != kNoLimit) {
