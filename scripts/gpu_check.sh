@@ -8,7 +8,8 @@
 #   STEPS=all bash scripts/gpu_check.sh  # also the demos, the timing run and compute-sanitizer
 #   STEPS="pytest demo" bash scripts/gpu_check.sh    # only these of: pytest demo timing bench sanitizer
 #   PYTEST_ARGS="tests/gpu/test_heap.py" bash scripts/gpu_check.sh   # a subset of the tests
-#   PYTEST_WORKERS=0 bash scripts/gpu_check.sh       # tests one at a time (default: 2 per GPU)
+#   PYTEST_WORKERS=0 bash scripts/gpu_check.sh       # tests one at a time (default: 3 per GPU
+#                                                    # at 2 GPUs, 2 per GPU from 4)
 #   PYTEST_TIMEOUT=900 bash scripts/gpu_check.sh     # seconds for the shared test phase (450)
 #   PYTEST_ALONE_GPUS=1 bash scripts/gpu_check.sh    # GPUs per gpu_alone test (default: 2 from
 #                                                    # 4 GPUs on, so faults cross GPUs; else 1)
@@ -73,7 +74,9 @@ TESTS="${PYTEST_ARGS:-tests/gpu}"
 # window and fault checks then load their NVRTC modules instead of each compiling them (~30 s).
 export CUPY_CACHE_DIR="${CUPY_CACHE_DIR:-$HOME/.cache/gshmem/cupy}"
 wanted pytest && { $PY tests/gpu/scripts/warm_kernels.py >>"$RESULTS/build.log" 2>&1 & }
-WORKERS="${PYTEST_WORKERS:-$((NGPU > 1 ? 2 * NGPU : 2))}"
+# Test processes mostly start, compile and initialise (CPU): at 2 GPUs 3 workers per GPU (4 left
+# the run 40 s over its 10 minutes, 2026-11-27), from 4 GPUs 2 per GPU.
+WORKERS="${PYTEST_WORKERS:-$((NGPU >= 4 ? 2 * NGPU : NGPU > 1 ? 3 * NGPU : 2))}"
 $PY -c 'import xdist' 2>/dev/null || WORKERS=0
 # has_tests MARKER: whether the selection holds tests with that marker expression
 has_tests() { local listed; listed=$($PY -m pytest -q --collect-only -m "$1" $TESTS 2>/dev/null); [[ "$listed" == *::* ]]; }

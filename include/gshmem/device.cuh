@@ -10,6 +10,8 @@
 //   device/order.cuh    fence, quiet
 //   device/rma.cuh      put, get, put_nbi, get_nbi, p, g, iput, iget
 //   device/signal.cuh   put_signal(_nbi), signal_op, signal_fetch, signal_wait_until
+//   device/packet.cuh   put_packets, wait_packets: small messages that carry their own arrival
+//                       flags (LL), no fence or signal
 //   device/sync.cuh     wait_until(_all/_any/_some), test(_all/_any/_some)
 //   device/atomic.cuh   atomic_fetch, set, swap, compare_swap, inc, add, and, or, xor (+ fetch_)
 //   device/team.cuh     team_my_pe, team_n_pes, team_world_pe, team_translate_pe
@@ -25,6 +27,7 @@
 #include "device/coll.cuh"
 #include "device/deadline.cuh"
 #include "device/order.cuh"
+#include "device/packet.cuh"
 #include "device/proxy.cuh"
 #include "device/ptr.cuh"
 #include "device/reduce.cuh"

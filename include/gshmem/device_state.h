@@ -46,6 +46,7 @@ extern "C" {
 #define GSHMEM_WAIT_COLLECTIVE 4 /* gshmem's collective kernels */
 #define GSHMEM_WAIT_MOE 5        /* gshmem.moe's dispatch and combine kernels */
 #define GSHMEM_WAIT_PROXY 6      /* room in the proxy queue, or a proxy quiet (device/proxy.cuh) */
+#define GSHMEM_WAIT_PACKETS 7    /* wait_packets (device/packet.cuh) */
 
 /* Why (gshmem_fault_t.cause). */
 #define GSHMEM_FAULT_TIMEOUT 1 /* the wait lasted longer than GSHMEM_TIMEOUT */

@@ -4,10 +4,10 @@
 // - packets: LL packets (protocol.cuh's 16-byte packets, 8 data bytes and two epoch words) that
 //   the receiver polls; no signal phase, so a small message costs one NVLink crossing, but half
 //   of every packet is flags (~89 GB/s);
-// - bulk: plain 16-byte stores into the receiver's bulk slot, then per CTA and chunk one fence and
-//   a release store of its arrival count, which the receiving CTA acquires before it copies the
+// - bulk: plain 16-byte stores into the receiver's bulk slot, then per CTA and chunk one release
+//   store of its arrival count, which the receiving CTA acquires before it copies the
 //   slot out: one more crossing per chunk, every stored byte data. Out of place, separate CTAs
-//   send and receive, so a sender's fence and its receiving twin's wait and copy do not stall
+//   send and receive, so a sender's release and its receiving twin's wait and copy do not stall
 //   each other's stores; in place, one CTA does both, in order (below).
 // Larger messages go in chunks through the same slots. Reuse of a CTA's region of a parity slot
 // waits for the receiving CTA's credit for the chunk two before, which a pipelined sequence of
@@ -17,7 +17,6 @@
 
 #include "coll/kernels.h"
 #include "coll/protocol.cuh"
-#include "gshmem/device/order.cuh"
 #include "common/cuda_api.h"
 
 namespace gshmem::coll::kernels {
@@ -124,9 +123,10 @@ __global__ void __launch_bounds__(kThreads)
       if constexpr (kBulkProtocol) {
         copy(gshmem::detail::peer(dev, bulk_slot_of(s, j, dev.my_pe) + region, dst), in + p.lo,
              p.hi - p.lo);
-        __syncthreads();  // every thread's stores happen-before thread 0's fence
+        // Every thread's stores happen-before thread 0's release, which is cumulative over them:
+        // no separate fence (protocol.cuh arrive_and_wait).
+        __syncthreads();
         if (threadIdx.x == 0) {
-          gshmem::detail::fence_acq_rel_sys();
           gshmem::detail::st_release(
               gshmem::detail::peer(dev, cta_entry(s.arrived, s, b, dev.my_pe), dst), j + 1);
         }

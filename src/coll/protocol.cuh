@@ -17,19 +17,19 @@
 //
 // Reuse of staging memory without a closing barrier: slots are double-buffered by the parity of
 // seq[b][q], the number of collectives this PE has run with q (equal on both sides, since both
-// count the same calls, and equal for every CTA b: end_call). When p writes (parity P) in its call j + 2 with q, it has, in call
-// j + 1, received something from q (every call makes every member receive from every other), which
-// q sent after its kernel of call j had completed (stream order); so q has finished reading what
-// p wrote in call j with the same parity. This needs collectives on teams that share two or more
-// PEs to be ordered on each PE (one stream, or stream dependencies), the rule the device API's
-// barrier states.
+// count the same calls, and equal for every CTA b: end_call). When p writes (parity P) in its
+// call j + 2 with q, it has, in call j + 1, received something from q (every call makes every
+// member receive from every other), which q sent after its kernel of call j had completed (stream
+// order); so q has finished reading what p wrote in call j with the same parity. This needs
+// collectives on teams that share two or more PEs to be ordered on each PE (one stream, or stream
+// dependencies), the rule the device API's barrier states.
 //
-// Packets (LL): 16 bytes {data lo, epoch, data hi, epoch} written by one st.volatile.v4.u32; the
-// reader polls each packet with ld.volatile.v4.u32 until both epochs equal epoch(q) (seq mod
-// 2^32 - 1, plus 1). Each 8-byte half is written atomically, so matching flags prove the data
-// beside them arrived; no signal and no fence. Packet slots only ever hold packets, so old data
-// cannot pass for new (an epoch value comes back only after 2^32 - 1 calls with that peer, into
-// the other parity's slot).
+// Packets (LL, the device API's gshmem/device/packet.cuh): 16 bytes {data lo, epoch, data hi,
+// epoch} written by one st.volatile.v4.u32; the reader polls each packet with ld.volatile.v4.u32
+// until both epochs equal epoch(q) (seq mod 2^32 - 1, plus 1). Each 8-byte half is written
+// atomically, so matching flags prove the data beside them arrived; no signal and no fence.
+// Packet slots only ever hold packets, so old data cannot pass for new (an epoch value comes back
+// only after 2^32 - 1 calls with that peer, into the other parity's slot).
 //
 // Every wait is bounded (gshmem/device/deadline.cuh): after GSHMEM_TIMEOUT, on comm.abort() or
 // once another wait of the comm failed, it records what it waited for and from whom, and goes on
@@ -48,6 +48,7 @@
 #include "coll/sync.h"
 #include "gshmem/device/copy.cuh"
 #include "gshmem/device/deadline.cuh"
+#include "gshmem/device/packet.cuh"
 #include "gshmem/device/ptr.cuh"
 #include "gshmem/device/ptx.cuh"
 #include "gshmem/device/scope.cuh"
@@ -222,51 +223,22 @@ __device__ inline const uint4* local_packet_slot(const Sync& s, int q) {
   return packet_slot(s, parity(s, q), q);
 }
 
-__device__ inline void store_packet(uint4* p, unsigned long long data, unsigned flag) {
-  const unsigned lo = static_cast<unsigned>(data), hi = static_cast<unsigned>(data >> 32);
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(lo), "r"(flag),
-               "r"(hi), "r"(flag)
-               : "memory");
-}
+using gshmem::detail::load8;
+using gshmem::detail::store_packet;
+using gshmem::detail::store8;
 
-__device__ inline unsigned long long load_packet(const Device& dev,
-                                                 const uint4* p, unsigned flag, int from) {
-  unsigned lo, f1, hi, f2;
+// Packet p's data once it carries `flag` (from world PE `from`); bounded like every wait here.
+__device__ inline unsigned long long load_packet(const Device& dev, const uint4* p, unsigned flag,
+                                                 int from) {
+  unsigned long long data;
+  unsigned seen;
+  if (gshmem::detail::poll_packet(p, flag, data, seen)) return data;
   const gshmem::detail::Waited what{GSHMEM_WAIT_COLLECTIVE, from, static_cast<int>(Cmp::EQ), p,
                                     flag};
   gshmem::Deadline deadline;
-  do {
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(lo), "=r"(f1), "=r"(hi), "=r"(f2)
-                 : "l"(p)
-                 : "memory");
-    if (f1 == flag && f2 == flag) break;
-    if (deadline.expired(dev, what, f1 == flag ? f2 : f1)) break;
-  } while (true);
-  return (static_cast<unsigned long long>(hi) << 32) | lo;
-}
-
-// Word i (bytes [8i, 8i + 8)) of a buffer of `bytes`, zero-filled past the end; any alignment.
-__device__ inline unsigned long long load8(const char* p, size_t i, size_t bytes) {
-  const char* at = p + i * 8;
-  if (i * 8 + 8 <= bytes && reinterpret_cast<uintptr_t>(at) % 8 == 0) {
-    return *reinterpret_cast<const unsigned long long*>(at);
+  while (!gshmem::detail::poll_packet(p, flag, data, seen) && !deadline.expired(dev, what, seen)) {
   }
-  unsigned long long v = 0;
-  for (size_t k = 0; k < 8 && i * 8 + k < bytes; ++k) {
-    v |= static_cast<unsigned long long>(static_cast<unsigned char>(at[k])) << (8 * k);
-  }
-  return v;
-}
-
-// Stores word i of a buffer of `bytes`, nothing past the end; any alignment.
-__device__ inline void store8(char* p, size_t i, size_t bytes, unsigned long long v) {
-  char* at = p + i * 8;
-  if (i * 8 + 8 <= bytes && reinterpret_cast<uintptr_t>(at) % 8 == 0) {
-    *reinterpret_cast<unsigned long long*>(at) = v;
-    return;
-  }
-  for (size_t k = 0; k < 8 && i * 8 + k < bytes; ++k) at[k] = static_cast<char>(v >> (8 * k));
+  return data;
 }
 
 // ---- copies -----------------------------------------------------------------------------------

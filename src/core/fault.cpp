@@ -17,6 +17,7 @@ const char* wait_name(int op) {
     case GSHMEM_WAIT_COLLECTIVE: return "a collective kernel";
     case GSHMEM_WAIT_MOE: return "a gshmem.moe kernel";
     case GSHMEM_WAIT_PROXY: return "a proxy-path operation";
+    case GSHMEM_WAIT_PACKETS: return "wait_packets";
     default: return "a device wait";
   }
 }

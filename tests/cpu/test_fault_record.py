@@ -11,7 +11,7 @@ import gshmem
 from gshmem import _C
 from gshmem.device import DeviceStruct, FaultStruct
 
-WAIT_SIGNAL, WAIT_BARRIER, WAIT_COLLECTIVE, WAIT_MOE, WAIT_PROXY = 1, 3, 4, 5, 6
+WAIT_SIGNAL, WAIT_BARRIER, WAIT_COLLECTIVE, WAIT_MOE, WAIT_PROXY, WAIT_PACKETS = 1, 3, 4, 5, 6, 7
 TIMEOUT, ABORT, OTHER, PROXY = 1, 2, 3, 4
 GE = 3
 
@@ -47,7 +47,7 @@ def test_timeout_names_the_peer_the_wait_and_the_values():
     ("op", "name"),
     [(WAIT_BARRIER, "a device barrier"), (WAIT_COLLECTIVE, "a collective kernel"),
      (WAIT_MOE, "a gshmem.moe kernel"), (WAIT_PROXY, "a proxy-path operation"),
-     (99, "a device wait")],
+     (WAIT_PACKETS, "wait_packets"), (99, "a device wait")],
 )  # fmt: skip
 def test_each_wait_is_named(op, name):
     assert describe(op=op, cause=TIMEOUT, pe=1, cmp=GE).startswith(f"PE 0: {name} gave up")

@@ -18,6 +18,7 @@ SCENARIOS = [
     "strided",
     "amo",
     "order",
+    "packets",
     "wait",
     "barrier",
     "ptr",

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.gpu_alone
 SCRIPT = Path(__file__).parent / "scripts" / "fault_check.py"
 SCENARIOS = [
     "signal",
+    "packets",
     "barrier",
     "all_reduce",
     "stream",

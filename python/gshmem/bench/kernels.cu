@@ -98,6 +98,28 @@ __device__ void ping_pong(const gshmem::Device& dev, char* buf, const char* src,
   if (initiator && Scope::rank() == 0) out_ns[0] = global_time_ns() - t0;
 }
 
+// Ping-pong with packets (put_packets / wait_packets): the same rounds, round i's messages carry
+// epoch i in this PE's `packets` buffer (zeroed before the run); each reply is also the credit
+// that lets the other side overwrite the buffer it just copied out.
+template <class Scope, bool kBounded>
+__device__ void ping_pong_packets(const gshmem::Device& dev, char* dst, const char* src,
+                                  u64 bytes, void* packets, int warmup, int iters, int peer,
+                                  int initiator, u64* out_ns) {
+  u64 t0 = 0;
+  for (int i = 1; i <= warmup + iters; ++i) {
+    if (i == warmup + 1) t0 = global_time_ns();
+    const unsigned epoch = static_cast<unsigned>(i);
+    if (initiator) gshmem::put_packets<Scope>(dev, packets, src, bytes, epoch, peer);
+    if (kBounded) {
+      gshmem::wait_packets<Scope>(dev, dst, packets, bytes, epoch, peer);
+    } else {
+      gshmem::wait_packets<Scope>(dst, packets, bytes, epoch);
+    }
+    if (!initiator) gshmem::put_packets<Scope>(dev, packets, src, bytes, epoch, peer);
+  }
+  if (initiator && Scope::rank() == 0) out_ns[0] = global_time_ns() - t0;
+}
+
 }  // namespace
 
 // Device barrier of every PE (one thread): lines up the PEs' next kernels within ~1 us.
@@ -129,6 +151,21 @@ GSHMEM_BENCH_PP(pingpong_bounded_thread, Thread, true)
 GSHMEM_BENCH_PP(pingpong_bounded_warp, Warp, true)
 GSHMEM_BENCH_PP(pingpong_bounded_block, Block, true)
 #undef GSHMEM_BENCH_PP
+
+#define GSHMEM_BENCH_PACKETS(NAME, SCOPE, BOUNDED)                                            \
+  extern "C" __global__ void NAME(gshmem::Device dev, char* dst, const char* src, u64 bytes,  \
+                                  void* packets, int warmup, int iters, int peer,            \
+                                  int initiator, u64* out_ns) {                              \
+    ping_pong_packets<SCOPE, BOUNDED>(dev, dst, src, bytes, packets, warmup, iters, peer,    \
+                                      initiator, out_ns);                                    \
+  }
+GSHMEM_BENCH_PACKETS(pingpong_packets_thread, Thread, false)
+GSHMEM_BENCH_PACKETS(pingpong_packets_warp, Warp, false)
+GSHMEM_BENCH_PACKETS(pingpong_packets_block, Block, false)
+GSHMEM_BENCH_PACKETS(pingpong_packets_bounded_thread, Thread, true)
+GSHMEM_BENCH_PACKETS(pingpong_packets_bounded_warp, Warp, true)
+GSHMEM_BENCH_PACKETS(pingpong_packets_bounded_block, Block, true)
+#undef GSHMEM_BENCH_PACKETS
 
 // Element index of thread `tid`'s i-th operation: consecutive threads, consecutive elements.
 __device__ inline u64 rate_index(u64 tid, u64 nthreads, int i, u64 nelems) {

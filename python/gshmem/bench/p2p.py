@@ -120,6 +120,8 @@ class Bench:
         self.rows: list[Row] = []
         self.box = comm.zeros((self.n,), torch.float64)
         self.sig = comm.zeros((8,), torch.int64)
+        # put_packets' landing buffer for the largest ping-pong: 16 bytes per 8 of data
+        self.packets = comm.zeros(((max(o.latency_sizes) + 7) // 8 * 16,), torch.uint8)
         self.devices = [int(d) for d in self.gather(float(self.device))]
         sizes = o.sizes()
         self.cap = max([slots_for(s) * s for s in sizes] + o.latency_sizes)
@@ -322,27 +324,31 @@ class Bench:
         self.add(Row("gshmem", op, "device", "Mops/s", value, 8, "thread", ctas, threads, "uni",
                      min(ctas, self.sms)))  # fmt: skip
 
-    # -- put-with-signal ping-pong ----------------------------------------------------------------
-    def pingpong(self, scope: str, size: int, bounded: bool) -> None:
-        """Device put_signal ping-pong; ``bounded``: the waits are the bounded form (GSHMEM_TIMEOUT,
-        abort), op ``pingpong_bounded``, so one run shows what the deadline costs."""
+    # -- ping-pong: put_signal, or packets ---------------------------------------------------------
+    def pingpong(self, scope: str, size: int, bounded: bool, packets: bool) -> None:
+        """Device ping-pong: put_signal + signal_wait_until (op ``pingpong``), or put_packets +
+        wait_packets (``pingpong_packets``: the data carries its own flags); ``bounded``: the waits
+        are the bounded form (GSHMEM_TIMEOUT, abort), ``_bounded`` appended to the op, so one run
+        shows what the deadline costs."""
         np, torch = self.np, self.torch
-        name = "pingpong_bounded" if bounded else "pingpong"
+        name = "pingpong" + ("_packets" if packets else "") + ("_bounded" if bounded else "")
         block = {"thread": 1, "warp": 32, "block": 256}[scope]
         initiator = self.rank % 2 == 0
         iters = self.o.latency_iters
         out = torch.zeros((1,), dtype=torch.int64, device=f"cuda:{self.device}")
         what = f"{name}<{scope}> {size} B"
+        # put_signal: (dst, src, bytes, signal); packets: (dst, src, bytes, packet buffer)
+        flag = self.packets if packets else self.sig
         times = []
         for _ in range(self.o.repeats):
-            self.sig.zero_()
+            flag.zero_()  # the rounds' signal values and epochs start again at 1
             self.sync(f"{what}: reset")
             if self.paired:
                 self.kernel(f"{name}_{scope}")(
                     (1,),
                     (block,),
                     (self.dev, self.dst.data_ptr(), self.src.data_ptr(), np.uint64(size),
-                     self.sig.data_ptr(), np.int32(LATENCY_WARMUP), np.int32(iters),
+                     flag.data_ptr(), np.int32(LATENCY_WARMUP), np.int32(iters),
                      np.int32(self.peer), np.int32(initiator), out.data_ptr()),
                 )  # fmt: skip
             self.wait(what)
@@ -532,8 +538,10 @@ class Bench:
         if "latency" in o.tests:
             for scope in o.scopes:
                 for size in o.latency_sizes:
-                    for bounded in (False, True):
-                        self.pingpong(scope, size, bounded)
+                    # packets need a load/store path: not through the proxy
+                    for packets in (False, True) if o.path != "proxy" else (False,):
+                        for bounded in (False, True):
+                            self.pingpong(scope, size, bounded, packets)
         self.onstream(sizes)
         if "copy_engine" in o.compare:
             self.run_copy_engine(sizes)

@@ -36,7 +36,8 @@ class Row:
     """One measurement (or one that could not be made: ``value`` None, ``note`` says why)."""
 
     impl: str
-    op: str  # put, get, p, g, fetch_add, add, pingpong (put_signal + wait), put_signal_wait
+    op: str  # put, get, p, g, fetch_add, add, pingpong (put_signal + wait), pingpong_packets
+    #          (put_packets + wait_packets), put_signal_wait
     path: str  # device, on_stream, host
     unit: str  # GB/s, Mops/s, us
     value: float | None

@@ -275,6 +275,69 @@ extern "C" __global__ void ping_pong(gshmem::Device dev, unsigned long long* dat
   }
 }
 
+// ---- packets: messages that carry their own flags ----
+// Every PE runs `rounds` rounds of a ring: round r (epoch epoch0 + r) puts `bytes` of
+// packet_byte(r, me, i) from src to the next PE's `buf` and waits (bounded or not) for the
+// previous PE's into dst, counting in errors[0] the bytes that differ and in errors[1] the guard
+// bytes around dst (16 on each side, 0xEE) that changed. Before overwriting the next PE's buf it
+// waits for that PE's credit (`credit` >= r: round r - 1 was copied out), and after its own copy
+// it credits the previous PE. One scope unit per PE (grid of 1).
+__device__ unsigned char packet_byte(int round, int pe, size_t i) {
+  return static_cast<unsigned char>(round * 131 + pe * 17 + i * 7 + (i >> 8));
+}
+
+template <class Scope>
+__device__ void packet_ring(const gshmem::Device& dev, void* buf, unsigned char* src,
+                            unsigned char* dst, size_t bytes, int rounds, unsigned epoch0,
+                            uint64_t* credit, int bounded, unsigned long long* errors) {
+  const int n = dev.n_pes, next = (dev.my_pe + 1) % n, prev = (dev.my_pe + n - 1) % n;
+  unsigned long long bad = 0, guard = 0, gave_up = 0;
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t i = Scope::rank(); i < bytes; i += Scope::size()) {
+      src[i] = packet_byte(r, dev.my_pe, i);
+    }
+    if (r > 0) gshmem::signal_wait_until<Scope>(credit, gshmem::Cmp::GE, r);
+    gshmem::put_packets<Scope>(dev, buf, src, bytes, epoch0 + r, next);
+    if (bounded) {
+      gave_up += !gshmem::wait_packets<Scope>(dev, dst, buf, bytes, epoch0 + r, prev);
+    } else {
+      gshmem::wait_packets<Scope>(dst, buf, bytes, epoch0 + r);
+    }
+    for (size_t i = Scope::rank(); i < bytes; i += Scope::size()) {
+      bad += dst[i] != packet_byte(r, prev, i);
+    }
+    for (size_t i = Scope::rank(); i < 16; i += Scope::size()) {
+      guard += (dst[-16 + static_cast<long long>(i)] != 0xEE) + (dst[bytes + i] != 0xEE);
+    }
+    Scope::sync();  // every thread's checks read dst before the next round overwrites it
+    if (Scope::rank() == 0) gshmem::signal_op(dev, credit, r + 1, gshmem::SignalOp::Set, prev);
+  }
+  if (bad) atomicAdd(errors, bad);
+  if (guard) atomicAdd(errors + 1, guard);
+  if (gave_up) atomicAdd(errors + 2, gave_up);
+}
+
+#define PACKET_KERNEL(NAME, SCOPE)                                                             \
+  extern "C" __global__ void packets_##NAME(gshmem::Device dev, void* buf, unsigned char* src,  \
+                                            unsigned char* dst, size_t bytes, int rounds,       \
+                                            unsigned epoch0, uint64_t* credit, int bounded,     \
+                                            unsigned long long* errors) {                       \
+    packet_ring<gshmem::SCOPE>(dev, buf, src, dst, bytes, rounds, epoch0, credit, bounded,      \
+                               errors);                                                         \
+  }
+PACKET_KERNEL(thread, Thread)
+PACKET_KERNEL(warp, Warp)
+PACKET_KERNEL(block, Block)
+#undef PACKET_KERNEL
+
+// out[0] = what a bounded wait_packets<Block> for `bytes` with `epoch` from `from_pe` reported.
+extern "C" __global__ void bounded_packets_wait(gshmem::Device dev, const void* buf, void* dst,
+                                                size_t bytes, unsigned epoch, int from_pe,
+                                                int* out) {
+  const bool done = gshmem::wait_packets<gshmem::Block>(dev, dst, buf, bytes, epoch, from_pe);
+  if (threadIdx.x == 0) out[0] = done;
+}
+
 // ---- point-to-point sync family ----
 // Every PE sets flag[my_pe] = value on every PE (p, then atomic_set on odd PEs), then waits with
 // each form for all n flags and records what the test family reports.

@@ -9,6 +9,8 @@ Usage: device_api_check.py SCENARIO
   amo     every atomic on int32/uint32/int64/uint64 from every thread of every PE, exact totals;
           float/double add, set, fetch
   order   data-before-signal ping-pong, thousands of rounds, several sizes
+  packets put_packets/wait_packets (bounded and not) round a ring at every scope: 1 B .. 64 KiB,
+          odd sizes and offsets, many rounds per launch with credits, guard bytes around dst
   wait    wait_until(_all/_any/_some), test(_all/_any/_some), signal_fetch
   barrier team barrier/sync in loops at every scope: world, split_strided, split_2d teams
   ptr     ptr/team_ptr, team arithmetic on the device, the DeviceHandle fields
@@ -416,6 +418,44 @@ def scenario_order(comm: gshmem.Comm, dev: np.ndarray) -> None:
             comm.free(sig)
         comm.free(staging)
         comm.free(data)
+
+
+def scenario_packets(comm: gshmem.Comm, dev: np.ndarray) -> None:
+    sizes = [1, 7, 8, 9, 100, 4099] + ([] if SMALL else [(64 << 10) + 5])
+    rounds = 20 if SMALL else 200
+    cap = max(sizes) + 64
+    buf = comm.zeros(((cap + 7) // 8 * 16,), torch.uint8)  # packet_buffer_bytes(cap)
+    src = comm.empty((cap,), torch.uint8)
+    dst = torch.empty((cap,), dtype=torch.uint8, device=f"cuda:{comm.device}")
+    credit = comm.zeros((1,), torch.int64)
+    errors = torch.zeros((3,), dtype=torch.int64, device=f"cuda:{comm.device}")
+    # Each launch's epochs follow the last one's, so no packet left by a launch (up to its last
+    # round's epoch) can match a later launch's round before that round's data arrives.
+    epoch = 1 << 20
+    for scope, threads in (("thread", 1), ("warp", 32), ("block", 256)):
+        for size in sizes:
+            for src_off, dst_off, bounded in ((0, 0, 0), (3, 5, 1)):
+                credit.zero_()
+                dst.fill_(0xEE)
+                errors.zero_()
+                sync(comm)
+                kernel(f"packets_{scope}")(
+                    (1,),
+                    (threads,),
+                    (dev, buf.data_ptr(), src.data_ptr() + src_off,
+                     dst.data_ptr() + 16 + dst_off, np.uint64(size), np.int32(rounds),
+                     np.uint32(epoch), credit.data_ptr(), np.int32(bounded),
+                     errors.data_ptr()),
+                )  # fmt: skip
+                epoch += rounds
+                sync(comm)
+                bad, guard, gave_up = (int(e) for e in errors.tolist())
+                what = f"packets<{scope}> {size} B, offsets {src_off}/{dst_off}, bounded {bounded}"
+                check(bad == 0, f"{what}: {bad} wrong bytes")
+                check(guard == 0, f"{what}: {guard} guard bytes overwritten")
+                check(gave_up == 0, f"{what}: a bounded wait gave up {gave_up} times")
+    for t in (credit, src, buf):
+        comm.free(t)
 
 
 def scenario_wait(comm: gshmem.Comm, dev: np.ndarray) -> None:

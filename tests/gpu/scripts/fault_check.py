@@ -9,6 +9,7 @@ how:  kill    PE 1 is SIGKILLed once PE 0 waits: the comm's watchdog notices at 
       silent  PE 1 stays alive and never comes: GSHMEM_TIMEOUT (5 s here) bounds PE 0's wait.
 scenario (PE 0's operation):
       signal  a kernel's bounded signal_wait_until for PE 1's signal
+      packets a kernel's bounded wait_packets for a message from PE 1
       barrier a kernel's device barrier_all
       all_reduce  gshmem's all_reduce kernel
       stream  an on-stream signal_wait_until (a stream memory operation; silent: the bounded
@@ -237,7 +238,7 @@ def prepare(comm, scenario: str):
     from gshmem.device import device_handle
 
     sig = comm.zeros((1,), torch.int64)
-    if scenario in ("signal", "barrier"):
+    if scenario in ("signal", "packets", "barrier"):
         from device_api_check import kernel
 
         dev = device_handle(comm).numpy()
@@ -246,6 +247,15 @@ def prepare(comm, scenario: str):
             f = kernel("bounded_signal_wait")
             f((1,), (128,), (dev, sig.data_ptr(), np.uint64(0), np.int32(1), out.data_ptr()))
             args = (dev, sig.data_ptr(), np.uint64(1), np.int32(1), out.data_ptr())
+        elif scenario == "packets":
+            buf = comm.zeros((1024,), torch.uint8)  # 512 bytes of messages
+            dst = torch.empty((512,), dtype=torch.uint8, device="cuda")
+            f = kernel("bounded_packets_wait")
+            # A zeroed buffer carries epoch 0: that wait completes at once.
+            f((1,), (128,), (dev, buf.data_ptr(), dst.data_ptr(), np.uint64(512), np.uint32(0),
+                             np.int32(1), out.data_ptr()))  # fmt: skip
+            args = (dev, buf.data_ptr(), dst.data_ptr(), np.uint64(512), np.uint32(1),
+                    np.int32(1), out.data_ptr())  # fmt: skip
         else:
             args, f = (dev, out.data_ptr()), kernel("bounded_barrier")
             f((1,), (128,), args)  # both PEs: the next barrier waits for PE 1
