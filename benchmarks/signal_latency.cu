@@ -121,7 +121,8 @@ __global__ void ping_pong(int v, bool initiator, const u64* my_data, const u64* 
     const u64 payload = static_cast<u64>(i) * 0x9E3779B97F4A7C15ull;
     if (initiator) {
       send(v, peer_data, peer_flag, i, payload);
-      wrong += carries_data && receive(v, my_data, my_flag, i) != payload + 1;
+      const u64 got = receive(v, my_data, my_flag, i);
+      wrong += carries_data && got != payload + 1;
     } else {
       const u64 got = receive(v, my_data, my_flag, i);
       wrong += carries_data && got != payload;
