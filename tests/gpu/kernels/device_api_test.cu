@@ -282,6 +282,10 @@ extern "C" __global__ void ping_pong(gshmem::Device dev, unsigned long long* dat
 // bytes around dst (16 on each side, 0xEE) that changed. Before overwriting the next PE's buf it
 // waits for that PE's credit (`credit` >= r: round r - 1 was copied out), and after its own copy
 // it credits the previous PE. One scope unit per PE (grid of 1).
+static_assert(gshmem::packet_buffer_bytes(0) == 0 && gshmem::packet_buffer_bytes(1) == 16 &&
+                  gshmem::packet_buffer_bytes(8) == 16 && gshmem::packet_buffer_bytes(9) == 32,
+              "16 bytes of packet per 8 data bytes, rounded up");
+
 __device__ unsigned char packet_byte(int round, int pe, size_t i) {
   return static_cast<unsigned char>(round * 131 + pe * 17 + i * 7 + (i >> 8));
 }
