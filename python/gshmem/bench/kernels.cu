@@ -81,7 +81,8 @@ __device__ void wait_round(const gshmem::Device& dev, const uint64_t* sig, uint6
 // rounds (after `warmup` rounds) goes to out_ns[0].
 template <class Scope, bool kBounded>
 __device__ void ping_pong(const gshmem::Device& dev, char* buf, const char* src, u64 bytes,
-                          uint64_t* sig, int warmup, int iters, int peer, int initiator, u64* out_ns) {
+                          uint64_t* sig, int warmup, int iters, int peer, int initiator,
+                          u64* out_ns) {
   u64 t0 = 0;
   for (int i = 1; i <= warmup + iters; ++i) {
     if (i == warmup + 1) t0 = global_time_ns();
@@ -137,35 +138,27 @@ GSHMEM_BENCH_BW(warp, Warp)
 GSHMEM_BENCH_BW(block, Block)
 #undef GSHMEM_BENCH_BW
 
-#define GSHMEM_BENCH_PP(NAME, SCOPE, BOUNDED)                                                 \
+// One ping-pong kernel: BODY (ping_pong: FLAG a signal; ping_pong_packets: FLAG the packets'
+// landing buffer) at one scope, bounded waits or not.
+#define GSHMEM_BENCH_PP(NAME, BODY, FLAG, SCOPE, BOUNDED)                                     \
   extern "C" __global__ void NAME(gshmem::Device dev, char* buf, const char* src, u64 bytes,  \
-                                  uint64_t* sig, int warmup, int iters, int peer,            \
-                                  int initiator, u64* out_ns) {                              \
-    ping_pong<SCOPE, BOUNDED>(dev, buf, src, bytes, sig, warmup, iters, peer, initiator,     \
-                              out_ns);                                                       \
+                                  FLAG* flag, int warmup, int iters, int peer, int initiator, \
+                                  u64* out_ns) {                                             \
+    BODY<SCOPE, BOUNDED>(dev, buf, src, bytes, flag, warmup, iters, peer, initiator, out_ns); \
   }
-GSHMEM_BENCH_PP(pingpong_thread, Thread, false)
-GSHMEM_BENCH_PP(pingpong_warp, Warp, false)
-GSHMEM_BENCH_PP(pingpong_block, Block, false)
-GSHMEM_BENCH_PP(pingpong_bounded_thread, Thread, true)
-GSHMEM_BENCH_PP(pingpong_bounded_warp, Warp, true)
-GSHMEM_BENCH_PP(pingpong_bounded_block, Block, true)
+GSHMEM_BENCH_PP(pingpong_thread, ping_pong, uint64_t, Thread, false)
+GSHMEM_BENCH_PP(pingpong_warp, ping_pong, uint64_t, Warp, false)
+GSHMEM_BENCH_PP(pingpong_block, ping_pong, uint64_t, Block, false)
+GSHMEM_BENCH_PP(pingpong_bounded_thread, ping_pong, uint64_t, Thread, true)
+GSHMEM_BENCH_PP(pingpong_bounded_warp, ping_pong, uint64_t, Warp, true)
+GSHMEM_BENCH_PP(pingpong_bounded_block, ping_pong, uint64_t, Block, true)
+GSHMEM_BENCH_PP(pingpong_packets_thread, ping_pong_packets, void, Thread, false)
+GSHMEM_BENCH_PP(pingpong_packets_warp, ping_pong_packets, void, Warp, false)
+GSHMEM_BENCH_PP(pingpong_packets_block, ping_pong_packets, void, Block, false)
+GSHMEM_BENCH_PP(pingpong_packets_bounded_thread, ping_pong_packets, void, Thread, true)
+GSHMEM_BENCH_PP(pingpong_packets_bounded_warp, ping_pong_packets, void, Warp, true)
+GSHMEM_BENCH_PP(pingpong_packets_bounded_block, ping_pong_packets, void, Block, true)
 #undef GSHMEM_BENCH_PP
-
-#define GSHMEM_BENCH_PACKETS(NAME, SCOPE, BOUNDED)                                            \
-  extern "C" __global__ void NAME(gshmem::Device dev, char* dst, const char* src, u64 bytes,  \
-                                  void* packets, int warmup, int iters, int peer,            \
-                                  int initiator, u64* out_ns) {                              \
-    ping_pong_packets<SCOPE, BOUNDED>(dev, dst, src, bytes, packets, warmup, iters, peer,    \
-                                      initiator, out_ns);                                    \
-  }
-GSHMEM_BENCH_PACKETS(pingpong_packets_thread, Thread, false)
-GSHMEM_BENCH_PACKETS(pingpong_packets_warp, Warp, false)
-GSHMEM_BENCH_PACKETS(pingpong_packets_block, Block, false)
-GSHMEM_BENCH_PACKETS(pingpong_packets_bounded_thread, Thread, true)
-GSHMEM_BENCH_PACKETS(pingpong_packets_bounded_warp, Warp, true)
-GSHMEM_BENCH_PACKETS(pingpong_packets_bounded_block, Block, true)
-#undef GSHMEM_BENCH_PACKETS
 
 // Element index of thread `tid`'s i-th operation: consecutive threads, consecutive elements.
 __device__ inline u64 rate_index(u64 tid, u64 nthreads, int i, u64 nelems) {
