@@ -7,6 +7,8 @@
 * ``peer_bases(comm)``: every PE's heap base as this GPU sees it, a torch int64 tensor on the
   comm's device, for Triton kernels: PE ``q``'s copy of symmetric address ``p`` is
   ``peer_bases[q] + (p - peer_bases[comm.rank])`` (0 when ``q`` is not load/store-reachable).
+* ``packet_buffer_bytes(nbytes)``: the size of the symmetric buffer that ``put_packets`` of
+  ``nbytes`` lands in (``gshmem::packet_buffer_bytes``), for allocating it with ``comm.zeros``.
 
 Both stay valid until the comm is finalized (the heap never moves as it grows). Neither call is
 collective.
@@ -160,4 +162,19 @@ def peer_bases(comm: CommLike) -> torch.Tensor:
     return torch.tensor(bases, dtype=torch.int64, device=f"cuda:{comm.device}")
 
 
-__all__ = ["DeviceHandle", "DeviceStruct", "FaultStruct", "device_handle", "peer_bases"]
+def packet_buffer_bytes(nbytes: int) -> int:
+    """Bytes of the packet buffer a message of ``nbytes`` needs (device/packet.cuh): 16 per 8
+    data bytes, rounded up."""
+    if nbytes < 0:
+        raise ValueError(f"packet_buffer_bytes: nbytes must be >= 0, got {nbytes}")
+    return (nbytes + 7) // 8 * 16
+
+
+__all__ = [
+    "DeviceHandle",
+    "DeviceStruct",
+    "FaultStruct",
+    "device_handle",
+    "packet_buffer_bytes",
+    "peer_bases",
+]

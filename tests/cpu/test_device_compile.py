@@ -80,3 +80,15 @@ def test_c_header_is_plain_c(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_packet_buffer_bytes_matches_the_header():
+    """Python's size of a packet buffer is the header's (device_api_test.cu asserts the same
+    values of gshmem::packet_buffer_bytes at compile time): 16 bytes per 8 data bytes, rounded
+    up; a negative size is an error."""
+    from gshmem.device import packet_buffer_bytes
+
+    sizes = {0: 0, 1: 16, 7: 16, 8: 16, 9: 32, 4099: 8208, 1 << 20: 2 << 20}
+    assert {n: packet_buffer_bytes(n) for n in sizes} == sizes
+    with pytest.raises(ValueError, match="nbytes must be >= 0"):
+        packet_buffer_bytes(-1)

@@ -100,7 +100,7 @@ class Bench:
         import numpy as np
         import torch
 
-        from gshmem.device import device_handle
+        from gshmem.device import device_handle, packet_buffer_bytes
 
         self.cp, self.np, self.torch = cp, np, torch
         self.comm, self.o = comm, o
@@ -120,8 +120,8 @@ class Bench:
         self.rows: list[Row] = []
         self.box = comm.zeros((self.n,), torch.float64)
         self.sig = comm.zeros((8,), torch.int64)
-        # put_packets' landing buffer for the largest ping-pong: 16 bytes per 8 of data
-        self.packets = comm.zeros(((max(o.latency_sizes) + 7) // 8 * 16,), torch.uint8)
+        # put_packets' landing buffer for the largest ping-pong
+        self.packets = comm.zeros((packet_buffer_bytes(max(o.latency_sizes)),), torch.uint8)
         self.devices = [int(d) for d in self.gather(float(self.device))]
         sizes = o.sizes()
         self.cap = max([slots_for(s) * s for s in sizes] + o.latency_sizes)

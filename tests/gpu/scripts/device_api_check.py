@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 import gshmem
-from gshmem.device import device_handle
+from gshmem.device import device_handle, packet_buffer_bytes
 from gshmem.team import Team
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels" / "device_api_test.cu"
@@ -424,7 +424,7 @@ def scenario_packets(comm: gshmem.Comm, dev: np.ndarray) -> None:
     sizes = [1, 7, 8, 9, 100, 4099] + ([] if SMALL else [(64 << 10) + 5])
     rounds = 20 if SMALL else 200
     cap = max(sizes) + 64
-    buf = comm.zeros(((cap + 7) // 8 * 16,), torch.uint8)  # packet_buffer_bytes(cap)
+    buf = comm.zeros((packet_buffer_bytes(cap),), torch.uint8)
     src = comm.empty((cap,), torch.uint8)
     dst = torch.empty((cap,), dtype=torch.uint8, device=f"cuda:{comm.device}")
     credit = comm.zeros((1,), torch.int64)

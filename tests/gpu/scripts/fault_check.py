@@ -235,7 +235,7 @@ def prepare(comm, scenario: str):
     import numpy as np
     import torch
 
-    from gshmem.device import device_handle
+    from gshmem.device import device_handle, packet_buffer_bytes
 
     sig = comm.zeros((1,), torch.int64)
     if scenario in ("signal", "packets", "barrier"):
@@ -248,7 +248,7 @@ def prepare(comm, scenario: str):
             f((1,), (128,), (dev, sig.data_ptr(), np.uint64(0), np.int32(1), out.data_ptr()))
             args = (dev, sig.data_ptr(), np.uint64(1), np.int32(1), out.data_ptr())
         elif scenario == "packets":
-            buf = comm.zeros((1024,), torch.uint8)  # 512 bytes of messages
+            buf = comm.zeros((packet_buffer_bytes(512),), torch.uint8)
             dst = torch.empty((512,), dtype=torch.uint8, device="cuda")
             f = kernel("bounded_packets_wait")
             # A zeroed buffer carries epoch 0: that wait completes at once.
