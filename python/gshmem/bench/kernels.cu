@@ -146,18 +146,17 @@ GSHMEM_BENCH_BW(block, Block)
                                   u64* out_ns) {                                             \
     BODY<SCOPE, BOUNDED>(dev, buf, src, bytes, flag, warmup, iters, peer, initiator, out_ns); \
   }
-GSHMEM_BENCH_PP(pingpong_thread, ping_pong, uint64_t, Thread, false)
-GSHMEM_BENCH_PP(pingpong_warp, ping_pong, uint64_t, Warp, false)
-GSHMEM_BENCH_PP(pingpong_block, ping_pong, uint64_t, Block, false)
-GSHMEM_BENCH_PP(pingpong_bounded_thread, ping_pong, uint64_t, Thread, true)
-GSHMEM_BENCH_PP(pingpong_bounded_warp, ping_pong, uint64_t, Warp, true)
-GSHMEM_BENCH_PP(pingpong_bounded_block, ping_pong, uint64_t, Block, true)
-GSHMEM_BENCH_PP(pingpong_packets_thread, ping_pong_packets, void, Thread, false)
-GSHMEM_BENCH_PP(pingpong_packets_warp, ping_pong_packets, void, Warp, false)
-GSHMEM_BENCH_PP(pingpong_packets_block, ping_pong_packets, void, Block, false)
-GSHMEM_BENCH_PP(pingpong_packets_bounded_thread, ping_pong_packets, void, Thread, true)
-GSHMEM_BENCH_PP(pingpong_packets_bounded_warp, ping_pong_packets, void, Warp, true)
-GSHMEM_BENCH_PP(pingpong_packets_bounded_block, ping_pong_packets, void, Block, true)
+// Every scope, unbounded (PREFIX_<scope>) and bounded (PREFIX_bounded_<scope>).
+#define GSHMEM_BENCH_PP_ALL(PREFIX, BODY, FLAG)                      \
+  GSHMEM_BENCH_PP(PREFIX##_thread, BODY, FLAG, Thread, false)        \
+  GSHMEM_BENCH_PP(PREFIX##_warp, BODY, FLAG, Warp, false)            \
+  GSHMEM_BENCH_PP(PREFIX##_block, BODY, FLAG, Block, false)          \
+  GSHMEM_BENCH_PP(PREFIX##_bounded_thread, BODY, FLAG, Thread, true) \
+  GSHMEM_BENCH_PP(PREFIX##_bounded_warp, BODY, FLAG, Warp, true)     \
+  GSHMEM_BENCH_PP(PREFIX##_bounded_block, BODY, FLAG, Block, true)
+GSHMEM_BENCH_PP_ALL(pingpong, ping_pong, uint64_t)
+GSHMEM_BENCH_PP_ALL(pingpong_packets, ping_pong_packets, void)
+#undef GSHMEM_BENCH_PP_ALL
 #undef GSHMEM_BENCH_PP
 
 // Element index of thread `tid`'s i-th operation: consecutive threads, consecutive elements.
