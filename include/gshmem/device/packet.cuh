@@ -5,8 +5,8 @@
 // system-scope release per message, which waits until the NVLink stores before it are
 // acknowledged: over NVLink between two H200s, one way, 0.70 us with packets against 1.89 us for
 // data + release, and 0.81 us for a bare relaxed flag (benchmarks/signal_latency.cu;
-// docs/benchmarks.md, "Where a put_signal's latency goes"). The price is bandwidth: half of every packet is flags, so packets are for
-// small messages (up to a few KiB); put_signal is for bulk.
+// docs/benchmarks.md, "Where a put_signal's latency goes"). The price is bandwidth: half of every
+// packet is flags, so packets are for small messages (up to a few KiB); put_signal is for bulk.
 //
 //   packet_buffer_bytes(bytes)   size of the buffer a message of `bytes` lands in: 16 bytes per
 //                                8 data bytes, rounded up.
