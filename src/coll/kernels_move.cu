@@ -16,17 +16,17 @@ constexpr size_t kUnit = 16;  // CTA byte ranges start on 16-byte boundaries
 __device__ inline int world(const Team& team, int t) { return gshmem_team_world_pe(&team, t); }
 
 // Direct calls (`direct`: `out` is a symmetric heap object on every member, same address): phase
-// 1 only says that every member's kernel has started, so that its `out` is free (stream order);
-// then each CTA stores straight into the members' `out` and phase 2 says the stores are done. No
-// staging slot, no copy out of it, no chunks. Staged calls push into the receivers' slots, one
-// phase, and copy out of their own slots.
+// 1 only says that every member's kernel has started, so that its `out` is free (stream order; a
+// relaxed signal, protocol.cuh Arrival); then each CTA stores straight into the members' `out`
+// and phase 2 says the stores are done. No staging slot, no copy out of it, no chunks. Staged
+// calls push into the receivers' slots, one phase, and copy out of their own slots.
 
 __global__ void __launch_bounds__(kThreads)
     all_gather_kernel(Device dev, Team team, Sync s, const char* in, char* out, size_t bytes,
                       size_t stride, bool direct) {
   const Range r = cta_range(bytes, kUnit, blockIdx.x, s.ctas);
   char* own = out + team.my_pe * stride;
-  if (direct) arrive_and_wait(s, dev, team, 1);
+  if (direct) arrive_and_wait(s, dev, team, 1, Arrival::kStarted);
   for (int k = 0; k + 1 < team.size; ++k) {
     const int q = world(team, push_target(team, k));
     char* dst = direct ? gshmem::detail::peer(dev, own, q) : remote_slot(s, dev, q);
@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kThreads)
                      int root, bool direct) {
   const Range r = cta_range(bytes, kUnit, blockIdx.x, s.ctas);
   const int root_pe = world(team, root);
-  if (direct) arrive_and_wait(s, dev, team, 1);
+  if (direct) arrive_and_wait(s, dev, team, 1, Arrival::kStarted);
   if (dev.my_pe == root_pe) {
     for (int k = 0; k + 1 < team.size; ++k) {
       const int q = world(team, push_target(team, k));
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
                       size_t stride, bool direct) {
   const Range r = cta_range(bytes, kUnit, blockIdx.x, s.ctas);
   const size_t own = team.my_pe * stride;
-  if (direct) arrive_and_wait(s, dev, team, 1);
+  if (direct) arrive_and_wait(s, dev, team, 1, Arrival::kStarted);
   for (int k = 0; k + 1 < team.size; ++k) {
     const int t = push_target(team, k);
     const int q = world(team, t);

@@ -137,11 +137,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- pull two-shot (`in` and `out` symmetric on every member): no slots. Phase 1 says every
-// member has started (its `in` is written and its `out` free: stream order); member t then
-// reduces shard t, loading the others' shard t straight from their `in`, and stores the result
-// into every member's `out`; phase 2 says every member is done with this one's `in` and `out`,
-// so the kernel leaves nothing in flight. One launch at any size. In place is safe: only member
-// t reads or writes anyone's shard t, and its CTA b reads its range before it stores there.
+// member has started (its `in` is written and its `out` free: stream order; a relaxed signal,
+// protocol.cuh Arrival); member t then reduces shard t, loading the others' shard t straight
+// from their `in`, and stores the result into every member's `out`; phase 2 says every member is
+// done with this one's `in` and `out`, so the kernel leaves nothing in flight. One launch at any
+// size. In place is safe: only member t reads or writes anyone's shard t, and its CTA b reads its
+// range before it stores there.
 template <class E>
 __global__ void __launch_bounds__(kThreads)
     all_reduce_pull_kernel(Device dev, Team team, Sync s, const typename E::U* in,
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(kThreads)
   using U = typename E::U;
   const int mine = team.my_pe;
   const size_t lo = static_cast<size_t>(mine) * shard;
-  arrive_and_wait(s, dev, team, 1);
+  arrive_and_wait(s, dev, team, 1, Arrival::kStarted);
   const Range r = cta_range(shard_length(count, shard, mine), kUnit<E>, blockIdx.x, s.ctas);
   const U* own = in + lo;
   U* reduced = out + lo;

@@ -123,22 +123,35 @@ __device__ inline const char* coll_name(uint64_t desc) {
   }
 }
 
+// What a phase's signal has to order. kPushed: the CTA's stores before it (a release, the
+// general case). kStarted: the CTA has stored nothing yet; the phase only says that every
+// member's kernel has started, so that its `in` is written and its `out` free (stream order: the
+// work before it on its stream has completed, and loads over NVLink are served by the owner's
+// L2). That signal is relaxed: a system-scope release costs ~0.7 us even with nothing to wait
+// for (docs/benchmarks.md), and torch's symmetric-memory kernels open the same way. With the
+// argument check on, CTA 0's descriptor store precedes the signal, so it is a release again.
+enum class Arrival { kPushed, kStarted };
+
 // Phase `phase` (1, 2, ...) of the call: every member's CTA b signals every other member's CTA b
 // once its pushes are done, then waits for all of theirs. Made by the whole CTA.
 __device__ inline void arrive_and_wait(const Sync& s, const Device& dev, const Team& team,
-                                       unsigned phase) {
+                                       unsigned phase, Arrival arrival = Arrival::kPushed) {
   const bool check = s.desc != 0 && phase == 1 && blockIdx.x == 0;
+  const bool release = arrival == Arrival::kPushed || check;
   __syncthreads();  // every thread's pushes happen-before the releasing thread's next step
   for (int t = threadIdx.x; t < team.size; t += blockDim.x) {
     const int q = gshmem_team_world_pe(&team, t);
     if (q == dev.my_pe) continue;
     if (check) *gshmem::detail::peer(dev, desc_slot(s, parity(s, q), dev.my_pe), q) = s.desc;
+    unsigned long long* arrivals = gshmem::detail::peer(
+        dev, reinterpret_cast<unsigned long long*>(s.arrivals) + counter(s, dev.my_pe), q);
     // a release at system scope, cumulative over what the barrier above ordered before it (the
     // device barrier's pattern, barrier.cuh): no separate fence
-    gshmem::detail::red_add_release(
-        gshmem::detail::peer(dev, reinterpret_cast<unsigned long long*>(s.arrivals) +
-                                      counter(s, dev.my_pe), q),
-        1ull);
+    if (release) {
+      gshmem::detail::red_add_release(arrivals, 1ull);
+    } else {
+      gshmem::detail::red_add_relaxed(arrivals, 1ull);
+    }
   }
   for (int t = threadIdx.x; t < team.size; t += blockDim.x) {
     const int q = gshmem_team_world_pe(&team, t);
@@ -231,13 +244,8 @@ using gshmem::detail::store8;
 __device__ inline unsigned long long load_packet(const Device& dev, const uint4* p, unsigned flag,
                                                  int from) {
   unsigned long long data;
-  unsigned seen;
-  if (gshmem::detail::poll_packet(p, flag, data, seen)) return data;
-  const gshmem::detail::Waited what{GSHMEM_WAIT_COLLECTIVE, from, static_cast<int>(Cmp::EQ), p,
-                                    flag};
   gshmem::Deadline deadline;
-  while (!gshmem::detail::poll_packet(p, flag, data, seen) && !deadline.expired(dev, what, seen)) {
-  }
+  gshmem::detail::await_packet(&dev, deadline, p, flag, GSHMEM_WAIT_COLLECTIVE, from, data);
   return data;
 }
 

@@ -47,6 +47,11 @@ struct Lanes : gshmem::detail::Lanes<typename E::T, W> {
   }
 };
 
+// Members whose 16-byte words a thread loads before it combines them: the loads are independent,
+// so they are all in flight at once instead of one after the other (each a round trip over
+// NVLink when the sources are peers' memory, as in the pulled two-shot).
+constexpr int kWordsInFlight = 8;
+
 // out[i] = op over team members t (in order) of src(t)[i], for i in [lo, hi), elements of E;
 // `src(t)` gives member t's data. Made by the CTA: 16-byte words when every pointer allows,
 // else element by element. Each element is read and written by the same thread, so out may be
@@ -64,9 +69,20 @@ __device__ inline void reduce_range(typename E::U* out, int members, Src src, si
   if (aligned) {
     for (; i + kPerWord <= hi; i += static_cast<size_t>(blockDim.x) * kPerWord) {
       Lanes<E, uint4> acc;
-      acc.set(*reinterpret_cast<const uint4*>(src(0) + i));
-      for (int t = 1; t < members; ++t) {
-        acc.combine(*reinterpret_cast<const uint4*>(src(t) + i), op);
+      for (int first = 0; first < members; first += kWordsInFlight) {
+        uint4 words[kWordsInFlight];
+#pragma unroll
+        for (int k = 0; k < kWordsInFlight; ++k) {
+          if (first + k < members) words[k] = *reinterpret_cast<const uint4*>(src(first + k) + i);
+        }
+#pragma unroll
+        for (int k = 0; k < kWordsInFlight; ++k) {
+          if (first + k == 0) {
+            acc.set(words[k]);
+          } else if (first + k < members) {
+            acc.combine(words[k], op);
+          }
+        }
       }
       *reinterpret_cast<uint4*>(out + i) = acc.get();
     }
