@@ -61,13 +61,16 @@ kernels::Launch launch(Comm& comm, const gshmem_team_t& team, cudaStream_t strea
 // `per_cta` bytes, at least 16, at most the comm's GSHMEM_COLL_CTAS. Measured on 4 H200s
 // (docs/collectives.md): moving collectives were best with 16 CTAs up to 256 KiB per pair, 32 at
 // 1 MiB and 64 from 4 MiB (32 KiB per CTA); the reducing ones, which also load every input,
-// with 32 at 256 KiB and 64 from 1 MiB (8 KiB per CTA). 2 H200s with GSHMEM_COLL_CTAS=128
+// with 32 at 256 KiB and 64 from 1 MiB (8 KiB per CTA); since their loads of every member's word
+// are in flight together (reduce.cuh), 2 KiB per CTA was as fast or faster from 256 KiB to 4 MiB
+// at 2 and 4 PEs (4 PEs 512 KiB 10.5 against 11.7 us at 4 KiB; docs/benchmarks.md, 2026-11-27,
+// against 8 KiB and 4 KiB in the same session). 2 H200s with GSHMEM_COLL_CTAS=128
 // (docs/benchmarks.md): reduce_scatter 14-16 % faster at 16-64 MiB, all_gather 3-4 %,
 // all_reduce level; the default stays 64 until 4 PEs are measured. A pure function of the
 // launch's arguments, so every member launches the same grid (protocol.cuh pairs CTA b with
 // CTA b).
 constexpr uint64_t kMovePerCta = 32 << 10;
-constexpr uint64_t kReducePerCta = 8 << 10;
+constexpr uint64_t kReducePerCta = 2 << 10;
 kernels::Launch sized(kernels::Launch l, uint64_t pair_bytes, uint64_t per_cta = kMovePerCta) {
   constexpr uint64_t kMinCtas = 16;
   const uint64_t want = std::max(kMinCtas, pair_bytes / per_cta);

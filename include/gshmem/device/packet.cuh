@@ -105,38 +105,20 @@ __device__ inline bool await_packet(const Device* dev, Deadline& deadline, const
   return true;
 }
 
-// wait_packets' body: this thread's packets, kPacketsInFlight of them polled together (their
-// loads in flight at once: one thread receiving 1 KiB alone polled 128 packets one after the
-// other, 28.7 us one way), then each one not there yet awaited in turn; false once `dev`'s
-// deadline (when given) expired on one of them.
-constexpr unsigned kPacketsInFlight = 8;
-
+// wait_packets' body: this thread's packets, awaited in turn; false once `dev`'s deadline (when
+// given) expired on one of them.
 template <class Scope>
 __device__ inline bool receive_packets(const Device* dev, void* dst, const void* buf, size_t bytes,
                                        unsigned epoch, int from_pe) {
   const uint4* packets = static_cast<const uint4*>(buf);
   const size_t words = (bytes + 7) / 8;
-  const size_t step = Scope::size();
   Deadline deadline;
-  for (size_t base = Scope::rank(); base < words; base += kPacketsInFlight * step) {
-    unsigned long long data[kPacketsInFlight];
-    bool ready[kPacketsInFlight];
-#pragma unroll
-    for (unsigned u = 0; u < kPacketsInFlight; ++u) {
-      const size_t i = base + u * step;
-      unsigned seen;
-      ready[u] = i < words && poll_packet(packets + i, epoch, data[u], seen);
+  for (size_t i = Scope::rank(); i < words; i += Scope::size()) {
+    unsigned long long data;
+    if (!await_packet(dev, deadline, packets + i, epoch, GSHMEM_WAIT_PACKETS, from_pe, data)) {
+      return false;
     }
-#pragma unroll
-    for (unsigned u = 0; u < kPacketsInFlight; ++u) {
-      const size_t i = base + u * step;
-      if (i >= words) break;
-      if (!ready[u] &&
-          !await_packet(dev, deadline, packets + i, epoch, GSHMEM_WAIT_PACKETS, from_pe, data[u])) {
-        return false;
-      }
-      store8(static_cast<char*>(dst), i, bytes, data[u]);
-    }
+    store8(static_cast<char*>(dst), i, bytes, data);
   }
   return true;
 }

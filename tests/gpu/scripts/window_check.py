@@ -56,6 +56,7 @@ def run_exchange(comm: gshmem.Comm, dev, win: gshmem.window.Window) -> None:
         assert signals[c][0] == puts, (c, signals)
         assert signals[c][1] == (5 * n if c == 0 else 0), (c, signals)
         assert counters[c] == [puts, 0], (c, counters)
+    sync(comm)  # every PE has read its totals before anyone's put_value (run_values) lands
 
 
 def run_values(comm: gshmem.Comm, dev, win: gshmem.window.Window) -> None:
