@@ -15,18 +15,11 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "raw_cuda.cuh"
+
 namespace {
 
 using u64 = unsigned long long;
-
-#define CHECK(x)                                                              \
-  do {                                                                        \
-    cudaError_t e = (x);                                                      \
-    if (e != cudaSuccess) {                                                   \
-      std::printf("%s: %s\n", #x, cudaGetErrorString(e));                     \
-      return 1;                                                               \
-    }                                                                         \
-  } while (0)
 
 __device__ u64 now_ns() {
   u64 t;
@@ -144,41 +137,41 @@ __global__ void send_only(int v, u64* peer_data, u64* peer_flag, int n, u64* out
 
 int main() {
   int count = 0;
-  CHECK(cudaGetDeviceCount(&count));
+  RAW_CUDA_CHECK(cudaGetDeviceCount(&count));
   if (count < 2) {
     std::printf("signal_latency needs two GPUs\n");
     return 1;
   }
   u64 *data[2], *flag[2], *out[2];
   for (int d = 0; d < 2; ++d) {
-    CHECK(cudaSetDevice(d));
-    CHECK(cudaDeviceEnablePeerAccess(1 - d, 0));
-    CHECK(cudaMalloc(&data[d], 4096));
-    CHECK(cudaMalloc(&flag[d], 4096));
-    CHECK(cudaMalloc(&out[d], 64));
+    RAW_CUDA_CHECK(cudaSetDevice(d));
+    RAW_CUDA_CHECK(cudaDeviceEnablePeerAccess(1 - d, 0));
+    RAW_CUDA_CHECK(cudaMalloc(&data[d], 4096));
+    RAW_CUDA_CHECK(cudaMalloc(&flag[d], 4096));
+    RAW_CUDA_CHECK(cudaMalloc(&out[d], 64));
   }
   const int warmup = 2000, rounds = 20000, repeats = 3;
   std::printf("one-way latency (round trip / 2), %d rounds, %d repeats\n", rounds, repeats);
   for (int v = 0; v < kVariants; ++v) {
     for (int r = 0; r < repeats; ++r) {
       for (int d = 0; d < 2; ++d) {
-        CHECK(cudaSetDevice(d));
-        CHECK(cudaMemset(data[d], 0, 4096));
-        CHECK(cudaMemset(flag[d], 0, 4096));
-        CHECK(cudaDeviceSynchronize());
+        RAW_CUDA_CHECK(cudaSetDevice(d));
+        RAW_CUDA_CHECK(cudaMemset(data[d], 0, 4096));
+        RAW_CUDA_CHECK(cudaMemset(flag[d], 0, 4096));
+        RAW_CUDA_CHECK(cudaDeviceSynchronize());
       }
       for (int d = 0; d < 2; ++d) {
-        CHECK(cudaSetDevice(d));
+        RAW_CUDA_CHECK(cudaSetDevice(d));
         ping_pong<<<1, 1>>>(v, d == 0, data[d], flag[d], data[1 - d], flag[1 - d], warmup, rounds,
                             out[d]);
       }
       u64 first[2], second[2];
-      CHECK(cudaSetDevice(0));
-      CHECK(cudaDeviceSynchronize());
-      CHECK(cudaMemcpy(first, out[0], sizeof first, cudaMemcpyDeviceToHost));
-      CHECK(cudaSetDevice(1));
-      CHECK(cudaDeviceSynchronize());
-      CHECK(cudaMemcpy(second, out[1], sizeof second, cudaMemcpyDeviceToHost));
+      RAW_CUDA_CHECK(cudaSetDevice(0));
+      RAW_CUDA_CHECK(cudaDeviceSynchronize());
+      RAW_CUDA_CHECK(cudaMemcpy(first, out[0], sizeof first, cudaMemcpyDeviceToHost));
+      RAW_CUDA_CHECK(cudaSetDevice(1));
+      RAW_CUDA_CHECK(cudaDeviceSynchronize());
+      RAW_CUDA_CHECK(cudaMemcpy(second, out[1], sizeof second, cudaMemcpyDeviceToHost));
       std::printf("  %-54s %7.3f us   wrong %llu/%llu\n", kNames[v], first[0] / 1e3 / rounds / 2,
                   first[1], second[1]);
     }
@@ -186,11 +179,11 @@ int main() {
   const int pairs = 100000;
   std::printf("sender alone, %d (data, flag) pairs to the peer\n", pairs);
   for (int v : {kFlagRelaxed, kDataRelease, kDataFenceRelaxed, kPacket}) {
-    CHECK(cudaSetDevice(0));
+    RAW_CUDA_CHECK(cudaSetDevice(0));
     send_only<<<1, 1>>>(v, data[1], flag[1], pairs, out[0]);
     u64 ns = 0;
-    CHECK(cudaDeviceSynchronize());
-    CHECK(cudaMemcpy(&ns, out[0], sizeof ns, cudaMemcpyDeviceToHost));
+    RAW_CUDA_CHECK(cudaDeviceSynchronize());
+    RAW_CUDA_CHECK(cudaMemcpy(&ns, out[0], sizeof ns, cudaMemcpyDeviceToHost));
     std::printf("  %-54s %7.1f ns per pair\n", kNames[v], static_cast<double>(ns) / pairs);
   }
   return 0;

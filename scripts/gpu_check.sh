@@ -3,9 +3,10 @@
 # results/<time>/, and a summary table is printed last.
 #
 #   bash scripts/gpu_check.sh            # build, the GPU tests, the quick benchmarks: fits one
-#                                        # 10-minute call at 2 and at 4 GPUs (at 4 on 4 x H200,
-#                                        # 2026-11-26: 518 s in all, tests 282 + 106 s; at 2 on
-#                                        # 2 x H200, 2026-11-27: 441 s, tests 228 + 116 s)
+#                                        # 10-minute call at 2 GPUs (2 x H200, 2026-11-27: 441 s,
+#                                        # tests 228 + 116 s); at 4 GPUs 518 s on 2026-11-26 but
+#                                        # past 575 s on 2026-11-27 (tests 339 + 123 s): there,
+#                                        # STEPS=pytest, then STEPS=bench in a second call
 #   STEPS=all bash scripts/gpu_check.sh  # also the demos, the timing run and compute-sanitizer
 #   STEPS="pytest demo" bash scripts/gpu_check.sh    # only these of: pytest demo timing bench sanitizer
 #   PYTEST_ARGS="tests/gpu/test_heap.py" bash scripts/gpu_check.sh   # a subset of the tests

@@ -1,0 +1,45 @@
+// What the raw-CUDA probes in benchmarks/ (signal_latency.cu, bulk_copy_put.cu,
+// copy_engine_split.cu) share: a check that returns 1 from the enclosing function on a CUDA
+// error, and a word pattern to fill a buffer with and count mismatches against, so that every
+// copy a probe times is also verified.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#define RAW_CUDA_CHECK(x)                                                   \
+  do {                                                                      \
+    cudaError_t raw_cuda_error = (x);                                       \
+    if (raw_cuda_error != cudaSuccess) {                                    \
+      std::printf("%s: %s\n", #x, cudaGetErrorString(raw_cuda_error));      \
+      return 1;                                                             \
+    }                                                                       \
+  } while (0)
+
+namespace raw_cuda {
+
+// Word i of the pattern with `seed`.
+__host__ __device__ inline unsigned pattern(size_t i, unsigned seed) {
+  return static_cast<unsigned>(i) * 2654435761u + seed;
+}
+
+__global__ void fill(unsigned* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    p[i] = pattern(i, seed);
+  }
+}
+
+// Adds to *wrong the number of the n words of p that differ from the pattern.
+__global__ void count_wrong(const unsigned* p, size_t n, unsigned seed,
+                                   unsigned long long* wrong) {
+  unsigned long long bad = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    bad += p[i] != pattern(i, seed);
+  }
+  if (bad) atomicAdd(wrong, bad);
+}
+
+}  // namespace raw_cuda
