@@ -158,19 +158,12 @@ int timed(const char* what, Launch launch, char* src, char* dst, size_t bytes, c
 }  // namespace
 
 int main() {
-  int count = 0;
-  RAW_CUDA_CHECK(cudaGetDeviceCount(&count));
-  if (count < 2) {
-    std::printf("bulk_copy_put needs two GPUs\n");
-    return 1;
-  }
+  if (raw_cuda::peer_pair("bulk_copy_put") != 0) return 1;
   const size_t cap = 256ull << 20;
   Buffers b{};
   RAW_CUDA_CHECK(cudaSetDevice(1));
-  RAW_CUDA_CHECK(cudaDeviceEnablePeerAccess(0, 0));
   RAW_CUDA_CHECK(cudaMalloc(&b.remote, cap));
   RAW_CUDA_CHECK(cudaSetDevice(0));
-  RAW_CUDA_CHECK(cudaDeviceEnablePeerAccess(1, 0));
   RAW_CUDA_CHECK(cudaMalloc(&b.local, cap));
   RAW_CUDA_CHECK(cudaMalloc(&b.wrong, sizeof *b.wrong));
   int sms = 0;

@@ -16,17 +16,13 @@
 constexpr int kPuts = 20;
 
 int main() {
-  int count = 0;
-  RAW_CUDA_CHECK(cudaGetDeviceCount(&count));
-  if (count < 2) return std::printf("needs two GPUs\n"), 1;
+  if (raw_cuda::peer_pair("copy_engine_split") != 0) return 1;
   const size_t cap = 64ull << 20;
   char *src, *dst;
   unsigned long long* wrong;
   RAW_CUDA_CHECK(cudaSetDevice(1));
-  RAW_CUDA_CHECK(cudaDeviceEnablePeerAccess(0, 0));
   RAW_CUDA_CHECK(cudaMalloc(&dst, cap));
   RAW_CUDA_CHECK(cudaSetDevice(0));
-  RAW_CUDA_CHECK(cudaDeviceEnablePeerAccess(1, 0));
   RAW_CUDA_CHECK(cudaMalloc(&src, cap));
   RAW_CUDA_CHECK(cudaMalloc(&wrong, sizeof *wrong));
   cudaStream_t streams[8];

@@ -1,7 +1,7 @@
 // What the raw-CUDA probes in benchmarks/ (signal_latency.cu, bulk_copy_put.cu,
 // copy_engine_split.cu) share: a check that returns 1 from the enclosing function on a CUDA
-// error, and a word pattern to fill a buffer with and count mismatches against, so that every
-// copy a probe times is also verified.
+// error, the two peer GPUs they run on, and a word pattern to fill a buffer with and count
+// mismatches against, so that every copy a probe times is also verified.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,6 +18,22 @@
   } while (0)
 
 namespace raw_cuda {
+
+// GPUs 0 and 1 with peer access both ways: 0, or 1 after a message naming `probe` (fewer than two
+// GPUs, or a CUDA error).
+inline int peer_pair(const char* probe) {
+  int count = 0;
+  RAW_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (count < 2) {
+    std::printf("%s needs two peer-capable GPUs\n", probe);
+    return 1;
+  }
+  for (int d = 0; d < 2; ++d) {
+    RAW_CUDA_CHECK(cudaSetDevice(d));
+    RAW_CUDA_CHECK(cudaDeviceEnablePeerAccess(1 - d, 0));
+  }
+  return 0;
+}
 
 // Word i of the pattern with `seed`.
 __host__ __device__ inline unsigned pattern(size_t i, unsigned seed) {

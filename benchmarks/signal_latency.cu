@@ -136,16 +136,10 @@ __global__ void send_only(int v, u64* peer_data, u64* peer_flag, int n, u64* out
 }  // namespace
 
 int main() {
-  int count = 0;
-  RAW_CUDA_CHECK(cudaGetDeviceCount(&count));
-  if (count < 2) {
-    std::printf("signal_latency needs two GPUs\n");
-    return 1;
-  }
+  if (raw_cuda::peer_pair("signal_latency") != 0) return 1;
   u64 *data[2], *flag[2], *out[2];
   for (int d = 0; d < 2; ++d) {
     RAW_CUDA_CHECK(cudaSetDevice(d));
-    RAW_CUDA_CHECK(cudaDeviceEnablePeerAccess(1 - d, 0));
     RAW_CUDA_CHECK(cudaMalloc(&data[d], 4096));
     RAW_CUDA_CHECK(cudaMalloc(&flag[d], 4096));
     RAW_CUDA_CHECK(cudaMalloc(&out[d], 64));
