@@ -3,15 +3,14 @@
 # results/<time>/, and a summary table is printed last.
 #
 #   bash scripts/gpu_check.sh            # build, the GPU tests, the quick benchmarks: fits one
-#                                        # 10-minute call at 2 GPUs (2 x H200, 2026-11-27: 441 s,
-#                                        # tests 228 + 116 s); at 4 GPUs 518 s on 2026-11-26 but
-#                                        # past 575 s on 2026-11-27 (tests 339 + 123 s): there,
-#                                        # STEPS=pytest, then STEPS=bench in a second call
+#                                        # 10-minute call (2026-11-27, H200: 441 s at 2 GPUs,
+#                                        # tests 228 + 116 s; 434 s at 4 GPUs, tests 207 + 106 s)
 #   STEPS=all bash scripts/gpu_check.sh  # also the demos, the timing run and compute-sanitizer
 #   STEPS="pytest demo" bash scripts/gpu_check.sh    # only these of: pytest demo timing bench sanitizer
 #   PYTEST_ARGS="tests/gpu/test_heap.py" bash scripts/gpu_check.sh   # a subset of the tests
-#   PYTEST_WORKERS=0 bash scripts/gpu_check.sh       # tests one at a time (default: 3 per GPU
-#                                                    # at 2 GPUs, 2 per GPU from 4)
+#   PYTEST_WORKERS=0 bash scripts/gpu_check.sh       # tests one at a time (default: 3 per GPU)
+#   GSHMEM_TEST_WIDEST_PES=0 bash scripts/gpu_check.sh   # every PE count of each test (default:
+#                                                    # the widest that fits, tests/pe_counts.py)
 #   PYTEST_TIMEOUT=900 bash scripts/gpu_check.sh     # seconds for the shared test phase (450)
 #   PYTEST_ALONE_GPUS=1 bash scripts/gpu_check.sh    # GPUs per gpu_alone test (default: 2 from
 #                                                    # 4 GPUs on, so faults cross GPUs; else 1)
@@ -72,13 +71,16 @@ step build build.log 900 $PY -m pip install --no-build-isolation --no-deps -e . 
 
 NGPU=$($PY -c 'import gshmem; print(gshmem.device_count())')
 TESTS="${PYTEST_ARGS:-tests/gpu}"
+# A test parametrised over PE counts runs at the widest that fits (tests/pe_counts.py): at 4 GPUs
+# its 4-PE case; its 2-PE case is the 2-GPU check's.
+export GSHMEM_TEST_WIDEST_PES="${GSHMEM_TEST_WIDEST_PES:-1}"
 # One CuPy kernel cache for every test process, filled while the first tests run: the device-API,
 # window and fault checks then load their NVRTC modules instead of each compiling them (~30 s).
 export CUPY_CACHE_DIR="${CUPY_CACHE_DIR:-$HOME/.cache/gshmem/cupy}"
 wanted pytest && { $PY tests/gpu/scripts/warm_kernels.py >>"$RESULTS/build.log" 2>&1 & }
-# Test processes mostly start, compile and initialise (CPU): at 2 GPUs 3 workers per GPU (4 left
-# the run 40 s over its 10 minutes, 2026-11-27), from 4 GPUs 2 per GPU.
-WORKERS="${PYTEST_WORKERS:-$((NGPU >= 4 ? 2 * NGPU : NGPU > 1 ? 3 * NGPU : 2))}"
+# Test processes mostly start, compile and initialise (CPU): 3 workers per GPU (at 2 GPUs, 4 left
+# the run 40 s over its 10 minutes, 2026-11-27; at 4 GPUs, 8 left it past 575 s).
+WORKERS="${PYTEST_WORKERS:-$((NGPU > 1 ? 3 * NGPU : 2))}"
 $PY -c 'import xdist' 2>/dev/null || WORKERS=0
 # has_tests MARKER: whether the selection holds tests with that marker expression
 has_tests() { local listed; listed=$($PY -m pytest -q --collect-only -m "$1" $TESTS 2>/dev/null); [[ "$listed" == *::* ]]; }

@@ -8,6 +8,7 @@ import os
 
 import pytest
 from gpu_placement import pinned_devices, rotated_devices
+from pe_counts import runs_at
 
 
 def _gpu_count() -> int:
@@ -31,6 +32,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "long: takes minutes on a GPU host; collected first, so that a parallel run starts it "
         "early instead of ending on it",
     )
+    config.addinivalue_line(
+        "markers",
+        "pes(n, counts): the case at n PEs of a test parametrised over counts (pe_counts.py)",
+    )
     config.addinivalue_line(  # pytest-xdist's own, declared for runs without it
         "markers", "xdist_group(name): tests of one group run in turn on one xdist worker"
     )
@@ -38,6 +43,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     have = _gpu_count()
+    widest_only = os.environ.get("GSHMEM_TEST_WIDEST_PES") == "1"
+    narrower = [item for item in items if (m := item.get_closest_marker("pes"))
+                and not runs_at(*m.args, gpus=have, widest_only=widest_only)]  # fmt: skip
+    if narrower:
+        config.hook.pytest_deselected(items=narrower)
+        items[:] = [item for item in items if item not in narrower]
     for item in items:
         need = 0
         if item.get_closest_marker("gpu"):

@@ -7,12 +7,16 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import ports
 import pytest
 from gpu_placement import pinned_devices, rotated_devices
+from pe_counts import runs_at
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,5 +122,46 @@ def test_long_tests_are_collected_first():
     assert [i for i, _ in final] == [i for i in before if i in long] + [
         i for i in before if i not in long
     ]
-    if importlib.util.find_spec("jax") is not None:
-        assert long == ["tests/gpu/test_jax.py::test_one_process_every_gpu[attention]"]
+    training = [f"tests/gpu/test_train_parity.py::test_{name}"
+                for name in ("torch_training_parity", "torch_training_on_text",
+                             "jax_training_parity")]  # fmt: skip
+    attention = [f"tests/gpu/test_jax.py::test_one_process_every_gpu[attention_{algorithm}]"
+                 for algorithm in ("ring", "allgather")]  # fmt: skip
+    have_jax = importlib.util.find_spec("jax") is not None
+    assert sorted(long) == sorted(training + attention * have_jax)
+
+
+@pytest.mark.parametrize(
+    ("n", "counts", "gpus", "widest_only", "runs"),
+    [
+        (2, (2, 4), 4, False, True),  # every count by default
+        (2, (2, 4), 4, True, False),  # the 2-GPU check runs it
+        (4, (2, 4), 4, True, True),
+        (2, (2, 4), 2, True, True),  # the widest that fits
+        (4, (2, 4), 8, True, True),
+        (1, (1, 2, 4), 4, True, True),  # single-PE paths are code of their own
+        (2, (1, 2, 4), 4, True, False),
+        (2, (2, 4), 1, True, True),  # nothing fits: left to the gpus(n) skip
+    ],
+)
+def test_widest_pe_count_that_fits(n, counts, gpus, widest_only, runs):
+    assert runs_at(n, counts, gpus, widest_only) is runs
+
+
+def test_every_multi_pe_case_carries_its_counts():
+    """Each case id'd <n>pe is marked pes(n, ...), so GSHMEM_TEST_WIDEST_PES reaches it."""
+    _, final = _gpu_suite()
+    cases = [(i, marks) for i, marks in final if re.search(r"[\[-]\dpe[\]-]", i)]
+    assert len(cases) > 50
+    assert all("pes" in marks for _, marks in cases), [i for i, m in cases if "pes" not in m]
+
+
+@pytest.mark.parametrize("worker", ["gw0", "gw3", "gw48", "gw100"])
+def test_private_ports_are_the_workers_own_below_the_ephemeral_range(monkeypatch, worker):
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+    blocks = (ports.EPHEMERAL - ports.PRIVATE_PORTS) // ports.PORTS_PER_WORKER
+    first = ports.PRIVATE_PORTS + ports.PORTS_PER_WORKER * (int(worker[2:]) % blocks)
+    port = ports.private_port()
+    assert first <= port < first + ports.PORTS_PER_WORKER <= ports.EPHEMERAL
+    with socket.socket() as s:  # free: the job can bind it
+        s.bind(("", port))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from gpu_launch import launch_pes
+from pe_counts import pe_params
 
 pytest.importorskip("cupy")
 
@@ -25,7 +26,7 @@ SCENARIOS = [
     "coll_movers",
     "coll_reduce",
 ]
-PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
+PES = pe_params(2, 4)
 
 
 # The kernels compile through CuPy's kernel cache (CUPY_CACHE_DIR, else CuPy's default), which

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from gpu_launch import launch_pes
+from pe_counts import pe_params
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "heap_check.py")
 
@@ -17,7 +18,7 @@ def launch(n: int, scenario: str, **env: str) -> str:
     return launch_pes(n, SCRIPT, scenario, **env)
 
 
-PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
+PES = pe_params(2, 4)
 
 
 @pytest.mark.parametrize("n", PES)

@@ -11,19 +11,20 @@ from pathlib import Path
 
 import pytest
 from gpu_launch import launch_pes
-
-from gshmem.run import free_port
+from pe_counts import pe_params
+from ports import private_port
 
 if importlib.util.find_spec("jax") is None:
     pytest.skip("jax is not installed", allow_module_level=True)
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "jax_check.py")
-SCENARIOS = ["values", "grad", "loop", "split", "staged", "direct", "badargs", "attention"]
+ATTENTION = ["attention_ring", "attention_allgather"]
+SCENARIOS = ["values", "grad", "loop", "split", "staged", "direct", "badargs", *ATTENTION]
 ENV = {"GSHMEM_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 
-# attention compiles a dozen programs (~150 s at 4 GPUs): marked long, so it starts first
-EVERY_GPU = [pytest.param(s, marks=pytest.mark.long) if s == "attention" else s for s in SCENARIOS]
+# attention compiles six programs per algorithm (~75 s at 4 GPUs): long, so they start first
+EVERY_GPU = [pytest.param(s, marks=pytest.mark.long) if s in ATTENTION else s for s in SCENARIOS]
 
 
 @pytest.mark.gpus(2)
@@ -36,11 +37,9 @@ def test_one_process_every_gpu(scenario):
     assert out.count(f"PASS {scenario}") == 1, out
 
 
-@pytest.mark.parametrize(
-    "n", [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
-)
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s not in ("attention", "direct")])
+@pytest.mark.parametrize("n", pe_params(2, 4))
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s not in (*ATTENTION, "direct")])
 def test_one_process_per_gpu(n, scenario):
     # attention compares with whole-sequence attention on one process's arrays, and direct puts
     # need every device in one process: one-process layout only
-    launch_pes(n, SCRIPT, scenario, timeout=300, JAX_COORDINATOR_PORT=str(free_port()), **ENV)
+    launch_pes(n, SCRIPT, scenario, timeout=300, JAX_COORDINATOR_PORT=str(private_port()), **ENV)

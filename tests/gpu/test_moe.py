@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 from gpu_launch import launch_pes
+from pe_counts import pe_params
 
 from gshmem.moe.high_throughput import PULL_FROM_WORLD
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
-PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (1, 2, 4)]
+PES = pe_params(1, 2, 4)
 
 
 def stopped_job(n: int, script: str, scenario: str) -> str:

@@ -14,6 +14,7 @@ from gshmem import _ucx
 
 pytest.importorskip("cupy")
 from gpu_launch import launch_pes  # noqa: E402
+from pe_counts import pe_params  # noqa: E402
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -37,8 +38,7 @@ def test_put_signal_and_get_through_the_proxy(scenario):
 
 @pytest.mark.gpu
 @needs_ucx
-@pytest.mark.parametrize("n", [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe")
-                               for n in (2, 4)])  # fmt: skip
+@pytest.mark.parametrize("n", pe_params(2, 4))
 def test_collectives_and_permutes_through_the_proxy(n):
     # all_gather, all_to_all, broadcast and permute into symmetric outputs as exchanges through
     # the proxy (no NCCL), a graph replayed, other outputs refused; all_reduce and

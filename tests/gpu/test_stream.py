@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 from gpu_launch import launch_pes
+from pe_counts import pe_params
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "stream_check.py")
 
-PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
+PES = pe_params(2, 4)
 
 # Copy engines only, and with the small-message kernels in play (the default threshold, 16 KiB,
 # lies between the two).

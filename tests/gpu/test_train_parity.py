@@ -18,8 +18,10 @@ import pytest
 
 SEQ, LAYERS, STEPS = "8K", 2, 20
 
-# Whole training jobs: in a parallel run (scripts/gpu_check.sh) one worker takes them in turn.
-pytestmark = pytest.mark.xdist_group("heavy")
+# Whole training jobs (~40 s each): in a parallel run (scripts/gpu_check.sh) one worker takes a
+# framework's in turn, and first, so that the run does not end on them.
+pytestmark = pytest.mark.long
+torch_jobs, jax_jobs = pytest.mark.xdist_group("train-torch"), pytest.mark.xdist_group("train-jax")
 
 
 def train_losses(tmp_path, framework: str, backend: str, gpus: int,
@@ -55,17 +57,20 @@ def check_parity(tmp_path, framework: str) -> None:
     np.testing.assert_allclose(runs["gshmem", 2], one, rtol=5e-3)
 
 
+@torch_jobs
 @pytest.mark.gpus(2)
 def test_torch_training_parity(tmp_path):
     check_parity(tmp_path, "torch")
 
 
+@torch_jobs
 @pytest.mark.gpus(2)
 def test_torch_training_on_text(tmp_path):
     losses = train_losses(tmp_path, "torch", "gshmem", 2, data="text")
     assert falls(losses), losses
 
 
+@jax_jobs
 @pytest.mark.gpus(2)
 def test_jax_training_parity(tmp_path):
     if importlib.util.find_spec("jax") is None:

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 from gpu_launch import launch_pes
+from pe_counts import pe_params
 
 pytest.importorskip("cupy")
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "window_check.py")
-PES = [pytest.param(n, marks=pytest.mark.gpus(n), id=f"{n}pe") for n in (2, 4)]
+PES = pe_params(2, 4)
 
 
 @pytest.mark.parametrize("n", PES)
