@@ -23,7 +23,7 @@ SCENARIOS = ["values", "grad", "loop", "split", "staged", "direct", "badargs", *
 ENV = {"GSHMEM_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 
-# attention compiles six programs per algorithm (~75 s at 4 GPUs): long, so they start first
+# attention compiles six programs per algorithm (~100 s each in the 4-GPU check): long, first
 EVERY_GPU = [pytest.param(s, marks=pytest.mark.long) if s in ATTENTION else s for s in SCENARIOS]
 
 
