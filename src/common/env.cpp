@@ -76,6 +76,7 @@ bool watchdog() { return get_bool("GSHMEM_WATCHDOG", true); }
 bool check_alloc() { return get_bool("GSHMEM_CHECK_ALLOC", true); }
 bool disable_p2p() { return get_bool("GSHMEM_DISABLE_P2P", false); }
 bool proxy_staging() { return get_bool("GSHMEM_PROXY_STAGING", false); }
+bool proxy_local_shm() { return get_bool("GSHMEM_PROXY_LOCAL_SHM", true); }
 
 uint64_t proxy_bulk_min(uint64_t fallback) {
   return positive_size("GSHMEM_PROXY_BULK_MIN", fallback);

@@ -32,6 +32,10 @@ bool proxy_staging();
 // positive; the defaults are the engine's (src/proxy/net_engine.h).
 uint64_t proxy_bulk_min(uint64_t fallback);
 uint64_t proxy_part(uint64_t fallback);
+// GSHMEM_PROXY_LOCAL_SHM: the proxy path reaches PEs on this host without UCX's error handling,
+// so UCX may take shared memory and CUDA IPC, and watches their processes itself (default 1;
+// 0: UCX's peer-failure mode for them too; src/proxy/net_engine.h).
+bool proxy_local_shm();
 // GSHMEM_HEAP_RESERVE: bytes of address space per PE heap (default: the device's memory).
 uint64_t heap_reserve(uint64_t fallback);
 // GSHMEM_HEAP_INITIAL: bytes mapped at init (default 64 MiB).

@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 
 #include "common/cuda_api.h"
 #include "common/env.h"
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/process.h"
 
 namespace gshmem {
 namespace {
@@ -28,29 +28,6 @@ struct PeerInfo {
   uint64_t start_time;     // process_start_time(pid)
   char error[224];
 };
-
-std::string read_first_line(const char* path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  return line;
-}
-
-uint64_t host_identity() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  std::string id = std::string(name) + "|" + read_first_line("/proc/sys/kernel/random/boot_id");
-  char ns[128] = {};
-  ssize_t n = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
-  if (n > 0) id += "|" + std::string(ns, static_cast<size_t>(n));
-  return hash_bytes(id.data(), id.size(), 0);
-}
-
-uint64_t pid_namespace() {
-  char ns[128] = {};
-  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
-  return n > 0 ? hash_bytes(ns, static_cast<size_t>(n), 0) : 0;
-}
 
 uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 

@@ -32,7 +32,8 @@ ProxyPath::ProxyPath(Bootstrap& bs, SymmetricHeap& heap, int device, uint64_t ca
     : heap_(heap) {
   sink_ = std::make_unique<proxy::GpuSink>(device);
   engine_ = proxy::make_ucx_engine(bs, timeout, env::proxy_bulk_min(proxy::kDefaultBulkBytes),
-                                   env::proxy_part(proxy::kDefaultPartBytes));
+                                   env::proxy_part(proxy::kDefaultPartBytes),
+                                   env::proxy_local_shm());
   engine_->set_signal_sink(&proxy::GpuSink::apply, sink_.get());
   engine_->set_atomic_sink(sink_.get());
   if (env::proxy_staging()) {

@@ -31,11 +31,6 @@ struct PeerProcess {
   uint64_t start_time;  // /proc/<pid>/stat field 22 (clock ticks since boot)
 };
 
-// This process's start time as process_alive() compares it; 0 when /proc cannot tell.
-uint64_t process_start_time(int pid);
-// Whether `pid` is a live (not zombie) process that started at `start_time` (when non-zero).
-bool process_alive(int pid, uint64_t start_time);
-
 class Watchdog {
  public:
   // `device_failed` and `lost_connection` (a message naming the PE whose connection closed, or

@@ -27,6 +27,13 @@
 //     fence() and flush() wait for those acks;
 //   - flush() returns once every operation issued so far is complete at its target.
 // Every wait is bounded by the engine's timeout; a failed peer is named in the error.
+//
+// Peers on this host (same host and PID namespace) are reached with UCX's error handling off
+// when `local_shared_memory` (make_ucx_engine) is on, the default: UCX then may take its
+// shared-memory transports (sysv, posix, cma) and CUDA IPC, which cannot report a dead peer, so
+// the engine watches those peers' processes through /proc itself. With it off, or for peers on
+// other hosts, UCX's peer-failure mode names a dead peer, at the price of transports that
+// support it: on one host that left every active message on TCP loopback.
 #pragma once
 
 #include <cstddef>
@@ -175,11 +182,13 @@ constexpr size_t kDefaultPartBytes = size_t{4} << 20;
 
 // Collective over `bs`: a UCX context and worker on this rank and endpoints to every other rank;
 // `timeout` bounds every blocking call; transfers of at least `bulk_bytes` (> 0) are bulk, and
-// go in parts of at most `part_bytes` (> 0; staged memory: in parts of one staging chunk).
+// go in parts of at most `part_bytes` (> 0; staged memory: in parts of one staging chunk);
+// `local_shared_memory`: peers on this host without UCX's error handling (above).
 // Throws GSHMEM_ERROR_SYSTEM when UCX cannot be loaded or this build has no UCX support.
 std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap& bs, double timeout,
                                            size_t bulk_bytes = kDefaultBulkBytes,
-                                           size_t part_bytes = kDefaultPartBytes);
+                                           size_t part_bytes = kDefaultPartBytes,
+                                           bool local_shared_memory = true);
 // Empty when make_ucx_engine can load UCX here; else why not. Local, cheap after the first call.
 std::string ucx_unavailable();
 

@@ -1,11 +1,16 @@
 // NetEngine on UCX (ucp): one context and worker per engine, an endpoint to every other rank
-// with peer-failure handling, regions registered with ucp_mem_map and their packed keys
-// exchanged over the bootstrap. Compiled only when the build found UCX's headers.
+// (with UCX's peer-failure handling, or for peers on this host without it: net_engine.h),
+// regions registered with ucp_mem_map and their packed keys exchanged over the bootstrap.
+// Compiled only when the build found UCX's headers.
 //
 // This file: the engine set up and torn down, regions registered and their keys exchanged, the
 // operations NetEngine offers (put, put_value, get, signal, fence, flush, progress) and the
 // bookkeeping they share. The class is declared in ucx_engine.h; what arrives from peers is
 // handled in ucx_arrivals.cpp, bulk transfers in parts go out in ucx_parts.cpp.
+#include "proxy/ucx_engine.h"
+
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -20,10 +25,10 @@
 #include "bootstrap/socket.h"
 #include "bootstrap/tcp_bootstrap.h"
 #include "common/error.h"
+#include "common/process.h"
 #include "proxy/net_engine.h"
 #include "proxy/staging.h"
 #include "proxy/ucx_api.h"
-#include "proxy/ucx_engine.h"
 #include "proxy/ucx_wire.h"
 
 namespace gshmem::proxy {
@@ -49,6 +54,26 @@ std::vector<std::vector<uint8_t>> allgather_blobs(Bootstrap& bs, const void* min
 }
 
 constexpr size_t kRegionHeader = 2 * sizeof(uint64_t);  // base, bytes
+
+// How often a progress call looks up the processes of the peers on this host (/proc reads).
+constexpr auto kLivenessPeriod = std::chrono::milliseconds(10);
+
+// Where a rank's process runs, exchanged when the engine opens.
+struct Whereabouts {
+  uint64_t host, pid_namespace, start_time;
+  int64_t pid;
+};
+
+Whereabouts this_process() {
+  const int pid = static_cast<int>(getpid());
+  return {host_identity(), pid_namespace(), process_start_time(pid), pid};
+}
+
+// Whether `peer` runs on `me`'s host where /proc names its process (same PID namespace).
+bool watchable_here(const Whereabouts& me, const Whereabouts& peer) {
+  return peer.host == me.host && peer.pid_namespace == me.pid_namespace &&
+         me.pid_namespace != 0 && peer.pid > 0;
+}
 
 }  // namespace
 
@@ -77,14 +102,16 @@ void UcxEngine::progress_during(std::unique_lock<std::mutex>& lock, F&& exchange
   if (failure) std::rethrow_exception(failure);
 }
 
-UcxEngine::UcxEngine(Bootstrap& bs, double timeout, size_t bulk_bytes, size_t part_bytes)
+UcxEngine::UcxEngine(Bootstrap& bs, double timeout, size_t bulk_bytes, size_t part_bytes,
+                     bool local_shared_memory)
     : api_(ucx_api()),
       bs_(bs),
       timeout_(timeout),
       bulk_bytes_(bulk_bytes),
       part_bytes_(part_bytes),
       rank_(bs.rank()),
-      nranks_(bs.nranks()) {
+      nranks_(bs.nranks()),
+      local_shared_memory_(local_shared_memory) {
   GSHMEM_REQUIRE(bulk_bytes > 0, "the network engine's bulk size must be positive");
   GSHMEM_REQUIRE(part_bytes > 0, "the network engine's part size must be positive");
   try {
@@ -475,8 +502,11 @@ void UcxEngine::open() {
   st = api_.worker_query(worker_, &attr);
   if (st != UCS_OK) throw_error(GSHMEM_ERROR_SYSTEM, ucx_failure("ucp_worker_query", st));
   std::vector<std::vector<uint8_t>> addresses;
+  std::vector<Whereabouts> where(nranks_);
   try {  // no endpoint yet: nothing to progress
     addresses = allgather_blobs(bs_, attr.address, attr.address_length);
+    const Whereabouts mine = this_process();
+    bs_.allgather(&mine, where.data(), sizeof mine);
   } catch (...) {
     api_.worker_release_address(worker_, attr.address);
     throw;
@@ -486,16 +516,22 @@ void UcxEngine::open() {
   eps_.assign(nranks_, nullptr);
   peer_errors_.assign(nranks_, UCS_OK);
   handlers_.resize(nranks_);
+  local_peers_.assign(nranks_, PeerProcessOnHost{});
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
     handlers_[r] = {this, r};
     ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep.address = reinterpret_cast<const ucp_address_t*>(addresses[r].data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = &UcxEngine::on_peer_error;
-    ep.err_handler.arg = &handlers_[r];
+    if (local_shared_memory_ && watchable_here(where[rank_], where[r])) {
+      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // shared memory and CUDA IPC allowed
+      local_peers_[r] = {static_cast<int>(where[r].pid), where[r].start_time};
+    } else {
+      ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = &UcxEngine::on_peer_error;
+      ep.err_handler.arg = &handlers_[r];
+    }
     st = api_.ep_create(worker_, &ep, &eps_[r]);
     if (st != UCS_OK) {
       throw_error(GSHMEM_ERROR_SYSTEM,
@@ -665,6 +701,17 @@ void UcxEngine::check_peers() {
   for (int r = 0; r < nranks_; ++r) {
     if (peer_errors_[r] != UCS_OK) fail_peer(r, peer_errors_[r], "connection");
   }
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_liveness_check_) return;
+  next_liveness_check_ = now + kLivenessPeriod;
+  for (int r = 0; r < nranks_; ++r) {
+    const PeerProcessOnHost& p = local_peers_[r];
+    if (p.pid != 0 && !process_alive(p.pid, p.start_time)) {
+      throw_error(GSHMEM_ERROR_FAULT, "network peer rank " + std::to_string(r) + " (pid " +
+                                          std::to_string(p.pid) +
+                                          ", this host) exited: nothing more can complete with it");
+    }
+  }
 }
 
 void UcxEngine::fail_peer(int pe, ucs_status_t status, const char* op) {
@@ -686,8 +733,9 @@ std::string ucx_unavailable() {
 }
 
 std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap& bs, double timeout, size_t bulk_bytes,
-                                           size_t part_bytes) {
-  return std::make_unique<ucx::UcxEngine>(bs, timeout, bulk_bytes, part_bytes);
+                                           size_t part_bytes, bool local_shared_memory) {
+  return std::make_unique<ucx::UcxEngine>(bs, timeout, bulk_bytes, part_bytes,
+                                          local_shared_memory);
 }
 
 }  // namespace gshmem::proxy

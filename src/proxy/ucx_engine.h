@@ -7,6 +7,7 @@
 //   ucx_atomics.cpp   atomics: sent as messages, applied by the target's atomic sink, answered
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -155,9 +156,16 @@ struct AtomicArrival {
   uint64_t sink_id = 0;
 };
 
+// A peer's process on this host, as /proc names it.
+struct PeerProcessOnHost {
+  int pid = 0;
+  uint64_t start_time = 0;
+};
+
 class UcxEngine final : public NetEngine {
  public:
-  UcxEngine(Bootstrap& bs, double timeout, size_t bulk_bytes, size_t part_bytes);
+  UcxEngine(Bootstrap& bs, double timeout, size_t bulk_bytes, size_t part_bytes,
+            bool local_shared_memory);
   ~UcxEngine() override;
 
   int rank() const override { return rank_; }
@@ -329,6 +337,11 @@ class UcxEngine final : public NetEngine {
   std::vector<ucp_ep_h> eps_;
   std::vector<Handler> handlers_;
   std::vector<ucs_status_t> peer_errors_;
+  // Peers on this host reached without UCX's error handling (net_engine.h), watched through
+  // /proc at most every kLivenessPeriod; pid 0: another host, or watched by UCX.
+  bool local_shared_memory_;
+  std::vector<PeerProcessOnHost> local_peers_;
+  std::chrono::steady_clock::time_point next_liveness_check_{};
   std::vector<Region> regions_;
   std::vector<Pending> pending_;
   std::map<uint64_t, int> unacked_;  // bulk puts sent and not yet acknowledged: id -> peer

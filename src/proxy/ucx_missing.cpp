@@ -9,7 +9,7 @@ std::string ucx_unavailable() {
          "install the libucx-cu13 wheel (or a system UCX with headers) and rebuild gshmem";
 }
 
-std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap&, double, size_t, size_t) {
+std::unique_ptr<NetEngine> make_ucx_engine(Bootstrap&, double, size_t, size_t, bool) {
   throw_error(GSHMEM_ERROR_SYSTEM, ucx_unavailable());
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <tuple>
 
+#include "common/process.h"
 #include "core/fault.h"
 #include "core/watchdog.h"
 #include "gshmem/gshmem.h"

@@ -190,13 +190,13 @@ class EngineHandle {
  public:
   EngineHandle(gshmem::python::BootstrapHandle& bs, std::optional<double> timeout,
                std::optional<size_t> bulk_bytes, std::optional<size_t> staging_chunk,
-               std::optional<size_t> part_bytes) {
+               std::optional<size_t> part_bytes, bool local_shm) {
     const double t = timeout.value_or(bs.timeout());
     const size_t bulk = bulk_bytes.value_or(gshmem::proxy::kDefaultBulkBytes);
     const size_t part = part_bytes.value_or(gshmem::proxy::kDefaultPartBytes);
     if (staging_chunk) staging_ = std::make_unique<HostTestStaging>(*staging_chunk);
     engine_ = call_internal(
-        [&] { return gshmem::proxy::make_ucx_engine(bs.bs(), t, bulk, part); });
+        [&] { return gshmem::proxy::make_ucx_engine(bs.bs(), t, bulk, part, local_shm); });
     if (staging_) engine_->set_staging(staging_.get());
   }
   gshmem::proxy::NetEngine& engine() {
@@ -351,9 +351,10 @@ void bind_proxy(nb::module_& m) {
 
   nb::class_<EngineHandle>(m, "NetEngine")
       .def(nb::init<gshmem::python::BootstrapHandle&, std::optional<double>,
-                    std::optional<size_t>, std::optional<size_t>, std::optional<size_t>>(),
+                    std::optional<size_t>, std::optional<size_t>, std::optional<size_t>, bool>(),
            "bootstrap"_a, "timeout"_a = nb::none(), "bulk_bytes"_a = nb::none(),
-           "staging_chunk"_a = nb::none(), "part_bytes"_a = nb::none(), nb::keep_alive<1, 2>())
+           "staging_chunk"_a = nb::none(), "part_bytes"_a = nb::none(), "local_shm"_a = true,
+           nb::keep_alive<1, 2>())
       .def("register", &EngineHandle::register_region, "base"_a, "bytes"_a)
       .def("deregister", &EngineHandle::deregister_region, "region"_a)
       .def("region_bytes", &EngineHandle::region_bytes, "region"_a, "pe"_a)

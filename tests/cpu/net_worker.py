@@ -24,6 +24,7 @@ Scenarios (several run one after another on the same bootstrap; the result is th
             error (not a hang) within its timeout
   die_proxy the same through a proxy thread: the thread stops on the error, which the
             producer's next check raises
+  die_idle  the same with nothing sent: rank 0 only progresses its engine, which must notice
   stall     rank 1 stays alive but stops progressing (sleeps): rank 0's flush must time out
             naming it (with UCX_TLS=tcp, where a put needs the target's progress)
   gpu       puts and gets between GPU memory regions (torch CUDA tensors, every rank on
@@ -58,13 +59,15 @@ def engine(bs, **kw):
     and gets travel as rendezvous messages: 1 sends every transfer that way. $NET_BULK_PART
     splits bulk transfers into rendezvous messages of at most that many bytes. $NET_STAGING_CHUNK
     stages every buffer through two chunks per direction of that many bytes (the protocol a comm
-    uses for GPU memory, on host memory)."""
+    uses for GPU memory, on host memory). $NET_LOCAL_SHM=0 keeps UCX's peer-failure mode for
+    the peers on this host (src/proxy/net_engine.h)."""
     bulk = os.environ.get("NET_BULK_BYTES")
     part = os.environ.get("NET_BULK_PART")
     chunk = os.environ.get("NET_STAGING_CHUNK")
     return _C.NetEngine(bs, bulk_bytes=int(bulk) if bulk else None,
                         part_bytes=int(part) if part else None,
-                        staging_chunk=int(chunk) if chunk else None, **kw)  # fmt: skip
+                        staging_chunk=int(chunk) if chunk else None,
+                        local_shm=os.environ.get("NET_LOCAL_SHM", "1") == "1", **kw)  # fmt: skip
 
 
 def region_bytes(rank: int) -> int:
@@ -462,8 +465,8 @@ def atomics(bs, rank: int, n: int) -> dict:
 
 def fault(bs, rank: int, n: int, how: str, through: str) -> dict:
     """Rank 1 exits abruptly (`how` = "exit") or stops taking part while alive ("stall"); rank 0
-    keeps sending, on the engine directly or through a proxy thread (`through`), and reports
-    the error it got and when."""
+    keeps sending, on the engine directly or through a proxy thread (`through`), or only
+    progresses with nothing in flight ("idle"), and reports the error it got and when."""
     eng = engine(bs, timeout=5.0)
     mem = np.zeros(1 << 20, np.uint8)
     data = eng.register(addr(mem), mem.nbytes)
@@ -477,6 +480,10 @@ def fault(bs, rank: int, n: int, how: str, through: str) -> dict:
     start = time.monotonic()
     try:
         for i in range(100_000):
+            if through == "idle":  # nothing sent: the engine must notice by itself
+                eng.progress()
+                time.sleep(0.001)
+                continue
             if prox is None:
                 eng.put(1, addr(mem), mem.nbytes, data, 0)
                 eng.flush()
@@ -501,6 +508,10 @@ def die(bs, rank: int, n: int) -> dict:
 
 def die_proxy(bs, rank: int, n: int) -> dict:
     return fault(bs, rank, n, "exit", "proxy")
+
+
+def die_idle(bs, rank: int, n: int) -> dict:
+    return fault(bs, rank, n, "exit", "idle")
 
 
 def stall(bs, rank: int, n: int) -> dict:
@@ -610,6 +621,7 @@ SCENARIOS = {
     "atomics": atomics,
     "die": die,
     "die_proxy": die_proxy,
+    "die_idle": die_idle,
     "stall": stall,
     "gpu": gpu,
     "gpu_producers": gpu_producers,

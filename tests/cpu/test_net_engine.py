@@ -99,6 +99,30 @@ def test_dead_peer_is_a_fault_not_a_hang(scenario, bulk):
     assert got["after"] < 10.0 + 5.0, got
 
 
+@pytest.mark.parametrize("local_shm", ["1", "0"], ids=["shared-memory", "ucx-peer-failure"])
+def test_dead_peer_is_noticed_with_nothing_in_flight(local_shm):
+    # Shared memory reports nothing by itself: the engine watches a local peer's process.
+    survivor, _ = run_ranks("die_idle", 2, timeout=10.0, env={"NET_LOCAL_SHM": local_shm})
+    assert survivor["ok"], survivor
+    got = survivor["result"]
+    assert got["error"] == "FaultError", got
+    assert "rank 1" in got["message"], got
+    assert got["after"] < 5.0, got
+
+
+def test_peers_on_this_host_connect_by_shared_memory_alone():
+    """With UCX limited to its shared-memory transports, peers on one host reach each other when
+    their endpoints leave UCX's error handling off (the default); in UCX's peer-failure mode
+    they are unreachable (no shared-memory transport reports a dead peer), which is what left
+    the proxy's messages on TCP loopback before."""
+    env = {"UCX_TLS": "sm,self"}
+    for got in clean_results("rma", 2, env=env):
+        assert got["sizes"] == [(1 << 16) + 4096 * r for r in range(2)]
+    refused = run_ranks("rma", 2, env={**env, "NET_LOCAL_SHM": "0"})
+    for res in refused:
+        assert not res["ok"] and "unreachable" in res["message"], res
+
+
 @BULK
 def test_stalled_peer_is_a_timeout_naming_it(bulk):
     # Over TCP a put completes only when the target's worker progresses; rank 1 never does.
