@@ -18,7 +18,13 @@ namespace gshmem::proxy {
 namespace {
 
 constexpr int kBatch = 64;           // descriptors taken before the engine is progressed again
-constexpr int kSpinsBeforeSleep = 1024;  // idle polls before the thread starts to sleep
+// Idle (nothing queued, nothing in flight), the thread keeps polling for this long, yielding
+// its core between polls to any other thread that wants it, and only then sleeps between polls:
+// a descriptor that finds it asleep waits up to a sleep (~50 us plus the timer's slack), which
+// traffic a few hundred microseconds apart (a kernel's messages between computations) would
+// pay every time.
+constexpr auto kIdleBeforeSleep = std::chrono::milliseconds(10);
+constexpr auto kIdleSleep = std::chrono::microseconds(50);
 
 }  // namespace
 
@@ -169,7 +175,7 @@ void Proxy::execute(const Command& c, uint64_t ticket) {
 
 void Proxy::run(int device) {
   uint64_t next = __atomic_load_n(queue_.head, __ATOMIC_ACQUIRE);
-  int idle = 0;
+  auto active = std::chrono::steady_clock::now();  // when the thread last had work
   // Quiets retire when a flush started after them finishes: (flush token, tickets it covers),
   // oldest first. Later descriptors are issued meanwhile, so blocking puts from many GPU
   // threads (a put and a quiet each) overlap their flushes instead of taking turns.
@@ -207,13 +213,19 @@ void Proxy::run(int device) {
                          __ATOMIC_RELEASE);
         retired = true;
       }
-      if (taken > 0 || moved || retired || !flushing.empty() || engine_.busy()) {
-        idle = 0;
-      } else if (++idle > kSpinsBeforeSleep) {
-        // Idle (nothing queued, nothing in flight): give the core back, at the price of up to
-        // ~50 us on the next descriptor. Never while data moves: over TCP it moves only while
-        // the worker progresses.
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (taken > 0 || moved || retired) {
+        active = std::chrono::steady_clock::now();
+        continue;
+      }
+      // Nothing happened this round. Never asleep while data moves (over TCP it moves only
+      // while the worker progresses), but yield the core: the peer this thread waits for may
+      // need it (a machine with fewer cores than busy threads stalled a time slice otherwise).
+      const auto now = std::chrono::steady_clock::now();
+      if (!flushing.empty() || engine_.busy()) active = now;
+      if (now - active < kIdleBeforeSleep) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(kIdleSleep);
       }
     }
   } catch (const Error& e) {
