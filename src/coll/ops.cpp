@@ -66,9 +66,9 @@ kernels::Launch launch(Comm& comm, const gshmem_team_t& team, cudaStream_t strea
 // at 2 and 4 PEs (4 PEs 512 KiB 10.5 against 11.7 us at 4 KiB; docs/benchmarks.md, 2026-11-27,
 // against 8 KiB and 4 KiB in the same session). 2 H200s with GSHMEM_COLL_CTAS=128
 // (docs/benchmarks.md): reduce_scatter 14-16 % faster at 16-64 MiB, all_gather 3-4 %,
-// all_reduce level; the default stays 64 until 4 PEs are measured. A pure function of the
-// launch's arguments, so every member launches the same grid (protocol.cuh pairs CTA b with
-// CTA b).
+// all_reduce level; 4 H200s, 2026-11-27: every moving collective within noise of 64 either way
+// from 1 to 64 MiB, so the default stays 64. A pure function of the launch's arguments, so
+// every member launches the same grid (protocol.cuh pairs CTA b with CTA b).
 constexpr uint64_t kMovePerCta = 32 << 10;
 constexpr uint64_t kReducePerCta = 2 << 10;
 kernels::Launch sized(kernels::Launch l, uint64_t pair_bytes, uint64_t per_cta = kMovePerCta) {

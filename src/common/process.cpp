@@ -54,6 +54,16 @@ uint64_t pid_namespace() {
   return n > 0 ? hash_bytes(ns, static_cast<size_t>(n), 0) : 0;
 }
 
+ProcessPlace this_process() {
+  const int pid = static_cast<int>(getpid());
+  return {host_identity(), pid_namespace(), process_start_time(pid), pid};
+}
+
+bool watchable(const ProcessPlace& me, const ProcessPlace& peer) {
+  return peer.host == me.host && peer.pid_namespace == me.pid_namespace &&
+         me.pid_namespace != 0 && peer.pid > 0;
+}
+
 uint64_t process_start_time(int pid) {
   char state = 0;
   uint64_t start = 0;

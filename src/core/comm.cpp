@@ -1,7 +1,5 @@
 #include "core/comm.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -9,7 +7,6 @@
 #include "common/cuda_api.h"
 #include "common/env.h"
 #include "common/error.h"
-#include "common/hash.h"
 #include "common/log.h"
 #include "common/process.h"
 
@@ -18,14 +15,11 @@ namespace {
 
 // What each PE tells the others at init.
 struct PeerInfo {
-  uint64_t host;          // identifies a host and network namespace (where fds and UDS work)
+  ProcessPlace place;     // host (where fds and UDS work), pid: the watchdog's /proc checks
   uint64_t granularity;   // physical allocation granularity of this PE's GPU
   uint64_t reserve;       // heap bytes this PE asks to reserve
   int32_t error_code;     // GSHMEM_SUCCESS, or why this PE cannot take part
   int32_t p2p_disabled;
-  int32_t pid;
-  uint64_t pid_namespace;  // where `pid` means this process (the watchdog's /proc checks)
-  uint64_t start_time;     // process_start_time(pid)
   char error[224];
 };
 
@@ -87,11 +81,8 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
   // Each PE checks its own GPU; then all learn whether everyone can go on, so that one PE's
   // problem becomes the same clear error on every PE instead of a timeout elsewhere.
   PeerInfo mine{};
-  mine.host = host_identity();
+  mine.place = this_process();
   mine.p2p_disabled = env::disable_p2p();
-  mine.pid = static_cast<int32_t>(getpid());
-  mine.pid_namespace = pid_namespace();
-  mine.start_time = process_start_time(mine.pid);
   try {
     probe_device(device, mine);
   } catch (const Error& e) {
@@ -111,7 +102,7 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
   bool p2p = transport != env::Transport::kProxy;
   uint64_t granularity = 0, reserve = 0;
   for (int r = 0; r < nranks; ++r) {
-    if (all[r].host == mine.host) local_ranks_.push_back(r);
+    if (all[r].place.host == mine.place.host) local_ranks_.push_back(r);
     p2p = p2p && !all[r].p2p_disabled;
     granularity = std::max<uint64_t>(granularity, all[r].granularity);
     reserve = std::max<uint64_t>(reserve, all[r].reserve);
@@ -151,12 +142,12 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
   if (env::watchdog()) {
     std::vector<PeerProcess> peers;
     for (int r : local_ranks_) {
-      if (r != rank && all[r].pid_namespace == mine.pid_namespace && mine.pid_namespace != 0) {
-        peers.push_back({r, all[r].pid, all[r].start_time});
+      if (r != rank && watchable(mine.place, all[r].place)) {
+        peers.push_back({r, static_cast<int>(all[r].place.pid), all[r].place.start_time});
       }
     }
     std::vector<int> pids(nranks);
-    for (int r = 0; r < nranks; ++r) pids[r] = all[r].pid;
+    for (int r = 0; r < nranks; ++r) pids[r] = static_cast<int>(all[r].place.pid);
     watchdog_ = std::make_unique<Watchdog>(
         std::move(peers), [this] { return faults_->failed(); },
         [this, pids] { return lost_connection(pids); },

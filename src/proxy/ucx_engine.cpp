@@ -9,8 +9,6 @@
 // handled in ucx_arrivals.cpp, bulk transfers in parts go out in ucx_parts.cpp.
 #include "proxy/ucx_engine.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -25,7 +23,6 @@
 #include "bootstrap/socket.h"
 #include "bootstrap/tcp_bootstrap.h"
 #include "common/error.h"
-#include "common/process.h"
 #include "proxy/net_engine.h"
 #include "proxy/staging.h"
 #include "proxy/ucx_api.h"
@@ -57,23 +54,6 @@ constexpr size_t kRegionHeader = 2 * sizeof(uint64_t);  // base, bytes
 
 // How often a progress call looks up the processes of the peers on this host (/proc reads).
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(10);
-
-// Where a rank's process runs, exchanged when the engine opens.
-struct Whereabouts {
-  uint64_t host, pid_namespace, start_time;
-  int64_t pid;
-};
-
-Whereabouts this_process() {
-  const int pid = static_cast<int>(getpid());
-  return {host_identity(), pid_namespace(), process_start_time(pid), pid};
-}
-
-// Whether `peer` runs on `me`'s host where /proc names its process (same PID namespace).
-bool watchable_here(const Whereabouts& me, const Whereabouts& peer) {
-  return peer.host == me.host && peer.pid_namespace == me.pid_namespace &&
-         me.pid_namespace != 0 && peer.pid > 0;
-}
 
 }  // namespace
 
@@ -502,10 +482,10 @@ void UcxEngine::open() {
   st = api_.worker_query(worker_, &attr);
   if (st != UCS_OK) throw_error(GSHMEM_ERROR_SYSTEM, ucx_failure("ucp_worker_query", st));
   std::vector<std::vector<uint8_t>> addresses;
-  std::vector<Whereabouts> where(nranks_);
+  std::vector<ProcessPlace> where(nranks_);
   try {  // no endpoint yet: nothing to progress
     addresses = allgather_blobs(bs_, attr.address, attr.address_length);
-    const Whereabouts mine = this_process();
+    const ProcessPlace mine = this_process();
     bs_.allgather(&mine, where.data(), sizeof mine);
   } catch (...) {
     api_.worker_release_address(worker_, attr.address);
@@ -516,16 +496,16 @@ void UcxEngine::open() {
   eps_.assign(nranks_, nullptr);
   peer_errors_.assign(nranks_, UCS_OK);
   handlers_.resize(nranks_);
-  local_peers_.assign(nranks_, PeerProcessOnHost{});
+  local_peers_.assign(nranks_, ProcessPlace{});
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
     handlers_[r] = {this, r};
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep.address = reinterpret_cast<const ucp_address_t*>(addresses[r].data());
-    if (local_shared_memory_ && watchable_here(where[rank_], where[r])) {
+    if (local_shared_memory_ && watchable(where[rank_], where[r])) {
       ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // shared memory and CUDA IPC allowed
-      local_peers_[r] = {static_cast<int>(where[r].pid), where[r].start_time};
+      local_peers_[r] = where[r];
     } else {
       ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
@@ -705,8 +685,8 @@ void UcxEngine::check_peers() {
   if (now < next_liveness_check_) return;
   next_liveness_check_ = now + kLivenessPeriod;
   for (int r = 0; r < nranks_; ++r) {
-    const PeerProcessOnHost& p = local_peers_[r];
-    if (p.pid != 0 && !process_alive(p.pid, p.start_time)) {
+    const ProcessPlace& p = local_peers_[r];
+    if (p.pid != 0 && !process_alive(static_cast<int>(p.pid), p.start_time)) {
       throw_error(GSHMEM_ERROR_FAULT, "network peer rank " + std::to_string(r) + " (pid " +
                                           std::to_string(p.pid) +
                                           ", this host) exited: nothing more can complete with it");

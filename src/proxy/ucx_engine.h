@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bootstrap/socket.h"  // Deadline
+#include "common/process.h"
 #include "proxy/cpu_sink.h"
 #include "proxy/net_engine.h"
 #include "proxy/staging.h"
@@ -154,12 +155,6 @@ struct AtomicArrival {
   void* word;  // null: refused (answered as such)
   Atomic atomic;
   uint64_t sink_id = 0;
-};
-
-// A peer's process on this host, as /proc names it.
-struct PeerProcessOnHost {
-  int pid = 0;
-  uint64_t start_time = 0;
 };
 
 class UcxEngine final : public NetEngine {
@@ -340,7 +335,7 @@ class UcxEngine final : public NetEngine {
   // Peers on this host reached without UCX's error handling (net_engine.h), watched through
   // /proc at most every kLivenessPeriod; pid 0: another host, or watched by UCX.
   bool local_shared_memory_;
-  std::vector<PeerProcessOnHost> local_peers_;
+  std::vector<ProcessPlace> local_peers_;
   std::chrono::steady_clock::time_point next_liveness_check_{};
   std::vector<Region> regions_;
   std::vector<Pending> pending_;
