@@ -2,10 +2,12 @@
 # Build, test and exercise gshmem on a GPU host; logs and JSON go to $OUT (device machines) or
 # results/<time>/, and a summary table is printed last.
 #
-#   bash scripts/gpu_check.sh            # build, the GPU tests, the quick benchmarks: fits one
-#                                        # 10-minute call (2026-11-27, H200: 434 s at 4 GPUs,
-#                                        # tests 207 + 106 s; 441 s at 2 GPUs, tests 228 + 116 s,
-#                                        # before each test ran at its widest PE count only)
+#   bash scripts/gpu_check.sh            # build, the GPU tests, the quick benchmarks: meant to
+#                                        # fit one 10-minute call (2026-11-27, H200: 434 s at 4
+#                                        # GPUs, tests 207 + 106 s; 441 s at 2 GPUs, tests 228 +
+#                                        # 116 s, before each test ran at its widest PE count;
+#                                        # both without UCX: with wheels/ at 2 GPUs it ran
+#                                        # past 590 s, docs/results.md)
 #   STEPS=all bash scripts/gpu_check.sh  # also the demos, the timing run and compute-sanitizer
 #   STEPS="pytest demo" bash scripts/gpu_check.sh    # only these of: pytest demo timing bench sanitizer
 #   PYTEST_ARGS="tests/gpu/test_heap.py" bash scripts/gpu_check.sh   # a subset of the tests
@@ -13,6 +15,8 @@
 #   GSHMEM_TEST_WIDEST_PES=0 bash scripts/gpu_check.sh   # every PE count of each test (default:
 #                                                    # the widest that fits, tests/pe_counts.py)
 #   PYTEST_TIMEOUT=900 bash scripts/gpu_check.sh     # seconds for the shared test phase (450)
+#   PYTEST_TEST_TIMEOUT=300 bash scripts/gpu_check.sh  # seconds for one test (240; needs the
+#                                                    # pytest-timeout plugin, else no limit)
 #   PYTEST_ALONE_GPUS=1 bash scripts/gpu_check.sh    # GPUs per gpu_alone test (default: 2 from
 #                                                    # 4 GPUs on, so faults cross GPUs; else 1)
 #   SANITIZER=0 STEPS=all bash scripts/gpu_check.sh  # everything but compute-sanitizer
@@ -83,21 +87,29 @@ wanted pytest && { $PY tests/gpu/scripts/warm_kernels.py >>"$RESULTS/build.log" 
 # the run 40 s over its 10 minutes, 2026-11-27; at 4 GPUs, 8 left it past 575 s).
 WORKERS="${PYTEST_WORKERS:-$((NGPU > 1 ? 3 * NGPU : 2))}"
 $PY -c 'import xdist' 2>/dev/null || WORKERS=0
+# A step killed by its limit dies before pytest's summary (2026-11-27, 2 GPUs: two `F`s, no names),
+# so each failure is written out when it happens (tests/failures_at_once.py), and a test that
+# hangs fails on its own with its stack rather than taking the step with it.
+export GSHMEM_TEST_FAILURES_AT_ONCE="${GSHMEM_TEST_FAILURES_AT_ONCE:-1}"
+PER_TEST=()
+$PY -c 'import pytest_timeout' 2>/dev/null && PER_TEST=(--timeout "${PYTEST_TEST_TIMEOUT:-240}")
 # has_tests MARKER: whether the selection holds tests with that marker expression
 has_tests() { local listed; listed=$($PY -m pytest -q --collect-only -m "$1" $TESTS 2>/dev/null); [[ "$listed" == *::* ]]; }
 if wanted pytest && [ "$WORKERS" = 0 ]; then
-  step pytest tests.log "${PYTEST_TIMEOUT:-1500}" $PY -m pytest -q -rfEs --durations=25 $TESTS
+  step pytest tests.log "${PYTEST_TIMEOUT:-1500}" $PY -m pytest -q -rfEs --durations=25 \
+    "${PER_TEST[@]}" $TESTS
 elif wanted pytest; then
   if has_tests "not gpu_alone"; then
     step pytest tests.log "${PYTEST_TIMEOUT:-450}" env GSHMEM_TEST_ROTATE_GPUS=1 $PY -m pytest \
-      -q -rfEs --durations=60 -n "$WORKERS" --dist loadgroup -m "not gpu_alone" $TESTS
+      -q -rfEs --durations=60 "${PER_TEST[@]}" -n "$WORKERS" --dist loadgroup -m "not gpu_alone" \
+      $TESTS
   fi
   ALONE_GPUS="${PYTEST_ALONE_GPUS:-$((NGPU >= 4 ? 2 : 1))}"
   ALONE_WORKERS=$((NGPU / ALONE_GPUS > 0 ? NGPU / ALONE_GPUS : 1))
   if has_tests gpu_alone; then  # ~10-15 s a case, 19 cases shared by the workers
     step pytest-alone tests.log "${PYTEST_ALONE_TIMEOUT:-$((60 + 300 / ALONE_WORKERS))}" \
       env GSHMEM_TEST_PIN_GPU="$ALONE_GPUS" $PY -m pytest -q -rfEs --durations=10 \
-      -n "$ALONE_WORKERS" --max-worker-restart 0 -m gpu_alone $TESTS
+      "${PER_TEST[@]}" -n "$ALONE_WORKERS" --max-worker-restart 0 -m gpu_alone $TESTS
   fi
 fi
 if wanted demo; then

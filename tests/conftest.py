@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+import failures_at_once
 import pytest
 from gpu_placement import pinned_devices, rotated_devices
 from pe_counts import runs_at
@@ -21,6 +22,7 @@ def _gpu_count() -> int:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    failures_at_once.install(config)
     config.addinivalue_line("markers", "gpus(n): needs at least n CUDA GPUs")
     config.addinivalue_line(
         "markers",
