@@ -11,8 +11,10 @@ two processes on this host, on host memory, 8 bytes. Two ways of driving it:
 Each over three transport settings: UCX limited to TCP; UCX's own choice with the endpoints in
 UCX's peer-failure mode (GSHMEM_PROXY_LOCAL_SHM=0: no shared-memory transport qualifies); and
 UCX's own choice with peers on this host out of that mode (the default: shared memory).
-Prints the median one-way latency (half a round trip) of 5 runs of ITERS round trips. A floor
-for the proxy path's own overhead, not the GPU-initiated figure over InfiniBand.
+Prints the median one-way latency (half a round trip) of 5 runs of ITERS round trips, and the
+time per put_signal in bursts of BURST (one side sends BURST in a row, the other answers the
+last with one of its own: how well put_signals overlap; the answer's round trip is included).
+A floor for the proxy path's own overhead, not the GPU-initiated figure over InfiniBand.
 
     python benchmarks/proxy_pingpong.py            (needs UCX: pip install libucx-cu13)
 """
@@ -29,13 +31,15 @@ import time
 import numpy as np
 
 ITERS, WARMUP, REPEATS = int(os.environ.get("ITERS", 2000)), 200, 5
+BURST, BURSTS = 64, int(os.environ.get("BURSTS", 100))
 # (label, UCX_TLS, the engine's local_shm)
 SETTINGS = (("tcp", "tcp", True), ("all, peer-failure", "all", False), ("all", "all", True))
 MODES = ("engine", "proxies")
 
 
-def pingpong(rank: int, uid: bytes, mode: str, local_shm: bool) -> list[float]:
-    """One rank's part; returns the one-way latency of each repeat in microseconds."""
+def pingpong(rank: int, uid: bytes, mode: str, local_shm: bool) -> dict[str, list[float]]:
+    """One rank's part; returns, per repeat, the one-way latency ("latency") and the time per
+    put_signal in bursts ("burst"), in microseconds."""
     from gshmem import _C
 
     bs = _C.BootstrapHandle(uid, rank, 2, 60.0)
@@ -63,7 +67,7 @@ def pingpong(rank: int, uid: bytes, mode: str, local_shm: bool) -> list[float]:
             else:
                 os.sched_yield()  # the proxy threads need the cores on a small machine
 
-    results = []
+    results: dict[str, list[float]] = {"latency": [], "burst": []}
     got = 0
     for rep in range(REPEATS + 1):
         eng.barrier()
@@ -79,7 +83,24 @@ def pingpong(rank: int, uid: bytes, mode: str, local_shm: bool) -> list[float]:
                 send()
         elapsed = time.perf_counter() - start
         if rep > 0:
-            results.append(elapsed / n / 2 * 1e6)
+            results["latency"].append(elapsed / n / 2 * 1e6)
+    for rep in range(REPEATS + 1):
+        eng.barrier()
+        start = time.perf_counter()
+        n = max(1, BURSTS // 10) if rep == 0 else BURSTS
+        for _ in range(n):
+            if rank == 0:  # a burst, then the other side's one answer
+                for _ in range(BURST):
+                    send()
+                got += 1
+                wait(got)
+            else:
+                got += BURST
+                wait(got)
+                send()
+        elapsed = time.perf_counter() - start
+        if rep > 0:
+            results["burst"].append(elapsed / (n * BURST) * 1e6)
     eng.barrier()  # before stopping: this side's last reply may still be in its queue
     if prox is not None:
         prox.stop()
@@ -100,8 +121,9 @@ def main() -> None:
         return
     from gshmem import _C
 
-    print(f"one-way put_signal, 8 B, host memory (median of {REPEATS} x {ITERS} round trips)")
-    print(f"{'through':8} {'transports':18} {'us':>8}   runs")
+    print(f"put_signal, 8 B, host memory: one way (median of {REPEATS} x {ITERS} round trips)")
+    print(f"and per message in bursts of {BURST} (median of {REPEATS} x {BURSTS} bursts), us")
+    print(f"{'through':8} {'transports':18} {'one way':>8} {'burst':>8}   runs (one way)")
     for mode in MODES:
         for label, tls, local_shm in SETTINGS:
             uid = _C.unique_id_create("127.0.0.1", 0, False).hex()
@@ -112,9 +134,10 @@ def main() -> None:
             if any(p.returncode != 0 for p in procs):
                 print(f"{mode:8} {label:18} failed (exit codes {[p.returncode for p in procs]})")
                 continue
-            lat = json.loads(outs[0].strip().splitlines()[-1])
-            runs = ", ".join(f"{x:.1f}" for x in lat)
-            print(f"{mode:8} {label:18} {statistics.median(lat):8.1f}   {runs}")
+            got = json.loads(outs[0].strip().splitlines()[-1])
+            lat, burst = statistics.median(got["latency"]), statistics.median(got["burst"])
+            runs = ", ".join(f"{x:.1f}" for x in got["latency"])
+            print(f"{mode:8} {label:18} {lat:8.1f} {burst:8.2f}   {runs}")
 
 
 if __name__ == "__main__":

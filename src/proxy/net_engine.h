@@ -16,7 +16,8 @@
 //     through its atomic sink (CPU atomics on host memory by default; a kernel for GPU memory)
 //     and answers with the old value, so an atomic is complete once its answer is back;
 //   - a put may carry a signal, applied at the target once the put's data is there (for the
-//     small-message path: put, a flush of that peer, signal; for bulk: one message, no fence);
+//     small-message path: put, then the signal sent by progress() once a flush of that peer
+//     finished, the caller not waiting for it; for bulk: one message, no fence);
 //   - a put's `done` callback runs once the source buffer may be reused (local completion), a
 //     get's once the data is in the local buffer;
 //   - puts and gets of at least `bulk_bytes` (make_ucx_engine) travel as rendezvous active
@@ -112,7 +113,8 @@ class NetEngine {
   virtual int register_region(void* base, size_t bytes) = 0;
   // Collective: forgets a region everywhere. Operations on it must be flushed first.
   virtual void deregister_region(int region) = 0;
-  // Collective: returns once every rank entered; this rank's engine keeps progressing meanwhile.
+  // Collective: returns once every rank entered; this rank's engine keeps progressing meanwhile
+  // (the signals of its small puts went out before it waits).
   virtual void barrier() = 0;
   // The bytes rank `pe` registered for `region`.
   virtual size_t region_bytes(int region, int pe) const = 0;

@@ -108,6 +108,7 @@ UcxEngine::~UcxEngine() { close(); }
 // progress (TCP emulates RMA with messages) while both wait for the slowest rank to arrive.
 int UcxEngine::register_region(void* base, size_t bytes) {
   std::unique_lock<std::mutex> lock(mu_);
+  send_held_signals_now();
   // The slot is taken (same id on every rank: registrations are collective, hence in the same
   // order) and accepts signals before the exchange, since a faster peer may signal into it as
   // soon as its own exchange returned.
@@ -164,6 +165,7 @@ void UcxEngine::deregister_region(int region) {
 
 void UcxEngine::barrier() {
   std::unique_lock<std::mutex> lock(mu_);
+  send_held_signals_now();
   progress_during(lock, [&] { bs_.barrier(); });
 }
 
@@ -199,11 +201,9 @@ void UcxEngine::put(int pe, const void* src, size_t bytes, int region, uint64_t 
   ucs_status_ptr_t req = api_.put_nbx(eps_[pe], src, bytes, target.base + offset, target.rkey,
                                       &param);
   track(req, pe, done, arg, tag, "put");
-  if (signal == nullptr) return;
   // The signal must not overtake its data: everything to `pe` complete first. Only `pe`: a
   // small put_signal does not wait for other peers' transfers (a bulk put elsewhere, say).
-  flush_locked(pe);
-  send_signal(pe, to_wire(*signal));
+  if (signal != nullptr) hold_signal(pe, to_wire(*signal));
 }
 
 void UcxEngine::put_value(int pe, int region, uint64_t offset, uint64_t value, size_t bytes,
@@ -288,9 +288,9 @@ bool UcxEngine::flushed(uint64_t token) {
 
 bool UcxEngine::busy() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return !pending_.empty() || !arrivals_.empty() || !receiving_.empty() || !serves_.empty() ||
-         !acks_.empty() || !fetches_.empty() || !unacked_.empty() || !outgoing_.empty() ||
-         !flushes_.empty() ||
+  return !pending_.empty() || !held_signals_.empty() || !arrivals_.empty() ||
+         !receiving_.empty() || !serves_.empty() || !acks_.empty() || !fetches_.empty() ||
+         !unacked_.empty() || !outgoing_.empty() || !flushes_.empty() ||
          !copying_in_.empty() || !atomic_calls_.empty() || !atomic_arrivals_.empty();
 }
 
@@ -304,9 +304,44 @@ void UcxEngine::reach_signal(int pe, int region, uint64_t offset) {
   reach(pe, region, offset, sizeof(uint64_t), "signal");
 }
 
-void UcxEngine::send_signal(int pe, const wire::Signal& msg) {
+void UcxEngine::send_signal(int pe, const wire::Signal& msg, std::optional<uint64_t> seq) {
   track(send(pe, wire::kSignal, &msg, sizeof msg, nullptr, 0), pe, nullptr, nullptr, 0,
-        "signal");
+        "signal", nullptr, kNoMessage, seq);
+}
+
+void UcxEngine::hold_signal(int pe, const wire::Signal& msg) {
+  const uint64_t flush = start_flush(pe);  // its seq: what was issued before, not the signal
+  const uint64_t seq = issued_++;
+  // Sent at once where the data is already complete (a put that shared memory finished in the
+  // call): a round of progress later would add its cost to every small put_signal.
+  if (flush_done(flush)) {
+    send_signal(pe, msg, seq);
+    return;
+  }
+  held_signals_.push_back({pe, flush, msg, seq});
+}
+
+void UcxEngine::send_held_signals_now() {
+  while (!held_signals_.empty()) progress_locked();  // each flush is bounded by its deadline
+}
+
+bool UcxEngine::send_held_signals() {
+  bool sent = false;
+  while (!held_signals_.empty()) {
+    const HeldSignal h = held_signals_.front();
+    bool ready = false;
+    try {
+      ready = flush_done(h.flush);
+    } catch (...) {
+      held_signals_.pop_front();  // its flush failed (and is forgotten): the error says why
+      throw;
+    }
+    if (!ready) break;
+    held_signals_.pop_front();
+    send_signal(h.pe, h.msg, h.seq);
+    sent = true;
+  }
+  return sent;
 }
 
 // An active message: header only (eager), or header and data (rendezvous: the target
@@ -386,6 +421,7 @@ bool UcxEngine::flush_done(uint64_t token) {
   for (const auto& [id, g] : fetches_) waiting[g.pe] = waiting[g.pe] || g.seq < f.seq;
   for (const auto& [id, c] : atomic_calls_) waiting[c.pe] = waiting[c.pe] || c.seq < f.seq;
   for (const Pending& p : pending_) waiting[p.pe] = waiting[p.pe] || p.seq < f.seq;
+  for (const HeldSignal& h : held_signals_) waiting[h.pe] = waiting[h.pe] || h.seq < f.seq;
   if (f.only >= 0) {  // what other peers still have in flight does not hold this flush up
     const bool theirs = waiting[f.only];
     std::fill(waiting.begin(), waiting.end(), false);
@@ -434,6 +470,7 @@ bool UcxEngine::progress_locked() {
     if (st != UCS_OK) fail_peer(finished.pe, st, "operation");
     if (finished.done != nullptr) finished.done(finished.arg, finished.tag);
   }) || moved;
+  moved = send_held_signals() || moved;  // after the reap: a put done now frees its signal
   check_peers();
   return moved;
 }
@@ -527,6 +564,7 @@ void UcxEngine::open() {
 
 void UcxEngine::close() {
   // Requests and announced data first: they may still name memory of the regions.
+  held_signals_.clear();  // their flushes go next
   while (!flushes_.empty()) drop_flush(flushes_.begin());
   for (Pending& p : pending_) api_.request_free(p.request);
   pending_.clear();
@@ -654,7 +692,8 @@ const PeerRegion& UcxEngine::reach(int pe, int region, uint64_t offset, size_t b
 }
 
 void UcxEngine::track(ucs_status_ptr_t req, int pe, Done done, void* arg, uint64_t tag,
-                      const char* op, std::shared_ptr<uint64_t> value, uint64_t bulk_message) {
+                      const char* op, std::shared_ptr<uint64_t> value, uint64_t bulk_message,
+                      std::optional<uint64_t> seq) {
   if (UCS_PTR_IS_ERR(req)) {
     const ucs_status_t st = UCS_PTR_STATUS(req);
     if (st == UCS_ERR_UNSUPPORTED || st == UCS_ERR_INVALID_PARAM) {
@@ -669,7 +708,8 @@ void UcxEngine::track(ucs_status_ptr_t req, int pe, Done done, void* arg, uint64
     if (done != nullptr) done(arg, tag);
     return;
   }
-  pending_.push_back({req, pe, done, arg, tag, std::move(value), issued_++, bulk_message});
+  pending_.push_back(
+      {req, pe, done, arg, tag, std::move(value), seq ? *seq : issued_++, bulk_message});
 }
 
 void UcxEngine::on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -148,6 +149,16 @@ struct Flush {
   Deadline deadline;
 };
 
+// A small put's signal, held back until a flush of what was issued to its peer before it
+// finished (the signal must not overtake the data), then sent by progress; held signals go out
+// in the order they were held. The proxy thread meanwhile goes on issuing what follows.
+struct HeldSignal {
+  int pe;
+  uint64_t flush;  // token of the flush it waits for
+  wire::Signal msg;
+  uint64_t seq;  // issue order: flushes started while it is held wait for it
+};
+
 // A peer's atomic: started through the atomic sink in arrival order, answered once done.
 struct AtomicArrival {
   int from;
@@ -200,7 +211,16 @@ class UcxEngine final : public NetEngine {
   // ucx_engine.cpp
   static wire::Signal to_wire(const SignalAfter& s);
   void reach_signal(int pe, int region, uint64_t offset);
-  void send_signal(int pe, const wire::Signal& msg);
+  // `seq`: the issue order it took when held (HeldSignal); else a new one.
+  void send_signal(int pe, const wire::Signal& msg, std::optional<uint64_t> seq = std::nullopt);
+  // Sends `msg` to `pe` once what was issued to it so far is complete, without waiting here.
+  void hold_signal(int pe, const wire::Signal& msg);
+  // Sends the held signals whose flush finished, oldest first; returns whether any went.
+  bool send_held_signals();
+  // Blocking: progresses until every held signal went out. Collective calls start with it: a
+  // peer may wait for such a signal before it enters the same call, and the exchange itself
+  // progresses the worker only.
+  void send_held_signals_now();
   ucs_status_ptr_t send(int pe, unsigned id, const void* header, size_t header_bytes,
                         const void* data, size_t bytes);
   void fence_locked();
@@ -224,7 +244,8 @@ class UcxEngine final : public NetEngine {
   const Region& live_region(int region) const;
   const PeerRegion& reach(int pe, int region, uint64_t offset, size_t bytes, const char* op);
   void track(ucs_status_ptr_t req, int pe, Done done, void* arg, uint64_t tag, const char* op,
-             std::shared_ptr<uint64_t> value = nullptr, uint64_t bulk_message = kNoMessage);
+             std::shared_ptr<uint64_t> value = nullptr, uint64_t bulk_message = kNoMessage,
+             std::optional<uint64_t> seq = std::nullopt);
   static void on_peer_error(void* arg, ucp_ep_h, ucs_status_t status);
   void check_peers();
   [[noreturn]] void fail_peer(int pe, ucs_status_t status, const char* op);
@@ -339,6 +360,7 @@ class UcxEngine final : public NetEngine {
   std::chrono::steady_clock::time_point next_liveness_check_{};
   std::vector<Region> regions_;
   std::vector<Pending> pending_;
+  std::deque<HeldSignal> held_signals_;
   std::map<uint64_t, int> unacked_;  // bulk puts sent and not yet acknowledged: id -> peer
   std::vector<Arrival> arrivals_;  // rendezvous data announced, not yet being received
   std::vector<Arrival> receiving_;

@@ -197,6 +197,47 @@ def flushes(bs, rank: int, n: int) -> dict:
     return {"errors": errors, "spent": spent}
 
 
+def signals_follow_data(bs, rank: int, n: int) -> dict:
+    """Many put_signals in flight at once, each rank to the next: each puts a distinct slot and
+    sets its own signal word; the signals go out while the engine progresses, behind a flush of
+    their peer, the caller not waiting. Each rank watches its words as the signals arrive and
+    checks, at the moment a word is seen set, that the slot it covers is already there."""
+    eng = engine(bs)
+    count, slot = SIGNALS, 1024  # below the default bulk size: one-sided puts, held signals
+    mem = np.zeros(count * slot, np.uint8)
+    sig = np.zeros(count, np.uint64)
+    data, signals = eng.register(addr(mem), mem.nbytes), eng.register(addr(sig), sig.nbytes)
+    eng.barrier()
+    peer, left = (rank + 1) % n, (rank - 1) % n
+    payload = pattern(rank, peer, count * slot)
+    for i in range(count):
+        eng.put_signal(peer, addr(payload) + i * slot, slot, data, i * slot, signals, 8 * i, 1,
+                       set=True)  # fmt: skip
+    want = pattern(left, rank, count * slot)
+    seen: set[int] = set()
+    errors: list[str] = []
+    token, flushed = eng.flush_start(), False
+    deadline = time.monotonic() + 30
+    while (len(seen) < count or not flushed) and time.monotonic() < deadline:
+        eng.progress()
+        flushed = flushed or eng.flushed(token)
+        for i in range(count):
+            if i in seen or int(sig[i]) == 0:
+                continue
+            seen.add(i)
+            if not np.array_equal(mem[i * slot : (i + 1) * slot], want[i * slot : (i + 1) * slot]):
+                errors.append(f"signal {i} arrived before its data")
+    if len(seen) < count:
+        errors.append(f"{count - len(seen)} signals never arrived")
+    if not flushed:
+        errors.append("the flush after the put_signals never finished")
+    eng.barrier()
+    eng.deregister(data)
+    eng.deregister(signals)
+    eng.close()
+    return {"errors": errors}
+
+
 def put_values(rank: int) -> list[tuple[int, int, int]]:
     """(value, bytes, offset in the signal region) of the put_values rank `rank` sends each peer:
     8 bytes into word 16 + rank, then 1, 2 and 4 bytes into word 24 + rank."""
@@ -617,6 +658,7 @@ SCENARIOS = {
     "where": where,
     "rma": rma,
     "flushes": flushes,
+    "signals_follow_data": signals_follow_data,
     "proxy": proxy,
     "atomics": atomics,
     "die": die,

@@ -56,6 +56,15 @@ def test_non_blocking_flushes_finish_and_cover_what_came_before(nranks, bulk):
         assert got["spent"].startswith("UsageError: no network flush"), got
 
 
+# Over TCP the one-sided puts complete later than they are issued, so a signal sent early
+# would be seen before its data; shared memory (UCX's own choice here) completes them sooner.
+@BULK
+@pytest.mark.parametrize("tls", ["tcp", "default"])
+def test_signals_in_flight_never_overtake_their_data(tls, bulk):
+    env = bulk | ({"UCX_TLS": "tcp"} if tls == "tcp" else {})
+    clean_results("signals_follow_data", 3, env=env)
+
+
 @BULK
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_proxy_thread_executes_host_descriptors(nranks, bulk):
