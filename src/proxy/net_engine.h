@@ -134,6 +134,11 @@ class NetEngine {
   // `region`, once it arrives and `pe`'s engine progresses.
   virtual void signal(int pe, int region, uint64_t offset, uint64_t value,
                       SignalUpdate update) = 0;
+  // Non-blocking. What fence() and then signal() give, without the caller waiting for the
+  // fence: the signal goes out (from progress()) once everything issued before it, to every
+  // peer, is complete; operations issued after it may complete first.
+  virtual void fenced_signal(int pe, int region, uint64_t offset, uint64_t value,
+                             SignalUpdate update) = 0;
   // Non-blocking. Applies `a` to the word at `offset` of `pe`'s `region` once it arrives and
   // `pe`'s engine progresses; `fetched` (when not null) then gets the old value. Complete, for
   // flush(), once the target applied it.

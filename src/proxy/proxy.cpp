@@ -140,9 +140,9 @@ void Proxy::execute(const Command& c, uint64_t ticket) {
       engine_.put_value(pe, resolve(c.region), c.offset, c.local, c.bytes, done, this,
                         c.counter);
       return;
-    case Op::kSignal:
-      engine_.fence();  // a signal releases what was written before it (signal.cuh)
-      engine_.signal(pe, resolve(c.signal_region), c.signal_offset, c.signal_value, update);
+    case Op::kSignal:  // a signal releases what was written before it (signal.cuh)
+      engine_.fenced_signal(pe, resolve(c.signal_region), c.signal_offset, c.signal_value,
+                            update);
       return;
     case Op::kGet:
       engine_.get(pe, reinterpret_cast<void*>(c.local), c.bytes, resolve(c.region), c.offset,

@@ -203,7 +203,7 @@ void UcxEngine::put(int pe, const void* src, size_t bytes, int region, uint64_t 
   track(req, pe, done, arg, tag, "put");
   // The signal must not overtake its data: everything to `pe` complete first. Only `pe`: a
   // small put_signal does not wait for other peers' transfers (a bulk put elsewhere, say).
-  if (signal != nullptr) hold_signal(pe, to_wire(*signal));
+  if (signal != nullptr) hold_signal(pe, to_wire(*signal), pe);
 }
 
 void UcxEngine::put_value(int pe, int region, uint64_t offset, uint64_t value, size_t bytes,
@@ -248,6 +248,13 @@ void UcxEngine::signal(int pe, int region, uint64_t offset, uint64_t value,
   std::lock_guard<std::mutex> lock(mu_);
   reach_signal(pe, region, offset);
   send_signal(pe, to_wire({region, offset, value, update}));
+}
+
+void UcxEngine::fenced_signal(int pe, int region, uint64_t offset, uint64_t value,
+                              SignalUpdate update) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reach_signal(pe, region, offset);
+  hold_signal(pe, to_wire({region, offset, value, update}), -1);
 }
 
 void UcxEngine::set_staging(Staging* staging) {
@@ -309,8 +316,8 @@ void UcxEngine::send_signal(int pe, const wire::Signal& msg, std::optional<uint6
         "signal", nullptr, kNoMessage, seq);
 }
 
-void UcxEngine::hold_signal(int pe, const wire::Signal& msg) {
-  const uint64_t flush = start_flush(pe);  // its seq: what was issued before, not the signal
+void UcxEngine::hold_signal(int pe, const wire::Signal& msg, int flush_of) {
+  const uint64_t flush = start_flush(flush_of);  // its seq: what was issued before, not this
   const uint64_t seq = issued_++;
   // Sent at once where the data is already complete (a put that shared memory finished in the
   // call): a round of progress later would add its cost to every small put_signal.

@@ -149,9 +149,10 @@ struct Flush {
   Deadline deadline;
 };
 
-// A small put's signal, held back until a flush of what was issued to its peer before it
-// finished (the signal must not overtake the data), then sent by progress; held signals go out
-// in the order they were held. The proxy thread meanwhile goes on issuing what follows.
+// A signal held back until a flush of what was issued before it finished (a small put's: of
+// its peer, so that the signal does not overtake the data; a fenced signal's: of every peer),
+// then sent by progress; held signals go out in the order they were held. The proxy thread
+// meanwhile goes on issuing what follows.
 struct HeldSignal {
   int pe;
   uint64_t flush;  // token of the flush it waits for
@@ -190,6 +191,8 @@ class UcxEngine final : public NetEngine {
            uint64_t tag) override;
   void signal(int pe, int region, uint64_t offset, uint64_t value,
               SignalUpdate update) override;
+  void fenced_signal(int pe, int region, uint64_t offset, uint64_t value,
+                     SignalUpdate update) override;
   void set_staging(Staging* staging) override;
   void atomic(int pe, int region, uint64_t offset, const Atomic& a, Fetched fetched, void* arg,
               uint64_t tag) override;
@@ -213,8 +216,9 @@ class UcxEngine final : public NetEngine {
   void reach_signal(int pe, int region, uint64_t offset);
   // `seq`: the issue order it took when held (HeldSignal); else a new one.
   void send_signal(int pe, const wire::Signal& msg, std::optional<uint64_t> seq = std::nullopt);
-  // Sends `msg` to `pe` once what was issued to it so far is complete, without waiting here.
-  void hold_signal(int pe, const wire::Signal& msg);
+  // Sends `msg` to `pe` once what was issued so far to `flush_of` (every peer: -1) is
+  // complete, without waiting here.
+  void hold_signal(int pe, const wire::Signal& msg, int flush_of);
   // Sends the held signals whose flush finished, oldest first; returns whether any went.
   bool send_held_signals();
   // Blocking: progresses until every held signal went out. Collective calls start with it: a

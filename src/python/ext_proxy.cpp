@@ -234,10 +234,14 @@ class EngineHandle {
       engine().get(pe, reinterpret_cast<void*>(dst), bytes, region, offset, nullptr, nullptr, 0);
     });
   }
-  void signal(int pe, int region, uint64_t offset, uint64_t value, bool set) {
+  void signal(int pe, int region, uint64_t offset, uint64_t value, bool set, bool fenced) {
+    const auto update = set ? gshmem::proxy::SignalUpdate::kSet : gshmem::proxy::SignalUpdate::kAdd;
     call_internal([&] {
-      engine().signal(pe, region, offset, value,
-                      set ? gshmem::proxy::SignalUpdate::kSet : gshmem::proxy::SignalUpdate::kAdd);
+      if (fenced) {
+        engine().fenced_signal(pe, region, offset, value, update);
+      } else {
+        engine().signal(pe, region, offset, value, update);
+      }
     });
   }
   void fence() { call_internal([&] { engine().fence(); }); }
@@ -363,7 +367,7 @@ void bind_proxy(nb::module_& m) {
            "offset"_a, "signal_region"_a, "signal_offset"_a, "value"_a, "set"_a = false)
       .def("get", &EngineHandle::get, "pe"_a, "dst"_a, "bytes"_a, "region"_a, "offset"_a)
       .def("signal", &EngineHandle::signal, "pe"_a, "region"_a, "offset"_a, "value"_a,
-           "set"_a = false)
+           "set"_a = false, "fenced"_a = false)
       .def("fence", &EngineHandle::fence)
       .def("barrier", &EngineHandle::barrier)
       .def("flush", &EngineHandle::flush)

@@ -74,6 +74,9 @@ class RecordingEngine final : public gshmem::proxy::NetEngine {
   void signal(int, int, uint64_t, uint64_t, gshmem::proxy::SignalUpdate) override {
     record("signal");
   }
+  void fenced_signal(int, int, uint64_t, uint64_t, gshmem::proxy::SignalUpdate) override {
+    record("fenced_signal");
+  }
   void atomic(int, int, uint64_t, const gshmem::proxy::Atomic&, gshmem::proxy::Fetched fetched,
               void* arg, uint64_t tag) override {
     record("atomic");

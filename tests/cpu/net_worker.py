@@ -198,10 +198,12 @@ def flushes(bs, rank: int, n: int) -> dict:
 
 
 def signals_follow_data(bs, rank: int, n: int) -> dict:
-    """Many put_signals in flight at once, each rank to the next: each puts a distinct slot and
-    sets its own signal word; the signals go out while the engine progresses, behind a flush of
-    their peer, the caller not waiting. Each rank watches its words as the signals arrive and
-    checks, at the moment a word is seen set, that the slot it covers is already there."""
+    """Many signals in flight at once, each rank to the next: each covers a distinct slot put
+    before it and sets its own word; even slots are put_signals (the signal behind a flush of
+    that peer), odd ones a put and then a fenced signal (behind a flush of every peer); the
+    signals go out while the engine progresses, the caller not waiting. Each rank watches its
+    words as the signals arrive and checks, at the moment a word is seen set, that the slot it
+    covers is already there."""
     eng = engine(bs)
     count, slot = SIGNALS, 1024  # below the default bulk size: one-sided puts, held signals
     mem = np.zeros(count * slot, np.uint8)
@@ -211,8 +213,12 @@ def signals_follow_data(bs, rank: int, n: int) -> dict:
     peer, left = (rank + 1) % n, (rank - 1) % n
     payload = pattern(rank, peer, count * slot)
     for i in range(count):
-        eng.put_signal(peer, addr(payload) + i * slot, slot, data, i * slot, signals, 8 * i, 1,
-                       set=True)  # fmt: skip
+        src = addr(payload) + i * slot
+        if i % 2 == 0:
+            eng.put_signal(peer, src, slot, data, i * slot, signals, 8 * i, 1, set=True)
+        else:
+            eng.put(peer, src, slot, data, i * slot)
+            eng.signal(peer, signals, 8 * i, 1, set=True, fenced=True)
     want = pattern(left, rank, count * slot)
     seen: set[int] = set()
     errors: list[str] = []

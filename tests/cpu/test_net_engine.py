@@ -58,6 +58,7 @@ def test_non_blocking_flushes_finish_and_cover_what_came_before(nranks, bulk):
 
 # Over TCP the one-sided puts complete later than they are issued, so a signal sent early
 # would be seen before its data; shared memory (UCX's own choice here) completes them sooner.
+# Both held signals: a put_signal's and a fenced signal's (the proxy's signal descriptor).
 @BULK
 @pytest.mark.parametrize("tls", ["tcp", "default"])
 def test_signals_in_flight_never_overtake_their_data(tls, bulk):

@@ -88,8 +88,9 @@ def test_a_batch_without_quiets_retires_each_descriptor_as_it_goes():
     assert retired == 4
 
 
-def test_a_signal_after_a_held_quiet_still_fences_first():
-    # a signal orders itself behind everything before it with its own fence, quiet or not
+def test_a_signal_after_a_held_quiet_is_still_fenced():
+    # a signal orders itself behind everything before it (a fenced signal: the engine holds it
+    # until a flush of every peer finished), quiet or not; the thread does not wait for it
     ops = _C.PROXY_OPS
     trace, _ = _C.proxy_trace([ops["put"], ops["quiet"], ops["signal"], ops["quiet"]])
-    assert trace == [("put", 0), ("fence", 1), ("signal", 1), ("flush_start", 1), ("flushed", 1)]
+    assert trace == [("put", 0), ("fenced_signal", 1), ("flush_start", 1), ("flushed", 1)]
