@@ -318,6 +318,7 @@ void UcxEngine::send_signal(int pe, const wire::Signal& msg, std::optional<uint6
 
 void UcxEngine::hold_signal(int pe, const wire::Signal& msg, int flush_of) {
   const uint64_t flush = start_flush(flush_of);  // its seq: what was issued before, not this
+  flushes_.at(flush).covers_signals = flush_of < 0;  // a put_signal's: its data only
   const uint64_t seq = issued_++;
   // Sent at once where the data is already complete (a put that shared memory finished in the
   // call): a round of progress later would add its cost to every small put_signal.
@@ -346,9 +347,28 @@ bool UcxEngine::send_held_signals() {
     if (!ready) break;
     held_signals_.pop_front();
     send_signal(h.pe, h.msg, h.seq);
+    reflush_behind(h);
     sent = true;
   }
   return sent;
+}
+
+// A flush that covers a held signal (started after it was held) issued its endpoint flush to
+// h.pe before the signal went out, so that endpoint flush does not say the signal arrived: it
+// gets a new one, issued after the signal, which covers everything the old one did.
+void UcxEngine::reflush_behind(const HeldSignal& h) {
+  for (auto& [token, f] : flushes_) {
+    if (!f.covers_signals || f.seq <= h.seq || (f.only >= 0 && f.only != h.pe)) continue;
+    void*& req = f.requests[h.pe];
+    if (req != nullptr) api_.request_free(req);  // the newer flush completes after it
+    ucp_request_param_t param{};
+    req = api_.ep_flush_nbx(eps_[h.pe], &param);
+    if (UCS_PTR_IS_ERR(req)) {
+      const ucs_status_t st = UCS_PTR_STATUS(req);
+      req = nullptr;
+      fail_peer(h.pe, st, "flush");
+    }
+  }
 }
 
 // An active message: header only (eager), or header and data (rendezvous: the target

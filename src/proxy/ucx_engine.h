@@ -147,6 +147,10 @@ struct Flush {
   uint64_t message;  // bulk puts with a smaller id (acknowledged)
   std::vector<void*> requests;  // per peer: UCX's endpoint flush, null once done
   Deadline deadline;
+  // Whether signals held before it must have arrived (reflush_behind); not for a put_signal's
+  // own flush, which orders its signal behind its data only (earlier held signals to that
+  // peer go out before it anyway).
+  bool covers_signals = true;
 };
 
 // A signal held back until a flush of what was issued before it finished (a small put's: of
@@ -221,6 +225,7 @@ class UcxEngine final : public NetEngine {
   void hold_signal(int pe, const wire::Signal& msg, int flush_of);
   // Sends the held signals whose flush finished, oldest first; returns whether any went.
   bool send_held_signals();
+  void reflush_behind(const HeldSignal& h);
   // Blocking: progresses until every held signal went out. Collective calls start with it: a
   // peer may wait for such a signal before it enters the same call, and the exchange itself
   // progresses the worker only.
