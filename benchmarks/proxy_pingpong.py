@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -67,40 +68,45 @@ def pingpong(rank: int, uid: bytes, mode: str, local_shm: bool) -> dict[str, lis
             else:
                 os.sched_yield()  # the proxy threads need the cores on a small machine
 
-    results: dict[str, list[float]] = {"latency": [], "burst": []}
-    got = 0
-    for rep in range(REPEATS + 1):
-        eng.barrier()
-        start = time.perf_counter()
-        n = WARMUP if rep == 0 else ITERS
-        for _ in range(n):
+    got = 0  # signals this side has seen so far
+
+    def round_trip() -> None:
+        nonlocal got
+        got += 1
+        if rank == 0:
+            send()
+            wait(got)
+        else:
+            wait(got)
+            send()
+
+    def burst() -> None:  # a burst, then the other side's one answer
+        nonlocal got
+        if rank == 0:
+            for _ in range(BURST):
+                send()
             got += 1
-            if rank == 0:
-                send()
-                wait(got)
-            else:
-                wait(got)
-                send()
-        elapsed = time.perf_counter() - start
-        if rep > 0:
-            results["latency"].append(elapsed / n / 2 * 1e6)
-    for rep in range(REPEATS + 1):
-        eng.barrier()
-        start = time.perf_counter()
-        n = max(1, BURSTS // 10) if rep == 0 else BURSTS
-        for _ in range(n):
-            if rank == 0:  # a burst, then the other side's one answer
-                for _ in range(BURST):
-                    send()
-                got += 1
-                wait(got)
-            else:
-                got += BURST
-                wait(got)
-                send()
-        elapsed = time.perf_counter() - start
-        if rep > 0:
-            results["burst"].append(elapsed / (n * BURST) * 1e6)
+            wait(got)
+        else:
+            got += BURST
+            wait(got)
+            send()
+
+    def timed(one: Callable[[], None], warmup: int, rounds: int, per_round: int) -> list[float]:
+        """Microseconds per message (per_round messages a round) in each of REPEATS runs."""
+        times = []
+        for rep in range(REPEATS + 1):
+            eng.barrier()
+            n = warmup if rep == 0 else rounds
+            start = time.perf_counter()
+            for _ in range(n):
+                one()
+            if rep > 0:
+                times.append((time.perf_counter() - start) / (n * per_round) * 1e6)
+        return times
+
+    results = {"latency": timed(round_trip, WARMUP, ITERS, 2),  # one way: half a round trip
+               "burst": timed(burst, max(1, BURSTS // 10), BURSTS, BURST)}  # fmt: skip
     eng.barrier()  # before stopping: this side's last reply may still be in its queue
     if prox is not None:
         prox.stop()
