@@ -265,6 +265,9 @@ void Comm::finalize() {
       cuda::DeviceGuard guard(device_);
       cuda::check(cudaDeviceSynchronize(), "waiting for GPU work before finalize");
     }
+    // What kernels sent through the proxy without a quiet of their own still arrives (a
+    // put_signal_nbi's signal may be held by the engine until its data landed).
+    if (proxy_) proxy_->quiet(env::timeout_seconds());
     // Peers close their connections once past this barrier: that is not a fault to report.
     watchdog_.reset();
     bootstrap_->barrier();  // no peer still reads or writes our memory

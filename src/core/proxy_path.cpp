@@ -107,6 +107,11 @@ void ProxyPath::drain(double timeout) const {
   channel_->wait_retired(appended, timeout);
 }
 
+void ProxyPath::quiet(double timeout) const {
+  drain(timeout);
+  engine_->flush();  // the engine serialises this with the proxy thread's calls
+}
+
 void ProxyPath::give_counters(uint64_t first) noexcept {
   std::lock_guard<std::mutex> lock(counters_mu_);
   try {

@@ -47,6 +47,9 @@ class ProxyPath {
   // Returns once the proxy thread has taken and issued every descriptor kernels appended before
   // (call after synchronising the GPU); throws the proxy's error, or after `timeout` seconds.
   void drain(double timeout) const;
+  // drain(), then every operation issued so far complete at its target (its signals applied
+  // there included); throws the proxy's or the engine's error.
+  void quiet(double timeout) const;
   // `n` (>= 1) consecutive counters of the pool, zeroed: the index of the first; throws when
   // the pool (64K counters) has no room. give_counters returns them.
   uint64_t take_counters(uint64_t n);

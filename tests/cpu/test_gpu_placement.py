@@ -85,6 +85,9 @@ def test_rotations_spread_two_pe_jobs_over_every_gpu():
     assert load == [4, 4, 4, 4]
 
 
+PROXY_FILES = ("tests/gpu/test_proxy_path.py", "tests/gpu/test_net_gpu.py")
+
+
 @functools.cache
 def _gpu_suite() -> tuple[list[str], list[tuple[str, set[str]]]]:
     """One collection of the GPU suite: its test ids in the order collection produced them, and
@@ -128,7 +131,9 @@ def test_long_tests_are_collected_first():
     attention = [f"tests/gpu/test_jax.py::test_one_process_every_gpu[attention_{algorithm}]"
                  for algorithm in ("ring", "allgather")]  # fmt: skip
     have_jax = importlib.util.find_spec("jax") is not None
-    assert sorted(long) == sorted(training + attention * have_jax)
+    proxy = [i for i, _ in final if i.split("::")[0] in PROXY_FILES]
+    assert proxy  # the proxy group runs in turn on one worker: it starts first
+    assert sorted(long) == sorted(training + attention * have_jax + proxy)
 
 
 @pytest.mark.parametrize(

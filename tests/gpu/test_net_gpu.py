@@ -15,8 +15,9 @@ from _net_ranks import run_ranks  # noqa: E402  (the CPU tests' launcher)
 from gshmem import _ucx  # noqa: E402
 
 # Proxy threads and UCX crawl when their processes time-slice a GPU with other tests: in a
-# parallel run (scripts/gpu_check.sh) one worker takes these in turn.
-pytestmark = pytest.mark.xdist_group("proxy")
+# parallel run (scripts/gpu_check.sh) one worker takes these in turn, from the start (long: in
+# turn they take minutes, and begun mid-run they ended past the 2-GPU check's limit).
+pytestmark = [pytest.mark.xdist_group("proxy"), pytest.mark.long]
 
 
 @pytest.mark.gpu

@@ -19,8 +19,9 @@ from pe_counts import pe_params  # noqa: E402
 SCRIPTS = Path(__file__).parent / "scripts"
 
 # Proxy threads and UCX crawl when their processes time-slice a GPU with other tests: in a
-# parallel run (scripts/gpu_check.sh) one worker takes these in turn.
-pytestmark = pytest.mark.xdist_group("proxy")
+# parallel run (scripts/gpu_check.sh) one worker takes these in turn, from the start (long: in
+# turn they take minutes, and begun mid-run they ended past the 2-GPU check's limit).
+pytestmark = [pytest.mark.xdist_group("proxy"), pytest.mark.long]
 PROXY = {"GSHMEM_TRANSPORT": "proxy", "CUDA_MODULE_LOADING": "EAGER", "GSHMEM_TIMEOUT": "60"}
 needs_ucx = pytest.mark.skipif(
     _ucx.wheel_library() is None and not os.environ.get("GSHMEM_UCX_LIB"),
