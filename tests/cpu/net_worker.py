@@ -582,6 +582,7 @@ def gpu(bs, rank: int, n: int) -> dict:
     errors += check_slots(mem.cpu().numpy(), list(sources), slot, rank)
     for q, payload in sources.items():
         back = torch.full((slot,), 0x11, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()  # the fill runs on torch's stream: done before the get lands
         eng.get(q, back.data_ptr(), slot, data, slot * rank)
         eng.flush()
         if not torch.equal(back, payload):

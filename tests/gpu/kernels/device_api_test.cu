@@ -357,6 +357,8 @@ extern "C" __global__ void wait_family(gshmem::Device dev, long long* flags, int
   size_t idx[64];
   out[1] = gshmem::wait_until_some(flags, n, idx, status, gshmem::Cmp::GT, value - 1);
   gshmem::wait_until_all(flags, n, status, gshmem::Cmp::NE, 0ll);
+  // The test family reads every flag, an excluded one too: that one may still be on its way.
+  gshmem::wait_until_all(flags, n, nullptr, gshmem::Cmp::EQ, value);
   out[2] = gshmem::test_all(flags, n, status, gshmem::Cmp::LE, value);
   out[3] = gshmem::test_any(flags, n, status, gshmem::Cmp::LT, value);
   out[4] = gshmem::test(flags, gshmem::Cmp::GE, value);
