@@ -2,12 +2,10 @@
 # Build, test and exercise gshmem on a GPU host; logs and JSON go to $OUT (device machines) or
 # results/<time>/, and a summary table is printed last.
 #
-#   bash scripts/gpu_check.sh            # build, the GPU tests, the quick benchmarks: meant to
-#                                        # fit one 10-minute call (2026-11-27, H200: 434 s at 4
-#                                        # GPUs, tests 207 + 106 s; 441 s at 2 GPUs, tests 228 +
-#                                        # 116 s, before each test ran at its widest PE count;
-#                                        # both without UCX: with wheels/ at 2 GPUs it ran
-#                                        # past 590 s, docs/results.md)
+#   bash scripts/gpu_check.sh            # build, the GPU tests, the quick benchmarks: fits one
+#                                        # 10-minute call (2026-11-27, H200, with wheels/ so the
+#                                        # proxy tests run: 512 s at 2 GPUs, tests 263 + 127 s;
+#                                        # 546 s at 4 GPUs, tests 283 + 125 s; docs/results.md)
 #   STEPS=all bash scripts/gpu_check.sh  # also the demos, the timing run and compute-sanitizer
 #   STEPS="pytest demo" bash scripts/gpu_check.sh    # only these of: pytest demo timing bench sanitizer
 #   PYTEST_ARGS="tests/gpu/test_heap.py" bash scripts/gpu_check.sh   # a subset of the tests
