@@ -1,5 +1,6 @@
-"""What the proxy path costs on its own, without a GPU or a network: put_signal ping-pong between
-two processes on this host, on host memory, 8 bytes. Two ways of driving it:
+"""What the proxy path costs on its own, without a network and with host threads where a
+comm has kernels: put_signal ping-pong between two processes on this host, 8 bytes. Two ways of
+driving it:
 
 - ``proxies``: each side a host thread producing descriptors into its proxy queue, the proxy
   thread executing them on UCX (src/proxy), the signal applied by the other side's proxy thread
@@ -11,12 +12,28 @@ two processes on this host, on host memory, 8 bytes. Two ways of driving it:
 Each over three transport settings: UCX limited to TCP; UCX's own choice with the endpoints in
 UCX's peer-failure mode (GSHMEM_PROXY_LOCAL_SHM=0: no shared-memory transport qualifies); and
 UCX's own choice with peers on this host out of that mode (the default: shared memory).
+
+And over the memories in MEMORY (comma-separated; default ``host``), which split a GPU
+put_signal's time into its parts on a GPU host (docs/network.md):
+
+- ``host``: data and signal words in host memory, signals applied by the CPU;
+- ``gpu``: data in GPU memory (rank r on GPU r % count), so UCX moves it by CUDA IPC (or
+  copies it for TCP); signal words still in host memory, applied by the CPU;
+- ``gpu_sink``: as ``gpu``, and every arriving signal applied by a one-thread kernel (the GPU
+  sink a comm installs, src/proxy/gpu_sink.h) into a pinned host word that kernels and this
+  thread both see: what a comm's proxy path adds to ``gpu`` per signal.
+
+The device-initiated figure (a kernel's descriptor in, a kernel polling the signal out) is
+``python -m gshmem.bench p2p --path proxy --only latency``; the difference from ``gpu_sink`` is
+the kernels' side.
+
 Prints the median one-way latency (half a round trip) of 5 runs of ITERS round trips, and the
 time per put_signal in bursts of BURST (one side sends BURST in a row, the other answers the
 last with one of its own: how well put_signals overlap; the answer's round trip is included).
 A floor for the proxy path's own overhead, not the GPU-initiated figure over InfiniBand.
 
     python benchmarks/proxy_pingpong.py            (needs UCX: pip install libucx-cu13)
+    MEMORY=host,gpu,gpu_sink python benchmarks/proxy_pingpong.py    (a GPU host; torch)
 """
 
 from __future__ import annotations
@@ -36,23 +53,48 @@ BURST, BURSTS = 64, int(os.environ.get("BURSTS", 100))
 # (label, UCX_TLS, the engine's local_shm)
 SETTINGS = (("tcp", "tcp", True), ("all, peer-failure", "all", False), ("all", "all", True))
 MODES = ("engine", "proxies")
+MEMORIES = ("host", "gpu", "gpu_sink")
 
 
-def pingpong(rank: int, uid: bytes, mode: str, local_shm: bool) -> dict[str, list[float]]:
+def buffers(rank: int, memory: str) -> tuple[list[object], int, int, np.ndarray, int | None]:
+    """The buffers of one rank: (what keeps them alive, source address, destination address,
+    the signal word as an array this thread reads, the GPU whose kernels apply signals)."""
+    sig = np.zeros(1, np.uint64)
+    if memory == "host":
+        src, dst = np.zeros(8, np.uint8), np.zeros(8, np.uint8)
+        return [src, dst], addr(src), addr(dst), sig, None
+    import torch
+
+    device = rank % torch.cuda.device_count()
+    torch.cuda.set_device(device)
+    src = torch.zeros(8, dtype=torch.uint8, device="cuda")
+    dst = torch.zeros(8, dtype=torch.uint8, device="cuda")
+    keep: list[object] = [src, dst]
+    if memory == "gpu_sink":  # pinned: the sink's kernels store to it, this thread polls it
+        word = torch.zeros(1, dtype=torch.int64, pin_memory=True)
+        keep.append(word)
+        sig = word.numpy().view(np.uint64)
+    torch.cuda.synchronize()
+    return keep, src.data_ptr(), dst.data_ptr(), sig, device if memory == "gpu_sink" else None
+
+
+def addr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def pingpong(rank: int, uid: bytes, mode: str, local_shm: bool,
+             memory: str) -> dict[str, list[float]]:  # fmt: skip
     """One rank's part; returns, per repeat, the one-way latency ("latency") and the time per
     put_signal in bursts ("burst"), in microseconds."""
     from gshmem import _C
 
+    keep, src_addr, dst_addr, sig, sink_device = buffers(rank, memory)
     bs = _C.BootstrapHandle(uid, rank, 2, 60.0)
-    eng = _C.NetEngine(bs, local_shm=local_shm)
-    src = np.zeros(8, np.uint8)
-    dst = np.zeros(8, np.uint8)
-    sig = np.zeros(1, np.uint64)
-    data = eng.register(dst.__array_interface__["data"][0], dst.nbytes)
-    signals = eng.register(sig.__array_interface__["data"][0], sig.nbytes)
+    eng = _C.NetEngine(bs, local_shm=local_shm, gpu_sink_device=sink_device)
+    data = eng.register(dst_addr, 8)
+    signals = eng.register(addr(sig), sig.nbytes)
     prox = _C.TestProxy(eng, 1024, 1) if mode == "proxies" else None
     put_signal, peer = _C.PROXY_OPS["put_signal"], 1 - rank
-    src_addr = src.__array_interface__["data"][0]
 
     def send() -> None:
         if prox is None:
@@ -111,6 +153,7 @@ def pingpong(rank: int, uid: bytes, mode: str, local_shm: bool) -> dict[str, lis
     if prox is not None:
         prox.stop()
     eng.close()
+    del keep
     return results
 
 
@@ -120,30 +163,42 @@ def start_rank(rank: int, args: list[str], env: dict[str, str]) -> subprocess.Po
 
 
 def main() -> None:
-    if len(sys.argv) == 5:  # a rank
-        rank, uid, mode, local_shm = sys.argv[1:]
-        result = pingpong(int(rank), bytes.fromhex(uid), mode, local_shm == "1")
+    if len(sys.argv) == 6:  # a rank
+        rank, uid, mode, local_shm, memory = sys.argv[1:]
+        result = pingpong(int(rank), bytes.fromhex(uid), mode, local_shm == "1", memory)
         print(json.dumps(result), flush=True)
         return
     from gshmem import _C
 
-    print(f"put_signal, 8 B, host memory: one way (median of {REPEATS} x {ITERS} round trips)")
+    memories = os.environ.get("MEMORY", "host").split(",")
+    unknown = sorted(set(memories) - set(MEMORIES))
+    if unknown:
+        sys.exit(f"MEMORY: unknown {unknown}; choose from {', '.join(MEMORIES)}")
+    print(f"put_signal, 8 B: one way (median of {REPEATS} x {ITERS} round trips)")
     print(f"and per message in bursts of {BURST} (median of {REPEATS} x {BURSTS} bursts), us")
-    print(f"{'through':8} {'transports':18} {'one way':>8} {'burst':>8}   runs (one way)")
-    for mode in MODES:
-        for label, tls, local_shm in SETTINGS:
-            uid = _C.unique_id_create("127.0.0.1", 0, False).hex()
-            env = {**os.environ, "UCX_TLS": tls}
-            args = [uid, mode, "1" if local_shm else "0"]
-            procs = [start_rank(r, args, env) for r in range(2)]
-            outs = [p.communicate(timeout=300)[0] for p in procs]
-            if any(p.returncode != 0 for p in procs):
-                print(f"{mode:8} {label:18} failed (exit codes {[p.returncode for p in procs]})")
-                continue
-            got = json.loads(outs[0].strip().splitlines()[-1])
-            lat, burst = statistics.median(got["latency"]), statistics.median(got["burst"])
-            runs = ", ".join(f"{x:.1f}" for x in got["latency"])
-            print(f"{mode:8} {label:18} {lat:8.1f} {burst:8.2f}   {runs}")
+    head = f"{'memory':8} {'through':8} {'transports':18} {'one way':>8} {'burst':>8}"
+    print(f"{head}   runs (one way)")
+    for memory in memories:
+        if memory != "host" and _C.device_count() == 0:
+            print(f"{memory:8} skipped: no GPU here")
+            continue
+        for mode in MODES:
+            for label, tls, local_shm in SETTINGS:
+                uid = _C.unique_id_create("127.0.0.1", 0, False).hex()
+                # GPU memory over TCP: UCX copies it through its cuda_copy transport
+                gpu_tls = ",cuda_copy" if memory != "host" and tls == "tcp" else ""
+                env = {**os.environ, "UCX_TLS": tls + gpu_tls}
+                args = [uid, mode, "1" if local_shm else "0", memory]
+                procs = [start_rank(r, args, env) for r in range(2)]
+                outs = [p.communicate(timeout=300)[0] for p in procs]
+                row = f"{memory:8} {mode:8} {label:18}"
+                if any(p.returncode != 0 for p in procs):
+                    print(f"{row} failed (exit codes {[p.returncode for p in procs]})")
+                    continue
+                got = json.loads(outs[0].strip().splitlines()[-1])
+                lat, burst = statistics.median(got["latency"]), statistics.median(got["burst"])
+                runs = ", ".join(f"{x:.1f}" for x in got["latency"])
+                print(f"{row} {lat:8.1f} {burst:8.2f}   {runs}")
 
 
 if __name__ == "__main__":

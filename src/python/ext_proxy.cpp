@@ -1,7 +1,8 @@
 // gshmem._C, proxy part, for the CPU tests: the descriptor queue (src/proxy/descriptor_queue.h)
 // with host memory and host threads as producers (a queue to drive step by step, and a stress
 // run of many producers against one consumer that checks every descriptor); the network engine
-// (src/proxy/net_engine.h) on a test bootstrap; and a proxy thread fed by host threads or kernels.
+// (src/proxy/net_engine.h) on a test bootstrap, its arrivals applied by the host or, as a comm's
+// are, by kernels; and a proxy thread fed by host threads or kernels.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -27,6 +28,7 @@
 #include "common/env.h"
 #include "proxy/channel.h"
 #include "proxy/descriptor_queue.h"
+#include "proxy/gpu_sink.h"
 #include "proxy/net_engine.h"
 #include "proxy/staging.h"
 #include "python/ext_bootstrap.h"
@@ -190,7 +192,8 @@ class EngineHandle {
  public:
   EngineHandle(gshmem::python::BootstrapHandle& bs, std::optional<double> timeout,
                std::optional<size_t> bulk_bytes, std::optional<size_t> staging_chunk,
-               std::optional<size_t> part_bytes, bool local_shm) {
+               std::optional<size_t> part_bytes, bool local_shm,
+               std::optional<int> gpu_sink_device) {
     const double t = timeout.value_or(bs.timeout());
     const size_t bulk = bulk_bytes.value_or(gshmem::proxy::kDefaultBulkBytes);
     const size_t part = part_bytes.value_or(gshmem::proxy::kDefaultPartBytes);
@@ -198,6 +201,12 @@ class EngineHandle {
     engine_ = call_internal(
         [&] { return gshmem::proxy::make_ucx_engine(bs.bs(), t, bulk, part, local_shm); });
     if (staging_) engine_->set_staging(staging_.get());
+    if (gpu_sink_device) {  // arrivals applied by kernels, as a comm's are (src/proxy/gpu_sink.h)
+      sink_ = call_internal(
+          [&] { return std::make_unique<gshmem::proxy::GpuSink>(*gpu_sink_device); });
+      engine_->set_signal_sink(&gshmem::proxy::GpuSink::apply, sink_.get());
+      engine_->set_atomic_sink(sink_.get());
+    }
   }
   gshmem::proxy::NetEngine& engine() {
     if (!engine_) gshmem::python::raise(GSHMEM_ERROR_USAGE, "this network engine is closed");
@@ -252,10 +261,14 @@ class EngineHandle {
     return call_internal([&] { return engine().flushed(token); });
   }
   bool progress() { return call_internal([&] { return engine().progress(); }); }
-  void close() { engine_.reset(); }
+  void close() {
+    engine_.reset();
+    sink_.reset();
+  }
 
  private:
-  std::unique_ptr<HostTestStaging> staging_;  // outlives the engine
+  std::unique_ptr<HostTestStaging> staging_;       // outlives the engine
+  std::unique_ptr<gshmem::proxy::GpuSink> sink_;   // outlives the engine
   std::unique_ptr<gshmem::proxy::NetEngine> engine_;
 };
 
@@ -355,9 +368,11 @@ void bind_proxy(nb::module_& m) {
 
   nb::class_<EngineHandle>(m, "NetEngine")
       .def(nb::init<gshmem::python::BootstrapHandle&, std::optional<double>,
-                    std::optional<size_t>, std::optional<size_t>, std::optional<size_t>, bool>(),
+                    std::optional<size_t>, std::optional<size_t>, std::optional<size_t>, bool,
+                    std::optional<int>>(),
            "bootstrap"_a, "timeout"_a = nb::none(), "bulk_bytes"_a = nb::none(),
            "staging_chunk"_a = nb::none(), "part_bytes"_a = nb::none(), "local_shm"_a = true,
+           "gpu_sink_device"_a = nb::none(),
            nb::keep_alive<1, 2>())
       .def("register", &EngineHandle::register_region, "base"_a, "bytes"_a)
       .def("deregister", &EngineHandle::deregister_region, "region"_a)

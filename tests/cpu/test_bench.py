@@ -5,6 +5,7 @@ host without GPUs gets a clear message and a non-zero exit."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import gshmem
+from gshmem import _ucx
 from gshmem.bench import __main__ as cli
 from gshmem.bench import nvshmem, options, p2p, report
 from gshmem.bench.report import Row
@@ -406,3 +408,27 @@ def test_nvshmem_program_sources_present():
         "&&&& PERF",
     ):
         assert needle in src
+
+
+@pytest.mark.skipif(_ucx.wheel_library() is None, reason="no UCX here (pip install libucx-cu13)")
+def test_proxy_pingpong_measures_every_setting():
+    """benchmarks/proxy_pingpong.py gives a time for each way of driving the proxy path and each
+    transport setting; GPU memories without a GPU are skipped with a reason; an unknown memory
+    is refused."""
+    script = str(ROOT / "benchmarks" / "proxy_pingpong.py")
+    memories = "host" if gshmem.device_count() else "host,gpu_sink"
+    env = {**os.environ, "MEMORY": memories, "ITERS": "20", "BURSTS": "2"}
+    out = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
+                         timeout=240)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("host ")]
+    assert len(rows) == 6, out.stdout  # 2 ways x 3 transport settings
+    for row in rows:
+        assert "failed" not in row, out.stdout
+        assert float(row[-7]) > 0 and float(row[-6]) > 0, row  # one way, burst
+    if gshmem.device_count() == 0:
+        assert "gpu_sink skipped: no GPU here" in out.stdout
+    env["MEMORY"] = "host,vram"
+    bad = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert bad.returncode != 0 and "unknown ['vram']" in bad.stderr
