@@ -5,8 +5,9 @@
 //
 // This file: the engine set up and torn down, regions registered and their keys exchanged, the
 // operations NetEngine offers (put, put_value, get, signal, fence, flush, progress) and the
-// bookkeeping they share. The class is declared in ucx_engine.h; what arrives from peers is
-// handled in ucx_arrivals.cpp, bulk transfers in parts go out in ucx_parts.cpp.
+// bookkeeping they share. The class is declared in ucx_engine.h; what orders signals behind
+// their data (flushes, fences, held signals) is in ucx_ordering.cpp, what arrives from peers in
+// ucx_arrivals.cpp, bulk transfers in parts go out in ucx_parts.cpp.
 #include "proxy/ucx_engine.h"
 
 #include <algorithm>
@@ -301,74 +302,10 @@ bool UcxEngine::busy() const {
          !copying_in_.empty() || !atomic_calls_.empty() || !atomic_arrivals_.empty();
 }
 
-wire::Signal UcxEngine::to_wire(const SignalAfter& s) {
-  return {static_cast<uint64_t>(s.region), s.offset, s.value, static_cast<uint64_t>(s.update)};
-}
-
 void UcxEngine::reach_signal(int pe, int region, uint64_t offset) {
   GSHMEM_REQUIRE(offset % sizeof(uint64_t) == 0,
                  "a signal word needs an 8-byte aligned offset, got " + std::to_string(offset));
   reach(pe, region, offset, sizeof(uint64_t), "signal");
-}
-
-void UcxEngine::send_signal(int pe, const wire::Signal& msg, std::optional<uint64_t> seq) {
-  track(send(pe, wire::kSignal, &msg, sizeof msg, nullptr, 0), pe, nullptr, nullptr, 0,
-        "signal", nullptr, kNoMessage, seq);
-}
-
-void UcxEngine::hold_signal(int pe, const wire::Signal& msg, int flush_of) {
-  const uint64_t flush = start_flush(flush_of);  // its seq: what was issued before, not this
-  flushes_.at(flush).covers_signals = flush_of < 0;  // a put_signal's: its data only
-  const uint64_t seq = issued_++;
-  // Sent at once where the data is already complete (a put that shared memory finished in the
-  // call): a round of progress later would add its cost to every small put_signal.
-  if (flush_done(flush)) {
-    send_signal(pe, msg, seq);
-    return;
-  }
-  held_signals_.push_back({pe, flush, msg, seq});
-}
-
-void UcxEngine::send_held_signals_now() {
-  while (!held_signals_.empty()) progress_locked();  // each flush is bounded by its deadline
-}
-
-bool UcxEngine::send_held_signals() {
-  bool sent = false;
-  while (!held_signals_.empty()) {
-    const HeldSignal h = held_signals_.front();
-    bool ready = false;
-    try {
-      ready = flush_done(h.flush);
-    } catch (...) {
-      held_signals_.pop_front();  // its flush failed (and is forgotten): the error says why
-      throw;
-    }
-    if (!ready) break;
-    held_signals_.pop_front();
-    send_signal(h.pe, h.msg, h.seq);
-    reflush_behind(h);
-    sent = true;
-  }
-  return sent;
-}
-
-// A flush that covers a held signal (started after it was held) issued its endpoint flush to
-// h.pe before the signal went out, so that endpoint flush does not say the signal arrived: it
-// gets a new one, issued after the signal, which covers everything the old one did.
-void UcxEngine::reflush_behind(const HeldSignal& h) {
-  for (auto& [token, f] : flushes_) {
-    if (!f.covers_signals || f.seq <= h.seq || (f.only >= 0 && f.only != h.pe)) continue;
-    void*& req = f.requests[h.pe];
-    if (req != nullptr) api_.request_free(req);  // the newer flush completes after it
-    ucp_request_param_t param{};
-    req = api_.ep_flush_nbx(eps_[h.pe], &param);
-    if (UCS_PTR_IS_ERR(req)) {
-      const ucs_status_t st = UCS_PTR_STATUS(req);
-      req = nullptr;
-      fail_peer(h.pe, st, "flush");
-    }
-  }
 }
 
 // An active message: header only (eager), or header and data (rendezvous: the target
@@ -380,100 +317,6 @@ ucs_status_ptr_t UcxEngine::send(int pe, unsigned id, const void* header, size_t
   param.flags = UCP_AM_SEND_FLAG_COPY_HEADER |
                 (bytes > 0 ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER);
   return api_.am_send_nbx(eps_[pe], id, header, header_bytes, data, bytes, &param);
-}
-
-// A fence is a flush: UCX's own fence orders its one-sided operations among themselves, not
-// before an active message (a signal, a bulk put) issued after it, nor bulk data a target
-// receives when it gets to it. Everything issued before is complete before anything after.
-void UcxEngine::fence_locked() { flush_locked(); }
-
-void UcxEngine::flush_locked(int only) {
-  const uint64_t token = start_flush(only);
-  try {
-    do {
-      progress_locked();
-    } while (!flush_done(token));
-  } catch (...) {
-    const auto it = flushes_.find(token);
-    if (it != flushes_.end()) drop_flush(it);
-    throw;
-  }
-}
-
-// One UCX endpoint flush per peer, so that a timeout can name the peers that did not finish;
-// with the acks, answers and replies of what was issued before, flush_done waits for them.
-uint64_t UcxEngine::start_flush(int only) {
-  const uint64_t token = next_flush_++;
-  Flush& f = flushes_.emplace(token, Flush{only, issued_, next_message_,
-                                           std::vector<void*>(nranks_, nullptr),
-                                           Deadline(timeout_)})
-                 .first->second;
-  for (int r = 0; r < nranks_; ++r) {
-    if (r == rank_ || (only >= 0 && r != only)) continue;
-    ucp_request_param_t param{};
-    ucs_status_ptr_t req = api_.ep_flush_nbx(eps_[r], &param);
-    if (UCS_PTR_IS_ERR(req)) {
-      drop_flush(flushes_.find(token));
-      fail_peer(r, UCS_PTR_STATUS(req), "flush");
-    }
-    f.requests[r] = req;
-  }
-  return token;
-}
-
-bool UcxEngine::flush_done(uint64_t token) {
-  const auto it = flushes_.find(token);
-  GSHMEM_REQUIRE(it != flushes_.end(), "no network flush " + std::to_string(token) + " under way");
-  Flush& f = it->second;
-  std::vector<bool> waiting(nranks_, false);
-  for (int r = 0; r < nranks_; ++r) {
-    void*& req = f.requests[r];
-    if (req == nullptr) continue;
-    const ucs_status_t st = api_.request_check_status(req);
-    if (st == UCS_INPROGRESS) {
-      waiting[r] = true;
-      continue;
-    }
-    api_.request_free(req);
-    req = nullptr;
-    if (st != UCS_OK) {
-      drop_flush(it);
-      fail_peer(r, st, "flush");
-    }
-  }
-  for (const auto& [message, pe] : unacked_) {  // by id: those issued before come first
-    if (message >= f.message) break;
-    waiting[pe] = true;
-  }
-  for (const auto& [id, g] : fetches_) waiting[g.pe] = waiting[g.pe] || g.seq < f.seq;
-  for (const auto& [id, c] : atomic_calls_) waiting[c.pe] = waiting[c.pe] || c.seq < f.seq;
-  for (const Pending& p : pending_) waiting[p.pe] = waiting[p.pe] || p.seq < f.seq;
-  for (const HeldSignal& h : held_signals_) waiting[h.pe] = waiting[h.pe] || h.seq < f.seq;
-  if (f.only >= 0) {  // what other peers still have in flight does not hold this flush up
-    const bool theirs = waiting[f.only];
-    std::fill(waiting.begin(), waiting.end(), false);
-    waiting[f.only] = theirs;
-  }
-  if (std::find(waiting.begin(), waiting.end(), true) == waiting.end()) {
-    drop_flush(it);
-    return true;
-  }
-  if (!f.deadline.passed()) return false;
-  std::string names;
-  for (int r = 0; r < nranks_; ++r) {
-    if (waiting[r]) names += (names.empty() ? "" : ", ") + std::to_string(r);
-  }
-  drop_flush(it);
-  throw_error(GSHMEM_ERROR_TIMEOUT, "network flush did not finish within " +
-                                        std::to_string(timeout_) +
-                                        " s (GSHMEM_TIMEOUT); still waiting for rank(s) " + names);
-}
-
-void UcxEngine::drop_flush(std::map<uint64_t, Flush>::iterator it) {
-  for (void* req : it->second.requests) {
-    if (req != nullptr) api_.request_free(req);
-  }
-  flushes_.erase(it);
 }
 
 bool UcxEngine::progress_locked() {

@@ -1,7 +1,8 @@
 // The UCX engine (the NetEngine of make_ucx_engine) as the files that define it see it: the
-// class and the records it keeps of what is in flight. Private to the three files that define
-// its members, which the build compiles only when it found UCX's headers:
+// class and the records it keeps of what is in flight. Private to the files that define its
+// members, which the build compiles only when it found UCX's headers:
 //   ucx_engine.cpp    set-up and teardown, regions and their key exchange, the operations
+//   ucx_ordering.cpp  flushes, fences, and the signals held behind them
 //   ucx_arrivals.cpp  the active-message handlers and what progress does with what arrived
 //   ucx_parts.cpp     bulk transfers out in parts (staged ones through outgoing chunks)
 //   ucx_atomics.cpp   atomics: sent as messages, applied by the target's atomic sink, answered
@@ -215,9 +216,8 @@ class UcxEngine final : public NetEngine {
     int pe;
   };
 
-  // ucx_engine.cpp
+  // ucx_ordering.cpp
   static wire::Signal to_wire(const SignalAfter& s);
-  void reach_signal(int pe, int region, uint64_t offset);
   // `seq`: the issue order it took when held (HeldSignal); else a new one.
   void send_signal(int pe, const wire::Signal& msg, std::optional<uint64_t> seq = std::nullopt);
   // Sends `msg` to `pe` once what was issued so far to `flush_of` (every peer: -1) is
@@ -230,8 +230,6 @@ class UcxEngine final : public NetEngine {
   // peer may wait for such a signal before it enters the same call, and the exchange itself
   // progresses the worker only.
   void send_held_signals_now();
-  ucs_status_ptr_t send(int pe, unsigned id, const void* header, size_t header_bytes,
-                        const void* data, size_t bytes);
   void fence_locked();
   // Returns once every operation issued so far to peer `only` (every peer: -1) is complete.
   void flush_locked(int only = -1);
@@ -241,6 +239,11 @@ class UcxEngine final : public NetEngine {
   // naming the peers waited for (and forgets it).
   bool flush_done(uint64_t token);
   void drop_flush(std::map<uint64_t, Flush>::iterator it);
+
+  // ucx_engine.cpp
+  void reach_signal(int pe, int region, uint64_t offset);
+  ucs_status_ptr_t send(int pe, unsigned id, const void* header, size_t header_bytes,
+                        const void* data, size_t bytes);
   bool progress_locked();
   void open();
   void close();
