@@ -58,7 +58,7 @@ MEMORIES = ("host", "gpu", "gpu_sink")
 
 def buffers(rank: int, memory: str) -> tuple[list[object], int, int, np.ndarray, int | None]:
     """The buffers of one rank: (what keeps them alive, source address, destination address,
-    the signal word as an array this thread reads, the GPU whose kernels apply signals)."""
+    the signal word as an array this thread reads, the GPU the data is on or None)."""
     sig = np.zeros(1, np.uint64)
     if memory == "host":
         src, dst = np.zeros(8, np.uint8), np.zeros(8, np.uint8)
@@ -75,7 +75,7 @@ def buffers(rank: int, memory: str) -> tuple[list[object], int, int, np.ndarray,
         keep.append(word)
         sig = word.numpy().view(np.uint64)
     torch.cuda.synchronize()
-    return keep, src.data_ptr(), dst.data_ptr(), sig, device if memory == "gpu_sink" else None
+    return keep, src.data_ptr(), dst.data_ptr(), sig, device
 
 
 def addr(a: np.ndarray) -> int:
@@ -88,12 +88,14 @@ def pingpong(rank: int, uid: bytes, mode: str, local_shm: bool,
     put_signal in bursts ("burst"), in microseconds."""
     from gshmem import _C
 
-    keep, src_addr, dst_addr, sig, sink_device = buffers(rank, memory)
+    keep, src_addr, dst_addr, sig, device = buffers(rank, memory)
     bs = _C.BootstrapHandle(uid, rank, 2, 60.0)
+    sink_device = device if memory == "gpu_sink" else None
     eng = _C.NetEngine(bs, local_shm=local_shm, gpu_sink_device=sink_device)
     data = eng.register(dst_addr, 8)
     signals = eng.register(addr(sig), sig.nbytes)
-    prox = _C.TestProxy(eng, 1024, 1) if mode == "proxies" else None
+    # the proxy thread works on the data's GPU, as a comm's does
+    prox = _C.TestProxy(eng, 1024, 1, device=device) if mode == "proxies" else None
     put_signal, peer = _C.PROXY_OPS["put_signal"], 1 - rank
 
     def send() -> None:

@@ -29,8 +29,7 @@ ProxyChannel::ProxyChannel(NetEngine& engine, uint64_t capacity, uint64_t counte
     completion_.counter_arg = counter_arg;
   }
   try {
-    proxy_ = std::make_unique<Proxy>(engine, queue_, completion_, std::move(cpus),
-                                     producers == Producers::kGpu ? device : -1);
+    proxy_ = std::make_unique<Proxy>(engine, queue_, completion_, std::move(cpus), device);
   } catch (...) {
     release();
     throw;

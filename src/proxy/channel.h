@@ -25,9 +25,10 @@ enum class Producers { kHost, kGpu };
 
 class ProxyChannel {
  public:
-  // `device`: the CUDA device of a kGpu channel's memory and of the data its descriptors name
-  // (-1 for kHost). `cpus`: where the proxy thread runs (empty: anywhere). `counter_sink`
-  // (kGpu only): the counters are GPU memory and the proxy adds to them through it.
+  // `device`: the CUDA device of a kGpu channel's memory and of the data its descriptors name,
+  // which the proxy thread works on (-1: none, for a kHost channel on host memory). `cpus`:
+  // where the proxy thread runs (empty: anywhere). `counter_sink` (kGpu only): the counters are
+  // GPU memory and the proxy adds to them through it.
   ProxyChannel(NetEngine& engine, uint64_t capacity, uint64_t counters, Producers producers,
                int device, std::vector<int> cpus = {}, SignalSink counter_sink = nullptr,
                void* counter_arg = nullptr);

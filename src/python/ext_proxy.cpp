@@ -276,14 +276,16 @@ class EngineHandle {
 // queue's addresses from queue(), on the current CUDA device).
 class TestProxy {
  public:
+  // `device`: the CUDA device the proxy thread works on (host producers whose descriptors name
+  // GPU memory); kernels as producers (`gpu`) take the current one unless given.
   TestProxy(EngineHandle& engine, uint64_t capacity, uint64_t counters, std::vector<int> cpus,
-            bool gpu) {
+            bool gpu, std::optional<int> device) {
     channel_ = call_internal([&] {
-      int device = -1;
-      if (gpu) gshmem::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+      int dev = device.value_or(-1);
+      if (gpu && !device) gshmem::cuda::check(cudaGetDevice(&dev), "cudaGetDevice");
       const auto producers = gpu ? gshmem::proxy::Producers::kGpu : gshmem::proxy::Producers::kHost;
       return std::make_unique<gshmem::proxy::ProxyChannel>(engine.engine(), capacity, counters,
-                                                           producers, device, cpus);
+                                                           producers, dev, cpus);
     });
   }
   // One descriptor (gshmem/proxy_queue.h): its ticket, or None when the queue is full.
@@ -392,9 +394,10 @@ void bind_proxy(nb::module_& m) {
       .def("close", &EngineHandle::close);
 
   nb::class_<TestProxy>(m, "TestProxy")
-      .def(nb::init<EngineHandle&, uint64_t, uint64_t, std::vector<int>, bool>(), "engine"_a,
-           "capacity"_a, "counters"_a, "cpus"_a = std::vector<int>{}, "gpu"_a = false,
-           nb::keep_alive<1, 2>())
+      .def(nb::init<EngineHandle&, uint64_t, uint64_t, std::vector<int>, bool,
+                    std::optional<int>>(),
+           "engine"_a, "capacity"_a, "counters"_a, "cpus"_a = std::vector<int>{}, "gpu"_a = false,
+           "device"_a = nb::none(), nb::keep_alive<1, 2>())
       .def("try_push", &TestProxy::try_push, "op"_a, "pe"_a, "region"_a = 0, "local"_a = 0,
            "offset"_a = 0, "bytes"_a = 0, "signal_region"_a = 0, "signal_offset"_a = 0,
            "signal_value"_a = 0, "counter"_a = -1, "signal_set"_a = false, "amo"_a = 0,
