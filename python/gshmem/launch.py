@@ -12,7 +12,11 @@
 6. ``torchrun-env``: torchrun's environment without an initialized process group; the id
    travels through a ``torch.distributed.TCPStore`` (torchrun's agent store when it offers one,
    else one hosted by rank 0 at ``MASTER_ADDR:MASTER_PORT+1``).
-7. ``single``: none of the above; this process is rank 0 of 1.
+7. ``srun-env``: a Slurm job step of several tasks (``srun``: ``SLURM_PROCID``,
+   ``SLURM_STEP_NUM_TASKS``) without MPI; the id travels as for ``torchrun-env`` through a
+   store rank 0 hosts at ``MASTER_ADDR:MASTER_PORT+1``, which the job must export (srun sets
+   no rendezvous address of its own).
+8. ``single``: none of the above; this process is rank 0 of 1.
 
 Rank 0 creates the id (listening now, so the rank-0 comm created later in this process adopts
 the socket). When the adapter can tell that the whole job is on one host, the rendezvous is
@@ -50,6 +54,7 @@ METHODS = (
     "jax.distributed",
     "mpi",
     "torchrun-env",
+    "srun-env",
     "single",
 )
 
@@ -407,18 +412,50 @@ def _from_torchrun_env(call: int, key: str | None) -> Launch | None:
     port = _int_env("MASTER_PORT")
     assert rank is not None and nranks is not None and port is not None
     _check_rank(rank, nranks, "torchrun environment (RANK/WORLD_SIZE)")
-    addr = os.environ["MASTER_ADDR"]
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    return _store_launch(
+        "torchrun-env", _key_prefix(call, key, f"restart{restart}"), rank, nranks,
+        os.environ["MASTER_ADDR"], port, agent, _env_local(rank, nranks),
+    )  # fmt: skip
+
+
+def _from_srun_env(call: int, key: str | None) -> Launch | None:
+    """A Slurm job step of several tasks started by srun, without MPI or torchrun's variables:
+    SLURM_PROCID and SLURM_STEP_NUM_TASKS (srun sets them for its step's tasks only, not for a
+    batch script), MASTER_ADDR and MASTER_PORT exported by the job."""
+    rank, nranks = _int_env("SLURM_PROCID"), _int_env("SLURM_STEP_NUM_TASKS")
+    if rank is None or nranks is None or nranks == 1:
+        return None
+    _check_rank(rank, nranks, "srun environment (SLURM_PROCID/SLURM_STEP_NUM_TASKS)")
+    addr, port = os.environ.get("MASTER_ADDR"), _int_env("MASTER_PORT")
+    if not addr or port is None:
+        raise UsageError(
+            f"srun started {nranks} tasks, but MASTER_ADDR and MASTER_PORT are not set, and "
+            "gshmem finds rank 0 through them: export MASTER_ADDR=$(scontrol show hostnames "
+            "$SLURM_JOB_NODELIST | head -n 1) and MASTER_PORT=<a free port> before srun, or "
+            "launch with MPI (srun --mpi=pmix and mpi4py) or torchrun"
+        )
+    slurm_restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+    return _store_launch(
+        "srun-env", _key_prefix(call, key, f"slurm{slurm_restart}"), rank, nranks, addr, port,
+        False, None,
+    )  # fmt: skip
+
+
+def _store_launch(method: str, prefix: str, rank: int, nranks: int, addr: str, port: int,
+                  agent: bool, local: tuple[int, int] | None) -> Launch:  # fmt: skip
+    """The id through a ``torch.distributed.TCPStore``: the launcher's agent store at
+    ``addr:port`` (``agent``), else one that rank 0 hosts at ``addr:port+1`` for this call."""
     try:
         from torch.distributed import TCPStore
     except ImportError:
         raise UsageError(
-            "the environment looks like torchrun's (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) "
-            "but torch.distributed cannot be imported; install torch, or pass uid/rank/nranks"
+            f"the environment looks like a {method} launch (rank {rank} of {nranks}, "
+            f"rendezvous {addr}:{port}) but torch.distributed cannot be imported; install "
+            "torch, or pass uid/rank/nranks"
         ) from None
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    prefix = _key_prefix(call, key, f"restart{restart}")
     timeout = datetime.timedelta(seconds=_timeout())
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     hosted = not agent and rank == 0
     store_port = port if agent else port + 1
     if store_port > 65535:
@@ -430,12 +467,11 @@ def _from_torchrun_env(call: int, key: str | None) -> Launch | None:
     except Exception as e:
         who = "host" if hosted else "reach"
         raise BootstrapError(
-            f"torchrun-env: cannot {who} the rendezvous store at {addr}:{store_port} ({e}); "
+            f"{method}: cannot {who} the rendezvous store at {addr}:{store_port} ({e}); "
             "free that port, or call torch.distributed.init_process_group() before gshmem "
             "(its store is then used), or pass uid/rank/nranks explicitly"
         ) from e
-    kv = _TorchKV(store, "torchrun-env")
-    local = _env_local(rank, nranks)
+    kv = _TorchKV(store, method)
     launch = _kv_launch(kv, prefix, rank, nranks, local)
     if not agent:
         # Rank 0's store dies with this call: keep it up until every rank has read the id.
@@ -508,6 +544,7 @@ def detect(
         lambda: _from_jax_distributed(call, key),
         _from_mpi,
         lambda: _from_torchrun_env(call, key),
+        lambda: _from_srun_env(call, key),
     ]
     for adapter in adapters:
         launch = adapter()
@@ -517,7 +554,8 @@ def detect(
         if nranks is not None and nranks > 1:
             raise UsageError(
                 f"detect(): rank={rank}, nranks={nranks} were given without uid and no launcher "
-                "was found (gshmem.run, torch.distributed, jax.distributed, MPI, torchrun); pass "
+                "was found (gshmem.run, torch.distributed, jax.distributed, MPI, torchrun, "
+                "srun); pass "
                 "uid too (created on rank 0 and sent to the others), or start with "
                 "`python -m gshmem.run -n N`"
             )

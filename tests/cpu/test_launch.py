@@ -57,6 +57,10 @@ LAUNCH_VARS = (
     "PMIX_RANK",
     "MPI_LOCALRANKID",
     "MPI_LOCALNRANKS",
+    "SLURM_PROCID",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_NTASKS",
+    "SLURM_RESTART_COUNT",
 )
 
 
@@ -363,6 +367,43 @@ def test_torchrun_env_timeout_names_key(monkeypatch: pytest.MonkeyPatch) -> None
             monkeypatch.setenv(k, v)
         with pytest.raises(gshmem.TimeoutError, match=r"torchrun-env: key '.*/uid'"):
             launch.detect()
+
+
+# -- srun's environment --------------------------------------------------------------------------
+
+
+def test_srun_env_tasks_find_each_other(tmp_path: Path) -> None:
+    """srun's tasks (SLURM_PROCID, SLURM_STEP_NUM_TASKS) with the job's MASTER_ADDR/PORT: rank 0
+    hosts the store at MASTER_PORT+1; locality comes from the tasks' host ids."""
+    pytest.importorskip("torch.distributed")
+    port = _free_port(pair=True)
+    jobs = [(["plain"], _env(SLURM_PROCID=str(r), SLURM_STEP_NUM_TASKS="3", SLURM_NTASKS="3",
+                             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+            for r in range(3)]  # fmt: skip
+    _check(_run_ranks(tmp_path, jobs), 3, "srun-env")
+
+
+def test_srun_env_without_a_rendezvous_address_says_what_to_export(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for k, v in dict(SLURM_PROCID="1", SLURM_STEP_NUM_TASKS="4", MASTER_PORT="29500").items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(gshmem.UsageError, match=r"srun started 4 tasks.*MASTER_ADDR="):
+        launch.detect()
+
+
+@pytest.mark.parametrize(
+    "slurm",
+    [
+        {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "8"},  # srun -n 1
+        {"SLURM_PROCID": "0", "SLURM_NTASKS": "8"},  # a batch script: no job step of tasks
+    ],
+)
+def test_one_slurm_process_is_a_job_of_one(monkeypatch: pytest.MonkeyPatch, slurm) -> None:
+    for k, v in slurm.items():
+        monkeypatch.setenv(k, v)
+    got = launch.detect()
+    assert (got.method, got.rank, got.nranks) == ("single", 0, 1)
 
 
 def test_real_torchrun(tmp_path: Path) -> None:
