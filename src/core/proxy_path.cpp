@@ -34,8 +34,7 @@ ProxyPath::ProxyPath(Bootstrap& bs, SymmetricHeap& heap, int device, uint64_t ca
   engine_ = proxy::make_ucx_engine(bs, timeout, env::proxy_bulk_min(proxy::kDefaultBulkBytes),
                                    env::proxy_part(proxy::kDefaultPartBytes),
                                    env::proxy_local_shm());
-  engine_->set_signal_sink(&proxy::GpuSink::apply, sink_.get());
-  engine_->set_atomic_sink(sink_.get());
+  sink_->serve(*engine_);
   if (env::proxy_staging()) {
     staging_ = proxy::make_gpu_staging(device, kStagingChunk, kStagingChunks);
     engine_->set_staging(staging_.get());

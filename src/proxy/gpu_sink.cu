@@ -67,6 +67,11 @@ GpuSink::~GpuSink() {
   }
 }
 
+void GpuSink::serve(NetEngine& engine) {
+  engine.set_signal_sink(&GpuSink::apply, this);
+  engine.set_atomic_sink(this);
+}
+
 void GpuSink::apply(void* arg, uint64_t* word, uint64_t value, SignalUpdate update) {
   auto* self = static_cast<GpuSink*>(arg);
   cuda::DeviceGuard guard(self->device_);

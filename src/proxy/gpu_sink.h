@@ -29,6 +29,10 @@ class GpuSink final : public AtomicSink {
   GpuSink(const GpuSink&) = delete;
   GpuSink& operator=(const GpuSink&) = delete;
 
+  // Makes this sink the one `engine` applies arriving signals and atomics with; it must outlive
+  // the engine. Before the engine's first region is registered.
+  void serve(NetEngine& engine);
+
   // A SignalSink (net_engine.h) with `arg` = this sink. Asynchronous; throws on a launch failure.
   static void apply(void* arg, uint64_t* word, uint64_t value, SignalUpdate update);
 

@@ -226,6 +226,8 @@ class UcxEngine final : public NetEngine {
   // Sends the held signals whose flush finished, oldest first; returns whether any went.
   bool send_held_signals();
   void reflush_behind(const HeldSignal& h);
+  // UCX's flush of the endpoint to `pe` (null: done at once); fails the peer on an error.
+  void* flush_endpoint(int pe);
   // Blocking: progresses until every held signal went out. Collective calls start with it: a
   // peer may wait for such a signal before it enters the same call, and the exchange itself
   // progresses the worker only.

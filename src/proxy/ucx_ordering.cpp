@@ -70,14 +70,16 @@ void UcxEngine::reflush_behind(const HeldSignal& h) {
     if (!f.covers_signals || f.seq <= h.seq || (f.only >= 0 && f.only != h.pe)) continue;
     void*& req = f.requests[h.pe];
     if (req != nullptr) api_.request_free(req);  // the newer flush completes after it
-    ucp_request_param_t param{};
-    req = api_.ep_flush_nbx(eps_[h.pe], &param);
-    if (UCS_PTR_IS_ERR(req)) {
-      const ucs_status_t st = UCS_PTR_STATUS(req);
-      req = nullptr;
-      fail_peer(h.pe, st, "flush");
-    }
+    req = nullptr;  // not left dangling should the new flush fail
+    req = flush_endpoint(h.pe);
   }
+}
+
+void* UcxEngine::flush_endpoint(int pe) {
+  ucp_request_param_t param{};
+  const ucs_status_ptr_t req = api_.ep_flush_nbx(eps_[pe], &param);
+  if (UCS_PTR_IS_ERR(req)) fail_peer(pe, UCS_PTR_STATUS(req), "flush");
+  return req;
 }
 
 // A fence is a flush: UCX's own fence orders its one-sided operations among themselves, not
@@ -106,15 +108,13 @@ uint64_t UcxEngine::start_flush(int only) {
                                            std::vector<void*>(nranks_, nullptr),
                                            Deadline(timeout_)})
                  .first->second;
-  for (int r = 0; r < nranks_; ++r) {
-    if (r == rank_ || (only >= 0 && r != only)) continue;
-    ucp_request_param_t param{};
-    ucs_status_ptr_t req = api_.ep_flush_nbx(eps_[r], &param);
-    if (UCS_PTR_IS_ERR(req)) {
-      drop_flush(flushes_.find(token));
-      fail_peer(r, UCS_PTR_STATUS(req), "flush");
+  try {
+    for (int r = 0; r < nranks_; ++r) {
+      if (r != rank_ && (only < 0 || r == only)) f.requests[r] = flush_endpoint(r);
     }
-    f.requests[r] = req;
+  } catch (...) {
+    drop_flush(flushes_.find(token));  // frees the endpoint flushes already issued
+    throw;
   }
   return token;
 }

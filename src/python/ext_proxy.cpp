@@ -204,8 +204,7 @@ class EngineHandle {
     if (gpu_sink_device) {  // arrivals applied by kernels, as a comm's are (src/proxy/gpu_sink.h)
       sink_ = call_internal(
           [&] { return std::make_unique<gshmem::proxy::GpuSink>(*gpu_sink_device); });
-      engine_->set_signal_sink(&gshmem::proxy::GpuSink::apply, sink_.get());
-      engine_->set_atomic_sink(sink_.get());
+      sink_->serve(*engine_);
     }
   }
   gshmem::proxy::NetEngine& engine() {
