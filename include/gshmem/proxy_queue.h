@@ -25,11 +25,12 @@
 //   word 0   op (bits 0-6) | signal stores instead of adding (bit 7) | target PE (bits 8-31)
 //            | data region (bits 32-47) | signal region (bits 48-63); region kHeapRegion is
 //            the comm's symmetric heap, whatever the engine's id for it is at the time
-//   word 1   local address: the source of a put, the destination of a get; for kPutValue the
-//            value itself (its low `bytes` bytes, little-endian)
+//   word 1   local address: the source of a put, the destination of a get; for kPutValue and
+//            kPutValueSignal the value itself (its low `bytes` bytes, little-endian)
 //   word 2   offset in the target's data region
 //   word 3   bytes
-//   word 4   offset of the signal word in the target's signal region (kPutSignal, kSignal)
+//   word 4   offset of the signal word in the target's signal region (kPutSignal, kSignal,
+//            kPutValueSignal)
 //   word 5   the signal value: added to the word, or stored in it (bit 7 of word 0)
 //   word 6   local completion counter index + 1 (0: none), incremented once the source of a
 //            put may be reused or a get's data has arrived
@@ -77,6 +78,9 @@ enum class Op : uint8_t {
   kPutValue = 7,   // 1, 2, 4 or 8 bytes carried in the descriptor (word 1): what p() stores
   kAtomic = 8,     // an atomic on a 4- or 8-byte word at the target, maybe fetching its old value
   kGetValue = 9,   // 1, 2, 4 or 8 bytes of the target into this ticket's result: what g() reads
+  // kPutValue, then (ordered after it) the signal update of kPutSignal: a small put_signal whose
+  // data the producer carried in the descriptor, so the target applies both from one message
+  kPutValueSignal = 10,
 };
 
 // The atomics a kAtomic descriptor applies (old: the word's value before).

@@ -27,9 +27,10 @@ void cpu_signal_sink(void*, uint64_t* word, uint64_t value, SignalUpdate update)
   }
 }
 
-uint64_t CpuAtomicSink::start(void* word, const Atomic& a) {
+uint64_t CpuAtomicSink::start(void* word, const Atomic& a, const SignalWord* then) {
   const uint64_t old = amo_bytes(a.type) == 4 ? cas_loop(static_cast<uint32_t*>(word), a)
                                               : cas_loop(static_cast<uint64_t*>(word), a);
+  if (then != nullptr) cpu_signal_sink(nullptr, then->word, then->value, then->update);
   old_[next_] = old;
   return next_++;
 }

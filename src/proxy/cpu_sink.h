@@ -14,8 +14,8 @@ void cpu_signal_sink(void* arg, uint64_t* word, uint64_t value, SignalUpdate upd
 
 class CpuAtomicSink final : public AtomicSink {
  public:
-  // Applied at once, by a compare-and-swap loop (amo.h).
-  uint64_t start(void* word, const Atomic& a) override;
+  // Applied at once, by a compare-and-swap loop (amo.h), then `then` by cpu_signal_sink.
+  uint64_t start(void* word, const Atomic& a, const SignalWord* then) override;
   bool done(uint64_t id, uint64_t* old) override;
 
  private:

@@ -9,12 +9,16 @@
 namespace gshmem::proxy {
 namespace {
 
-__global__ void apply_signal(unsigned long long* word, unsigned long long value, bool set) {
+__device__ void signal_word(unsigned long long* word, unsigned long long value, bool set) {
   if (set) {
     asm volatile("st.release.sys.global.b64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
   } else {
     asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
   }
+}
+
+__global__ void apply_signal(unsigned long long* word, unsigned long long value, bool set) {
+  signal_word(word, value, set);
 }
 
 // The old value of `word` after amo_next() replaced it, by compare-and-swap at system scope.
@@ -29,10 +33,14 @@ __device__ uint64_t cas_loop(Word* word, const Atomic& a) {
   }
 }
 
-__global__ void apply_atomic(void* word, Atomic a, ResultSlot* out, unsigned long long ticket) {
+// `signal` (not null): a value put's signal, after the atomic (release: the word's new value is
+// seen by whoever sees the signal).
+__global__ void apply_atomic(void* word, Atomic a, ResultSlot* out, unsigned long long ticket,
+                             unsigned long long* signal, unsigned long long value, bool set) {
   const uint64_t old = amo_bytes(a.type) == 4
                            ? cas_loop(static_cast<unsigned int*>(word), a)
                            : cas_loop(static_cast<unsigned long long*>(word), a);
+  if (signal != nullptr) signal_word(signal, value, set);
   out->value = old;
   __threadfence_system();  // the value before the ticket, for the host that polls the ticket
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(&out->ticket), "l"(ticket) : "memory");
@@ -81,13 +89,17 @@ void GpuSink::apply(void* arg, uint64_t* word, uint64_t value, SignalUpdate upda
   cuda::check(cudaGetLastError(), "launching the kernel that applies a network signal");
 }
 
-uint64_t GpuSink::start(void* word, const Atomic& a) {
+uint64_t GpuSink::start(void* word, const Atomic& a, const SignalWord* then) {
   GSHMEM_REQUIRE(!full(), "a network atomic started while " + std::to_string(kAtomicsInFlight) +
                              " are in flight");
   const uint64_t id = started_;
   ResultSlot* out = &outcomes_[id % kAtomicsInFlight];
   cuda::DeviceGuard guard(device_);
-  apply_atomic<<<1, 1, 0, stream_>>>(word, a, out, static_cast<unsigned long long>(id + 1));
+  auto* signal = then != nullptr ? reinterpret_cast<unsigned long long*>(then->word) : nullptr;
+  apply_atomic<<<1, 1, 0, stream_>>>(
+      word, a, out, static_cast<unsigned long long>(id + 1), signal,
+      then != nullptr ? static_cast<unsigned long long>(then->value) : 0ull,
+      then != nullptr && then->update == SignalUpdate::kSet);
   cuda::check(cudaGetLastError(), "launching the kernel that applies a network atomic");
   ++started_;
   return id;

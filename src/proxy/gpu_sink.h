@@ -6,7 +6,8 @@
 //            with ld.acquire.sys sees the data that preceded the signal (the engine applies a
 //            signal only after the data fenced before it has landed);
 //   atomics  a system-scope compare-and-swap loop (amo.h), which writes the old value to pinned
-//            host memory that the engine polls (done()) before it answers the requester.
+//            host memory that the engine polls (done()) before it answers the requester; a
+//            value put's signal follows in the same kernel, as a signal above.
 // A kernel needs one free block slot, so a kernel that fills every SM while it waits for a
 // network signal or atomic would wait forever (docs/network.md). The kernels are loaded when the
 // sink is made, not lazily at the first arrival: a lazy load waits for the kernels running on
@@ -39,7 +40,7 @@ class GpuSink final : public AtomicSink {
   // AtomicSink: at most kAtomicsInFlight started and not yet done; start throws on a launch
   // failure.
   bool full() const override { return started_ - finished_ >= kAtomicsInFlight; }
-  uint64_t start(void* word, const Atomic& a) override;
+  uint64_t start(void* word, const Atomic& a, const SignalWord* then) override;
   bool done(uint64_t id, uint64_t* old) override;
 
   static constexpr uint64_t kAtomicsInFlight = 4096;

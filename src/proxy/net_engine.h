@@ -83,6 +83,14 @@ struct Atomic {
 // Called with an atomic's old value once the target applied it.
 using Fetched = void (*)(void* arg, uint64_t tag, uint64_t old);
 
+// A signal an atomic sink applies right after an atomic (a value put's signal): `value` added
+// to (or stored in) `word`, 8-byte aligned, with release order after the atomic.
+struct SignalWord {
+  uint64_t* word;
+  uint64_t value;
+  SignalUpdate update;
+};
+
 // Applies atomics that arrive for this rank's memory. Called on the target inside progress(),
 // with the engine's lock held: it must not call the engine; throwing stops the engine's caller.
 class AtomicSink {
@@ -91,9 +99,10 @@ class AtomicSink {
   // Whether start() must wait until an earlier atomic is done (the sink's limit of atomics in
   // flight); the engine keeps later arrivals meanwhile.
   virtual bool full() const { return false; }
-  // Starts `a` on `word` (aligned to its width, inside a region of this rank) unless full();
-  // returns an id for done(). Atomics of one sink are applied in the order they are started.
-  virtual uint64_t start(void* word, const Atomic& a) = 0;
+  // Starts `a` on `word` (aligned to its width, inside a region of this rank) unless full(),
+  // then `then` (when not null) after it; returns an id for done(). Atomics of one sink are
+  // applied in the order they are started.
+  virtual uint64_t start(void* word, const Atomic& a, const SignalWord* then) = 0;
   // Whether atomic `id` was applied; if so its old value is in *old and the id is spent. Asked
   // in the order the atomics were started.
   virtual bool done(uint64_t id, uint64_t* old) = 0;
@@ -124,9 +133,13 @@ class NetEngine {
   virtual void put(int pe, const void* src, size_t bytes, int region, uint64_t offset,
                    Done done, void* arg, uint64_t tag, const SignalAfter* signal) = 0;
   // Non-blocking. Stores the low `bytes` (1, 2, 4 or 8) bytes of `value` at `offset` of `pe`'s
-  // `region`; the engine keeps the value, so nothing of the caller's must outlive the call.
+  // `region`, then applies `signal` there when not null; the engine keeps the value, so nothing
+  // of the caller's must outlive the call. 4 or 8 bytes at an offset aligned to them travel as
+  // one message that the target's atomic sink applies (a swap, then the signal): no copy into
+  // the target's memory by the transport (for GPU memory a CUDA IPC copy, or RDMA), no flush
+  // before the signal. Complete, for flush(), once the target applied it.
   virtual void put_value(int pe, int region, uint64_t offset, uint64_t value, size_t bytes,
-                         Done done, void* arg, uint64_t tag) = 0;
+                         Done done, void* arg, uint64_t tag, const SignalAfter* signal) = 0;
   // Non-blocking. Copies from `pe`'s region into local `dst`.
   virtual void get(int pe, void* dst, size_t bytes, int region, uint64_t offset, Done done,
                    void* arg, uint64_t tag) = 0;

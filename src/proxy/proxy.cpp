@@ -138,8 +138,14 @@ void Proxy::execute(const Command& c, uint64_t ticket) {
     }
     case Op::kPutValue:
       engine_.put_value(pe, resolve(c.region), c.offset, c.local, c.bytes, done, this,
-                        c.counter);
+                        c.counter, nullptr);
       return;
+    case Op::kPutValueSignal: {
+      const SignalAfter signal{resolve(c.signal_region), c.signal_offset, c.signal_value, update};
+      engine_.put_value(pe, resolve(c.region), c.offset, c.local, c.bytes, done, this,
+                        c.counter, &signal);
+      return;
+    }
     case Op::kSignal:  // a signal releases what was written before it (signal.cuh)
       engine_.fenced_signal(pe, resolve(c.signal_region), c.signal_offset, c.signal_value,
                             update);

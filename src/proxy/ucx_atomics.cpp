@@ -3,7 +3,9 @@
 // memory only on some (none over TCP or shared memory). The target starts each one through its
 // atomic sink in arrival order (a CPU compare-and-swap on host memory, a kernel on GPU memory),
 // and answers with the old value once the sink says it was applied; the requester's atomic is
-// complete (for flush) when the answer is back.
+// complete (for flush) when the answer is back. A value put of 4 or 8 aligned bytes travels the
+// same way, as a swap that carries its signal (put_value): the sink applies both in order.
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -16,6 +18,12 @@ namespace gshmem::proxy::ucx {
 void UcxEngine::atomic(int pe, int region, uint64_t offset, const Atomic& a, Fetched fetched,
                        void* arg, uint64_t tag) {
   std::lock_guard<std::mutex> lock(mu_);
+  send_atomic(pe, region, offset, a, nullptr, fetched, arg, tag, nullptr, "atomic");
+}
+
+void UcxEngine::send_atomic(int pe, int region, uint64_t offset, const Atomic& a,
+                            const SignalAfter* signal, Fetched fetched, void* arg, uint64_t tag,
+                            Done done, const char* what) {
   const auto op = static_cast<uint64_t>(a.op);
   const auto type = static_cast<uint64_t>(a.type);
   GSHMEM_REQUIRE(amo_valid(op, type), "no network atomic with operation " + std::to_string(op) +
@@ -24,14 +32,22 @@ void UcxEngine::atomic(int pe, int region, uint64_t offset, const Atomic& a, Fet
   GSHMEM_REQUIRE(offset % bytes == 0, "an atomic on " + std::to_string(bytes) +
                                           " bytes needs an offset aligned to them, got " +
                                           std::to_string(offset));
-  reach(pe, region, offset, bytes, "atomic");
+  reach(pe, region, offset, bytes, what);
+  if (signal != nullptr) reach_signal(pe, signal->region, signal->offset);
   const uint64_t id = next_atomic_++;
-  const wire::AtomicRequest msg{static_cast<uint64_t>(rank_), id, static_cast<uint64_t>(region),
-                                offset, op, type, a.operand, a.compare};
+  const wire::AtomicRequest msg{static_cast<uint64_t>(rank_),
+                                id,
+                                static_cast<uint64_t>(region),
+                                offset,
+                                op,
+                                type,
+                                a.operand,
+                                a.compare,
+                                signal != nullptr ? to_wire(*signal)
+                                                  : wire::Signal{wire::kNoSignal, 0, 0, 0}};
   atomic_calls_[id] = {pe, fetched, arg, tag, issued_++};
   try {
-    track(send(pe, wire::kAtomic, &msg, sizeof msg, nullptr, 0), pe, nullptr, nullptr, 0,
-          "atomic");
+    track(send(pe, wire::kAtomic, &msg, sizeof msg, nullptr, 0), pe, done, arg, tag, what);
   } catch (...) {
     atomic_calls_.erase(id);
     throw;
@@ -52,7 +68,7 @@ bool UcxEngine::apply_atomics() {
     AtomicArrival& a = atomic_arrivals_[atomics_started_];
     if (a.word != nullptr) {
       if (atomic_sink_->full()) break;
-      a.sink_id = atomic_sink_->start(a.word, a.atomic);
+      a.sink_id = atomic_sink_->start(a.word, a.atomic, a.then ? &*a.then : nullptr);
     }
     moved = true;
   }
@@ -88,7 +104,17 @@ ucs_status_t UcxEngine::on_atomic(void* arg, const void* header, size_t header_b
   }
   const Atomic a{static_cast<AmoOp>(msg.op), static_cast<AmoType>(msg.type), msg.operand,
                  msg.compare};
-  self->atomic_arrivals_.push_back({static_cast<int>(msg.from), msg.id, word, a});
+  std::optional<SignalWord> then;
+  if (msg.signal.region != wire::kNoSignal) {
+    if (self->valid_signal(msg.signal)) {
+      const PeerRegion& at = self->regions_[msg.signal.region].peers[self->rank_];
+      then = SignalWord{reinterpret_cast<uint64_t*>(at.base + msg.signal.offset),
+                        msg.signal.value, static_cast<SignalUpdate>(msg.signal.update)};
+    } else {
+      word = nullptr;  // refused whole: its signal must not say data arrived that did not
+    }
+  }
+  self->atomic_arrivals_.push_back({static_cast<int>(msg.from), msg.id, word, a, then});
   return UCS_OK;
 }
 
@@ -102,7 +128,7 @@ ucs_status_t UcxEngine::on_atomic_reply(void* arg, const void* header, size_t he
   const AtomicCall call = it->second;
   self->atomic_calls_.erase(it);
   if (msg.applied == 0) {
-    self->note_arrival_error("an atomic at rank " + std::to_string(call.pe) +
+    self->note_arrival_error("an atomic or value put at rank " + std::to_string(call.pe) +
                              " failed there (its region is gone)");
   } else if (call.fetched != nullptr) {
     call.fetched(call.arg, call.tag, msg.old);

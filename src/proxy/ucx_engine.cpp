@@ -208,16 +208,24 @@ void UcxEngine::put(int pe, const void* src, size_t bytes, int region, uint64_t 
 }
 
 void UcxEngine::put_value(int pe, int region, uint64_t offset, uint64_t value, size_t bytes,
-                          Done done, void* arg, uint64_t tag) {
+                          Done done, void* arg, uint64_t tag, const SignalAfter* signal) {
   std::lock_guard<std::mutex> lock(mu_);
   GSHMEM_REQUIRE(bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8,
                  "put_value stores 1, 2, 4 or 8 bytes, not " + std::to_string(bytes));
   const PeerRegion& target = reach(pe, region, offset, bytes, "put_value");
+  // One message the target applies where an atomic can (the address aligned there).
+  if ((bytes == 4 || bytes == 8) && offset % bytes == 0 && target.base % bytes == 0) {
+    const Atomic swap{AmoOp::kSwap, bytes == 4 ? AmoType::kU32 : AmoType::kU64, value, 0};
+    send_atomic(pe, region, offset, swap, signal, nullptr, arg, tag, done, "put_value");
+    return;
+  }
+  if (signal != nullptr) reach_signal(pe, signal->region, signal->offset);
   auto source = std::make_shared<uint64_t>(value);  // little-endian: the low bytes come first
   ucp_request_param_t param{};
   ucs_status_ptr_t req = api_.put_nbx(eps_[pe], source.get(), bytes, target.base + offset,
                                       target.rkey, &param);
   track(req, pe, done, arg, tag, "put_value", std::move(source));
+  if (signal != nullptr) hold_signal(pe, to_wire(*signal), pe);  // as a small put_signal's
 }
 
 void UcxEngine::get(int pe, void* dst, size_t bytes, int region, uint64_t offset, Done done,

@@ -171,6 +171,7 @@ struct AtomicArrival {
   uint64_t id;
   void* word;  // null: refused (answered as such)
   Atomic atomic;
+  std::optional<SignalWord> then;  // a value put's signal, applied right after it
   uint64_t sink_id = 0;
 };
 
@@ -191,7 +192,7 @@ class UcxEngine final : public NetEngine {
   void put(int pe, const void* src, size_t bytes, int region, uint64_t offset, Done done,
            void* arg, uint64_t tag, const SignalAfter* signal) override;
   void put_value(int pe, int region, uint64_t offset, uint64_t value, size_t bytes, Done done,
-                 void* arg, uint64_t tag) override;
+                 void* arg, uint64_t tag, const SignalAfter* signal) override;
   void get(int pe, void* dst, size_t bytes, int region, uint64_t offset, Done done, void* arg,
            uint64_t tag) override;
   void signal(int pe, int region, uint64_t offset, uint64_t value,
@@ -290,6 +291,10 @@ class UcxEngine final : public NetEngine {
                                    size_t bytes, const ucp_am_recv_param_t* param);
 
   // ucx_atomics.cpp
+  // Sends `a` (checked) with `signal` to apply after it; `done` once the message left.
+  void send_atomic(int pe, int region, uint64_t offset, const Atomic& a,
+                   const SignalAfter* signal, Fetched fetched, void* arg, uint64_t tag, Done done,
+                   const char* op);
   bool apply_atomics();
   static ucs_status_t on_atomic(void* arg, const void* header, size_t header_bytes, void*, size_t,
                                 const ucp_am_recv_param_t*);

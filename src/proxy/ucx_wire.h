@@ -67,6 +67,7 @@ struct AtomicRequest {
   uint64_t type;  // AmoType
   uint64_t operand;
   uint64_t compare;
+  Signal signal;  // applied right after the atomic (a value put's); region kNoSignal: none
 };
 
 struct AtomicReply {

@@ -237,6 +237,17 @@ class EngineHandle {
                    nullptr, 0, &signal);
     });
   }
+  void put_value(int pe, uint64_t value, size_t bytes, int region, uint64_t offset,
+                 std::optional<int> signal_region, uint64_t signal_offset, uint64_t signal_value,
+                 bool set) {
+    const auto update = set ? gshmem::proxy::SignalUpdate::kSet : gshmem::proxy::SignalUpdate::kAdd;
+    const gshmem::proxy::SignalAfter signal{signal_region.value_or(0), signal_offset,
+                                            signal_value, update};
+    call_internal([&] {
+      engine().put_value(pe, region, offset, value, bytes, nullptr, nullptr, 0,
+                         signal_region ? &signal : nullptr);
+    });
+  }
   void get(int pe, uintptr_t dst, size_t bytes, int region, uint64_t offset) {
     call_internal([&] {
       engine().get(pe, reinterpret_cast<void*>(dst), bytes, region, offset, nullptr, nullptr, 0);
@@ -381,6 +392,9 @@ void bind_proxy(nb::module_& m) {
       .def("put", &EngineHandle::put, "pe"_a, "src"_a, "bytes"_a, "region"_a, "offset"_a)
       .def("put_signal", &EngineHandle::put_signal, "pe"_a, "src"_a, "bytes"_a, "region"_a,
            "offset"_a, "signal_region"_a, "signal_offset"_a, "value"_a, "set"_a = false)
+      .def("put_value", &EngineHandle::put_value, "pe"_a, "value"_a, "bytes"_a, "region"_a,
+           "offset"_a, "signal_region"_a = nb::none(), "signal_offset"_a = 0,
+           "signal_value"_a = 0, "set"_a = false)
       .def("get", &EngineHandle::get, "pe"_a, "dst"_a, "bytes"_a, "region"_a, "offset"_a)
       .def("signal", &EngineHandle::signal, "pe"_a, "region"_a, "offset"_a, "value"_a,
            "set"_a = false, "fenced"_a = false)
@@ -419,7 +433,8 @@ void bind_proxy(nb::module_& m) {
                                    {"signal", Op::kSignal}, {"get", Op::kGet},
                                    {"fence", Op::kFence}, {"quiet", Op::kQuiet},
                                    {"put_value", Op::kPutValue}, {"atomic", Op::kAtomic},
-                                   {"get_value", Op::kGetValue}});
+                                   {"get_value", Op::kGetValue},
+                                   {"put_value_signal", Op::kPutValueSignal}});
   m.attr("PROXY_AMO_OPS") = codes<AmoOp>({{"add", AmoOp::kAdd}, {"and", AmoOp::kAnd},
                                           {"or", AmoOp::kOr}, {"xor", AmoOp::kXor},
                                           {"swap", AmoOp::kSwap},

@@ -62,8 +62,8 @@ class RecordingEngine final : public gshmem::proxy::NetEngine {
     if (done != nullptr) done(arg, tag);
   }
   void put_value(int, int, uint64_t, uint64_t, size_t, gshmem::proxy::Done done, void* arg,
-                 uint64_t tag) override {
-    record("put_value");
+                 uint64_t tag, const gshmem::proxy::SignalAfter* signal) override {
+    record(signal != nullptr ? "put_value_signal" : "put_value");
     if (done != nullptr) done(arg, tag);
   }
   void get(int, void*, size_t, int, uint64_t, gshmem::proxy::Done done, void* arg,

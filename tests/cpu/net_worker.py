@@ -199,11 +199,12 @@ def flushes(bs, rank: int, n: int) -> dict:
 
 def signals_follow_data(bs, rank: int, n: int) -> dict:
     """Many signals in flight at once, each rank to the next: each covers a distinct slot put
-    before it and sets its own word; even slots are put_signals (the signal behind a flush of
-    that peer), odd ones a put and then a fenced signal (behind a flush of every peer); the
-    signals go out while the engine progresses, the caller not waiting. Each rank watches its
-    words as the signals arrive and checks, at the moment a word is seen set, that the slot it
-    covers is already there."""
+    before it and sets its own word. Slot i by i % 3: 0, a put_signal (the signal behind a flush
+    of that peer); 1, a put and then a fenced signal (behind a flush of every peer); 2, a
+    put_value of the slot's first 8, 4 or 2 bytes with its signal (8 and 4: one message the
+    target applies; 2: a put and a held signal). The signals go out while the engine
+    progresses, the caller not waiting. Each rank watches its words as the signals arrive and
+    checks, at the moment a word is seen set, that what the slot received is already there."""
     eng = engine(bs)
     count, slot = SIGNALS, 1024  # below the default bulk size: one-sided puts, held signals
     mem = np.zeros(count * slot, np.uint8)
@@ -212,14 +213,25 @@ def signals_follow_data(bs, rank: int, n: int) -> dict:
     eng.barrier()
     peer, left = (rank + 1) % n, (rank - 1) % n
     payload = pattern(rank, peer, count * slot)
+
+    def value_bytes(i: int) -> int:  # what a put_value slot receives
+        return (8, 4, 2)[i // 3 % 3]
+
     for i in range(count):
         src = addr(payload) + i * slot
-        if i % 2 == 0:
+        if i % 3 == 0:
             eng.put_signal(peer, src, slot, data, i * slot, signals, 8 * i, 1, set=True)
-        else:
+        elif i % 3 == 1:
             eng.put(peer, src, slot, data, i * slot)
             eng.signal(peer, signals, 8 * i, 1, set=True, fenced=True)
+        else:
+            nbytes = value_bytes(i)
+            value = int.from_bytes(payload[i * slot : i * slot + nbytes].tobytes(), "little")
+            eng.put_value(peer, value, nbytes, data, i * slot, signal_region=signals,
+                          signal_offset=8 * i, signal_value=1, set=True)  # fmt: skip
     want = pattern(left, rank, count * slot)
+    for i in range(2, count, 3):  # a put_value slot receives its first bytes only
+        want[i * slot + value_bytes(i) : (i + 1) * slot] = 0
     seen: set[int] = set()
     errors: list[str] = []
     token, flushed = eng.flush_start(), False

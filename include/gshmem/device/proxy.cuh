@@ -127,15 +127,24 @@ __device__ inline bool proxy_quiet(const Device& dev) {
 // A put (kPut) or put-with-signal (kPutSignal when `sig` is given: `value` added to it, or
 // stored) of `bytes` from local `src` to `dst` on `pe`; `counter` (index + 1, 0: none) counts
 // here once the source may be reused. Otherwise the source may be reused once proxy_quiet()
-// returned.
+// returned. 4 or 8 bytes, aligned at both ends, travel in the descriptor (kPutValue,
+// kPutValueSignal): the target applies them from one message, with no copy into its memory by
+// the network and no flush before the signal.
 __device__ inline bool proxy_put_to(const Device& dev, Remote dst, const void* src, size_t bytes,
                                     int pe, const Remote* sig = nullptr, uint64_t value = 0,
                                     SignalOp op = SignalOp::Add, uint64_t counter = 0) {
   proxy::Command c;
-  c.op = sig != nullptr ? proxy::Op::kPutSignal : proxy::Op::kPut;
+  const bool carried = (bytes == 4 || bytes == 8) && dst.offset % bytes == 0 &&
+                       reinterpret_cast<unsigned long long>(src) % bytes == 0;
+  if (carried) {
+    c.op = sig != nullptr ? proxy::Op::kPutValueSignal : proxy::Op::kPutValue;
+    c.local = bytes == 4 ? *static_cast<const uint32_t*>(src) : *static_cast<const uint64_t*>(src);
+  } else {
+    c.op = sig != nullptr ? proxy::Op::kPutSignal : proxy::Op::kPut;
+    c.local = reinterpret_cast<uint64_t>(src);
+  }
   c.pe = static_cast<uint32_t>(pe);
   c.region = dst.region;
-  c.local = reinterpret_cast<uint64_t>(src);
   c.offset = dst.offset;
   c.bytes = bytes;
   c.counter = counter;
