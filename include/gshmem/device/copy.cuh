@@ -8,11 +8,13 @@
 // Any size and any offsets are correct; 16-byte words need dst and src congruent modulo 16.
 // Plain (weak) loads and stores: ordering comes from the caller (signal release, fence, quiet).
 //
-// Thread scope: the lanes of a warp that reach a copy together each bring their own copy; those
-// of at least kLaneShareBytes are moved by all of these lanes together, one copy after another,
-// the rest by their own lane. One lane alone puts its 16-byte words in a different 32-byte
-// sector than its neighbours' at every access, half of each sector unused: thread-scope puts of
-// 8 KiB per thread moved 169 GB/s where warp scope moved 353 (docs/benchmarks.md). The lanes
+// Thread scope: the lanes of a warp that reach a copy together each bring their own copy. When
+// those copies tile one range (lane k's starts where lane k-1's ends) the lanes move the range as
+// one copy; otherwise those of at least kLaneShareBytes are moved by all of these lanes together,
+// one copy after another, the rest by their own lane. One lane alone puts its 16-byte words in a
+// different 32-byte sector than its neighbours' at every access, half of each sector unused:
+// thread-scope puts of 8 KiB per thread moved 169 GB/s where warp scope moved 353
+// (docs/benchmarks.md). The lanes
 // synchronise (__syncwarp over them) before, so each reads what the others wrote to their
 // sources, and after, so each lane's later release (a signal, a fence) covers the whole copy.
 #pragma once
@@ -73,16 +75,51 @@ __device__ inline void copy_split(void* dst, const void* src, size_t bytes, unsi
   }
 }
 
-// Thread scope: each calling lane's copy, the large ones shared by the lanes that arrived
-// together (above).
+// Whether the copies of `lanes` tile one range, in lane order: each lane's dst and src start where
+// the previous lane's end (as when thread t of a kernel puts bytes [t, t + 1) x n of an array).
+// Then that range is one copy, which all of them move together, coalesced, at any size: without
+// this, 32-byte copies per lane moved half of warp scope's bytes (docs/benchmarks.md). On return
+// *range_dst and *range_src hold its start and *range_bytes its length.
+__device__ inline bool lanes_tile_one_range(unsigned lanes, unsigned below, void* dst,
+                                            const void* src, size_t bytes, void** range_dst,
+                                            const void** range_src, size_t* range_bytes) {
+  const auto d = reinterpret_cast<unsigned long long>(dst);
+  const auto s = reinterpret_cast<unsigned long long>(src);
+  unsigned lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  const unsigned earlier = lanes & below;
+  const int previous = earlier != 0 ? 31 - __clz(earlier) : static_cast<int>(lane);
+  const auto previous_d_end = __shfl_sync(lanes, d + bytes, previous);
+  const auto previous_s_end = __shfl_sync(lanes, s + bytes, previous);
+  const bool follows = earlier == 0 || (d == previous_d_end && s == previous_s_end);
+  if (!__all_sync(lanes, follows)) return false;
+  const int first = __ffs(lanes) - 1, last = 31 - __clz(lanes);
+  const auto start = __shfl_sync(lanes, d, first);
+  *range_dst = reinterpret_cast<void*>(start);
+  *range_src = reinterpret_cast<const void*>(__shfl_sync(lanes, s, first));
+  *range_bytes = __shfl_sync(lanes, d + bytes, last) - start;
+  return true;
+}
+
+// Thread scope: each calling lane's copy; copies that tile one range move as one (above), else
+// the large ones are shared by the lanes that arrived together (above).
 __device__ inline void copy_by_lanes(void* dst, const void* src, size_t bytes) {
   const unsigned lanes = __activemask();
   __syncwarp(lanes);
-  const bool shared = bytes >= kLaneShareBytes;
-  unsigned pending = __ballot_sync(lanes, shared);
   unsigned below;
   asm volatile("mov.u32 %0, %%lanemask_lt;" : "=r"(below));
   const unsigned rank = __popc(lanes & below), size = __popc(lanes);
+  void* range_dst;
+  const void* range_src;
+  size_t range_bytes;
+  if (size > 1 && lanes_tile_one_range(lanes, below, dst, src, bytes, &range_dst, &range_src,
+                                       &range_bytes)) {
+    copy_split(range_dst, range_src, range_bytes, rank, size);
+    __syncwarp(lanes);
+    return;
+  }
+  const bool shared = bytes >= kLaneShareBytes;
+  unsigned pending = __ballot_sync(lanes, shared);
   while (pending != 0) {  // the same iterations on every lane of `lanes`
     const int owner = __ffs(pending) - 1;
     pending &= pending - 1;

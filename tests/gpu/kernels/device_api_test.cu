@@ -20,21 +20,25 @@ __device__ unsigned long long unit_count() {
          Scope::size();
 }
 
-// [begin, end) of this unit's chunk of `bytes`.
-template <class Scope>
+// [begin, end) of this unit's chunk of `bytes`. kLanesReversed (thread scope, whole warps): lane
+// k of a warp takes the chunk of lane 31 - k, so the lanes' copies do not tile one range in lane
+// order and thread-scope copies take their per-lane path (copy.cuh).
+template <class Scope, bool kLanesReversed = false>
 __device__ void chunk(size_t bytes, size_t* begin, size_t* end) {
-  const unsigned long long units = unit_count<Scope>(), u = unit_index<Scope>();
+  const unsigned long long units = unit_count<Scope>();
+  unsigned long long u = unit_index<Scope>();
+  if (kLanesReversed) u = (u & ~31ull) | (31 - (u & 31));
   const size_t per = (bytes + units - 1) / units;
   *begin = per * u < bytes ? per * u : bytes;
   *end = *begin + per < bytes ? *begin + per : bytes;
 }
 
 // mode: 0 blocking, 1 non-blocking followed by quiet.
-template <class Scope>
+template <class Scope, bool kLanesReversed = false>
 __device__ void put_chunk(const gshmem::Device& dev, char* dst, const char* src, size_t bytes,
                           int pe, int mode) {
   size_t b, e;
-  chunk<Scope>(bytes, &b, &e);
+  chunk<Scope, kLanesReversed>(bytes, &b, &e);
   if (mode == 0) {
     gshmem::put<Scope>(dev, dst + b, src + b, e - b, pe);
   } else {
@@ -43,11 +47,11 @@ __device__ void put_chunk(const gshmem::Device& dev, char* dst, const char* src,
   }
 }
 
-template <class Scope>
+template <class Scope, bool kLanesReversed = false>
 __device__ void get_chunk(const gshmem::Device& dev, char* dst, const char* src, size_t bytes,
                           int pe, int mode) {
   size_t b, e;
-  chunk<Scope>(bytes, &b, &e);
+  chunk<Scope, kLanesReversed>(bytes, &b, &e);
   if (mode == 0) {
     gshmem::get<Scope>(dev, dst + b, src + b, e - b, pe);
   } else {
@@ -144,6 +148,16 @@ __device__ void iput_chunk(const gshmem::Device& dev, T* dst, const T* src, long
 SCOPED_KERNELS(thread, gshmem::Thread)
 SCOPED_KERNELS(warp, gshmem::Warp)
 SCOPED_KERNELS(block, gshmem::Block)
+
+// Thread-scope put and get whose lanes' chunks are reversed within each warp (chunk above).
+extern "C" __global__ void put_thread_reversed(gshmem::Device dev, char* dst, const char* src,
+                                               size_t bytes, int pe, int mode) {
+  put_chunk<gshmem::Thread, true>(dev, dst, src, bytes, pe, mode);
+}
+extern "C" __global__ void get_thread_reversed(gshmem::Device dev, char* dst, const char* src,
+                                               size_t bytes, int pe, int mode) {
+  get_chunk<gshmem::Thread, true>(dev, dst, src, bytes, pe, mode);
+}
 
 // ---- p / g on every element size ----
 #define PG_KERNELS(NAME, T)                                                                     \

@@ -1,8 +1,9 @@
 """GPU checks of the device API, run as one rank of `python -m gshmem.run -n N`.
 
 Usage: device_api_check.py SCENARIO
-  rma     put/get/put_nbi/get_nbi at thread, warp and block scope: 1 B .. 32 MiB, odd sizes,
-          every relative alignment, random data, poisoned destinations and guard bytes
+  rma     put/get/put_nbi/get_nbi at thread, warp and block scope (thread scope twice: lanes
+          whose copies tile one range, and lanes reversed): 1 B .. 32 MiB, odd sizes, every
+          relative alignment, random data, poisoned destinations and guard bytes
   signal  put_signal(_nbi) SET/ADD at every scope, receiver waits then reads (signal_wait_until)
   pg      p/g on 1-, 2-, 4-, 8-byte integers, float, double
   strided iput/iget on int and double at every scope, several strides
@@ -137,7 +138,9 @@ def scenario_rma(comm: gshmem.Comm, dev: np.ndarray) -> None:
     dst = comm.empty((cap,), torch.uint8)
     case = 0
     for op in ("put", "get"):
-        for scope, (grid, block) in SCOPES.items():
+        # thread_reversed: thread scope with each warp's lanes taking their chunks in reverse,
+        # so that their copies take the per-lane path rather than one range (copy.cuh)
+        for scope, (grid, block) in {**SCOPES, "thread_reversed": SCOPES["thread"]}.items():
             fn = kernel(f"{op}_{scope}")
             for mode in (0, 1):
                 for size in small + large:
