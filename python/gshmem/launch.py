@@ -555,8 +555,7 @@ def detect(
             raise UsageError(
                 f"detect(): rank={rank}, nranks={nranks} were given without uid and no launcher "
                 "was found (gshmem.run, torch.distributed, jax.distributed, MPI, torchrun, "
-                "srun); pass "
-                "uid too (created on rank 0 and sent to the others), or start with "
+                "srun); pass uid too (created on rank 0 and sent to the others), or start with "
                 "`python -m gshmem.run -n N`"
             )
         launch = Launch(_rank0_uid(single_host=True), 0, 1, 0, 1, "single")

@@ -125,27 +125,23 @@ void Proxy::execute(const Command& c, uint64_t ticket) {
   const Done done = c.counter != 0 ? &Proxy::counted : nullptr;
   const int pe = static_cast<int>(c.pe);
   const SignalUpdate update = c.signal_set ? SignalUpdate::kSet : SignalUpdate::kAdd;
+  // The signal a put applies after its data (kPutSignal, kPutValueSignal); none otherwise.
+  const bool signalled = c.op == Op::kPutSignal || c.op == Op::kPutValueSignal;
+  const SignalAfter signal =
+      signalled ? SignalAfter{resolve(c.signal_region), c.signal_offset, c.signal_value, update}
+                : SignalAfter{};
+  const SignalAfter* after = signalled ? &signal : nullptr;
   switch (c.op) {
     case Op::kPut:
+    case Op::kPutSignal:
       engine_.put(pe, reinterpret_cast<const void*>(c.local), c.bytes, resolve(c.region),
-                  c.offset, done, this, c.counter, nullptr);
+                  c.offset, done, this, c.counter, after);
       return;
-    case Op::kPutSignal: {
-      const SignalAfter signal{resolve(c.signal_region), c.signal_offset, c.signal_value, update};
-      engine_.put(pe, reinterpret_cast<const void*>(c.local), c.bytes, resolve(c.region),
-                  c.offset, done, this, c.counter, &signal);
-      return;
-    }
     case Op::kPutValue:
+    case Op::kPutValueSignal:
       engine_.put_value(pe, resolve(c.region), c.offset, c.local, c.bytes, done, this,
-                        c.counter, nullptr);
+                        c.counter, after);
       return;
-    case Op::kPutValueSignal: {
-      const SignalAfter signal{resolve(c.signal_region), c.signal_offset, c.signal_value, update};
-      engine_.put_value(pe, resolve(c.region), c.offset, c.local, c.bytes, done, this,
-                        c.counter, &signal);
-      return;
-    }
     case Op::kSignal:  // a signal releases what was written before it (signal.cuh)
       engine_.fenced_signal(pe, resolve(c.signal_region), c.signal_offset, c.signal_value,
                             update);

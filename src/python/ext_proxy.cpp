@@ -229,9 +229,7 @@ class EngineHandle {
   }
   void put_signal(int pe, uintptr_t src, size_t bytes, int region, uint64_t offset,
                   int signal_region, uint64_t signal_offset, uint64_t value, bool set) {
-    const gshmem::proxy::SignalAfter signal{
-        signal_region, signal_offset, value,
-        set ? gshmem::proxy::SignalUpdate::kSet : gshmem::proxy::SignalUpdate::kAdd};
+    const gshmem::proxy::SignalAfter signal{signal_region, signal_offset, value, update_of(set)};
     call_internal([&] {
       engine().put(pe, reinterpret_cast<const void*>(src), bytes, region, offset, nullptr,
                    nullptr, 0, &signal);
@@ -240,9 +238,8 @@ class EngineHandle {
   void put_value(int pe, uint64_t value, size_t bytes, int region, uint64_t offset,
                  std::optional<int> signal_region, uint64_t signal_offset, uint64_t signal_value,
                  bool set) {
-    const auto update = set ? gshmem::proxy::SignalUpdate::kSet : gshmem::proxy::SignalUpdate::kAdd;
     const gshmem::proxy::SignalAfter signal{signal_region.value_or(0), signal_offset,
-                                            signal_value, update};
+                                            signal_value, update_of(set)};
     call_internal([&] {
       engine().put_value(pe, region, offset, value, bytes, nullptr, nullptr, 0,
                          signal_region ? &signal : nullptr);
@@ -254,7 +251,7 @@ class EngineHandle {
     });
   }
   void signal(int pe, int region, uint64_t offset, uint64_t value, bool set, bool fenced) {
-    const auto update = set ? gshmem::proxy::SignalUpdate::kSet : gshmem::proxy::SignalUpdate::kAdd;
+    const gshmem::proxy::SignalUpdate update = update_of(set);
     call_internal([&] {
       if (fenced) {
         engine().fenced_signal(pe, region, offset, value, update);
@@ -277,6 +274,10 @@ class EngineHandle {
   }
 
  private:
+  static gshmem::proxy::SignalUpdate update_of(bool set) {
+    return set ? gshmem::proxy::SignalUpdate::kSet : gshmem::proxy::SignalUpdate::kAdd;
+  }
+
   std::unique_ptr<HostTestStaging> staging_;       // outlives the engine
   std::unique_ptr<gshmem::proxy::GpuSink> sink_;   // outlives the engine
   std::unique_ptr<gshmem::proxy::NetEngine> engine_;
