@@ -37,7 +37,7 @@ typedef decltype(static_cast<char*>(0) - static_cast<char*>(0)) ptrdiff_t;
 extern "C" {
 #endif
 
-#define GSHMEM_DEVICE_STATE_VERSION 4
+#define GSHMEM_DEVICE_STATE_VERSION 5
 
 /* What gave up waiting (gshmem_fault_t.op). */
 #define GSHMEM_WAIT_SIGNAL 1     /* signal_wait_until */
@@ -114,6 +114,8 @@ typedef struct gshmem_device {
   uint64_t proxy_failed;   /* uint64_t: nonzero once the proxy thread stopped on an error */
   /* version 4: values fetched through the proxy (atomics that return the old value, g) */
   uint64_t proxy_results;  /* ResultSlot[proxy_capacity] (gshmem/proxy_queue.h), mapped */
+  /* version 5: small puts whose data travels in the queue */
+  uint64_t proxy_inline; /* uint8_t[proxy_capacity][kInlineBytes] (gshmem/proxy_queue.h), mapped */
 } gshmem_device_t;
 
 #define GSHMEM_WINDOW_STATE_VERSION 2

@@ -12,7 +12,8 @@
 //            overwrite an unread slot, so a producer can wait with a deadline.
 //   publish  the producer stores the payload, then the sequence word t + 1 with release order.
 //   pop      the consumer waits for slot h's sequence word to read h + 1 (acquire), copies the
-//            payload, then stores head = h + 1 (release): the slot is free for ticket h + capacity.
+//            payload (and, for kPutInline, the ticket's inline data), then stores head = h + 1
+//            (release): the slot is free for ticket h + capacity.
 // Many producers, one consumer; each producer's descriptors come out in the order it published
 // them (tickets grow), descriptors of different producers in ticket order.
 //
@@ -38,6 +39,11 @@
 // (bits 8-15) and whether the old value is wanted (bit 16), word 4 for compare_swap's
 // comparand. kGetValue reads `bytes` (1, 2, 4 or 8) from the target into this ticket's result.
 //
+// Inline data (kPutInline, kPutInlineSignal): a put of at most kInlineBytes whose bytes the
+// producer copied into inline_data[t % capacity] before it published ticket t (the release that
+// publishes covers them); word 1 is unused. The proxy reads them before it frees the slot, so
+// the target receives them in one message, with no read of the producer's memory by the network.
+//
 // Results (kAtomic that fetches, kGetValue): the proxy stores the value in results[t %
 // capacity], then the ticket t + 1 there (release); the producer that took ticket t waits for
 // that ticket, then reads the value. A result slot is reused by ticket t + capacity, so a
@@ -50,6 +56,10 @@ namespace gshmem {
 namespace proxy {
 
 constexpr size_t kPayloadWords = 7;
+// The largest put whose data travels in the queue (kPutInline): a ping-pong's 1 KiB put_signal
+// through the proxy took ~36 us as a put, a flush and a signal, against ~16 for 8 bytes carried
+// in the descriptor (docs/network.md).
+constexpr uint64_t kInlineBytes = 1024;
 
 struct alignas(64) Descriptor {
   uint64_t seq;  // ticket + 1 once published; anything else: not (yet) this ticket's
@@ -63,6 +73,7 @@ struct QueueView {
   uint64_t* tail;     // tickets handed out
   uint64_t* head;     // descriptors consumed
   uint64_t capacity;  // power of two
+  uint8_t* inline_data;  // [capacity][kInlineBytes], 16-byte aligned (Inline data above)
 };
 
 // Whether `n` can be a capacity.
@@ -81,6 +92,10 @@ enum class Op : uint8_t {
   // kPutValue, then (ordered after it) the signal update of kPutSignal: a small put_signal whose
   // data the producer carried in the descriptor, so the target applies both from one message
   kPutValueSignal = 10,
+  // up to kInlineBytes carried in the ticket's inline data (Inline data above), then, for
+  // kPutInlineSignal, the signal update of kPutSignal: the target applies both from one message
+  kPutInline = 11,
+  kPutInlineSignal = 12,
 };
 
 // The atomics a kAtomic descriptor applies (old: the word's value before).

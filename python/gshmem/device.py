@@ -56,6 +56,7 @@ class DeviceStruct(ctypes.Structure):
         ("proxy_retired", ctypes.c_uint64),
         ("proxy_failed", ctypes.c_uint64),
         ("proxy_results", ctypes.c_uint64),
+        ("proxy_inline", ctypes.c_uint64),
     ]
 
 

@@ -59,6 +59,7 @@ DeviceState::DeviceState(Comm& comm) : local_index_(nullptr, DeviceFree{comm.dev
     state_.proxy_tail = reinterpret_cast<uint64_t>(q.tail);
     state_.proxy_head = reinterpret_cast<uint64_t>(q.head);
     state_.proxy_capacity = q.capacity;
+    state_.proxy_inline = reinterpret_cast<uint64_t>(q.inline_data);
     state_.proxy_retired = reinterpret_cast<uint64_t>(path->completion().retired);
     state_.proxy_failed = reinterpret_cast<uint64_t>(path->completion().failed);
     state_.proxy_results = reinterpret_cast<uint64_t>(path->completion().results);

@@ -42,11 +42,11 @@ ProxyChannel::~ProxyChannel() {
 }
 
 void ProxyChannel::allocate(uint64_t capacity, uint64_t counters) {
-  // One block: the slots, their results, then head, retired and failed a cache line each (the
-  // two sides write them), then the counters unless they are GPU memory.
+  // One block: the slots, their results, their inline data, then head, retired and failed a
+  // cache line each (the two sides write them), then the counters unless they are GPU memory.
   const bool gpu = producers_ == Producers::kGpu;
   const bool in_block = !gpu_counters_wanted_;
-  const size_t bytes = capacity * (sizeof(Descriptor) + sizeof(ResultSlot)) +
+  const size_t bytes = capacity * (sizeof(Descriptor) + sizeof(ResultSlot) + kInlineBytes) +
                        (8 * 3 + (in_block ? counters : 0)) * sizeof(uint64_t);
   if (gpu) {
     cuda::DeviceGuard guard(device_);
@@ -68,8 +68,9 @@ void ProxyChannel::allocate(uint64_t capacity, uint64_t counters) {
   }
   std::memset(block_, 0, bytes);
   auto* results = reinterpret_cast<ResultSlot*>(static_cast<Descriptor*>(block_) + capacity);
-  auto* after = reinterpret_cast<uint64_t*>(results + capacity);
-  queue_ = {static_cast<Descriptor*>(block_), tail_, after, capacity};
+  auto* inline_data = reinterpret_cast<uint8_t*>(results + capacity);
+  auto* after = reinterpret_cast<uint64_t*>(inline_data + capacity * kInlineBytes);
+  queue_ = {static_cast<Descriptor*>(block_), tail_, after, capacity, inline_data};
   completion_ = {after + 8, after + 16, in_block ? after + 24 : gpu_counters_, counters, results};
 }
 
@@ -90,10 +91,19 @@ void ProxyChannel::release() noexcept {
 std::optional<uint64_t> ProxyChannel::try_push(const Command& c) {
   GSHMEM_REQUIRE(producers_ == Producers::kHost,
                  "this proxy channel's producers are kernels (its ticket counter is GPU memory)");
+  const bool carried = c.op == Op::kPutInline || c.op == Op::kPutInlineSignal;
+  GSHMEM_REQUIRE(!carried || c.bytes <= kInlineBytes,
+                 "an inline put carries at most " + std::to_string(kInlineBytes) + " bytes, not " +
+                     std::to_string(c.bytes));
+  Command sent = c;
+  if (carried) sent.local = 0;  // the bytes travel in the queue (proxy_queue.h)
   uint64_t words[kPayloadWords];
-  encode(c, words);
+  encode(sent, words);
   uint64_t ticket = 0;
   if (!try_reserve(queue_, ticket)) return std::nullopt;
+  if (carried && c.bytes != 0) {
+    std::memcpy(inline_slot(queue_, ticket), reinterpret_cast<const void*>(c.local), c.bytes);
+  }
   publish(queue_, ticket, words);
   return ticket;
 }

@@ -1,5 +1,7 @@
 #include "proxy/cpu_sink.h"
 
+#include <cstring>
+
 #include "proxy/amo.h"
 
 namespace gshmem::proxy {
@@ -32,6 +34,14 @@ uint64_t CpuAtomicSink::start(void* word, const Atomic& a, const SignalWord* the
                                               : cas_loop(static_cast<uint64_t*>(word), a);
   if (then != nullptr) cpu_signal_sink(nullptr, then->word, then->value, then->update);
   old_[next_] = old;
+  return next_++;
+}
+
+uint64_t CpuAtomicSink::start_write(void* dst, const void* data, size_t bytes,
+                                    const SignalWord* then) {
+  std::memcpy(dst, data, bytes);  // the signal's release store below publishes it
+  if (then != nullptr) cpu_signal_sink(nullptr, then->word, then->value, then->update);
+  old_[next_] = 0;
   return next_++;
 }
 

@@ -16,6 +16,9 @@ class CpuAtomicSink final : public AtomicSink {
  public:
   // Applied at once, by a compare-and-swap loop (amo.h), then `then` by cpu_signal_sink.
   uint64_t start(void* word, const Atomic& a, const SignalWord* then) override;
+  // Copied at once, then `then` as above.
+  uint64_t start_write(void* dst, const void* data, size_t bytes,
+                       const SignalWord* then) override;
   bool done(uint64_t id, uint64_t* old) override;
 
  private:

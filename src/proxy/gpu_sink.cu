@@ -1,5 +1,6 @@
 #include "proxy/gpu_sink.h"
 
+#include <cstring>
 #include <string>
 
 #include "common/cuda_api.h"
@@ -46,6 +47,28 @@ __global__ void apply_atomic(void* word, Atomic a, ResultSlot* out, unsigned lon
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(&out->ticket), "l"(ticket) : "memory");
 }
 
+// An inline put's bytes, passed by value: a kernel's parameters hold up to 4 KiB.
+struct InlineBytes {
+  alignas(16) unsigned char bytes[kInlineBytes];
+};
+
+// The bytes, then `signal` (not null) as in apply_atomic, then the ticket as an atomic's.
+__global__ void apply_write(unsigned char* dst, InlineBytes data, unsigned int bytes,
+                            ResultSlot* out, unsigned long long ticket,
+                            unsigned long long* signal, unsigned long long value, bool set) {
+  if (reinterpret_cast<unsigned long long>(dst) % 8 == 0 && bytes % 8 == 0) {
+    auto* to = reinterpret_cast<unsigned long long*>(dst);
+    const auto* from = reinterpret_cast<const unsigned long long*>(data.bytes);
+    for (unsigned int i = 0; i < bytes / 8; ++i) to[i] = from[i];
+  } else {
+    for (unsigned int i = 0; i < bytes; ++i) dst[i] = data.bytes[i];
+  }
+  if (signal != nullptr) signal_word(signal, value, set);  // release: after the bytes
+  out->value = 0;
+  __threadfence_system();  // the bytes before the ticket, as an atomic's old value
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(&out->ticket), "l"(ticket) : "memory");
+}
+
 }  // namespace
 
 GpuSink::GpuSink(int device) : device_(device) {
@@ -54,6 +77,7 @@ GpuSink::GpuSink(int device) : device_(device) {
   // one of them may be the very kernel waiting for that arrival.
   cuda::preload(apply_signal, "loading the kernel that applies network signals");
   cuda::preload(apply_atomic, "loading the kernel that applies network atomics");
+  cuda::preload(apply_write, "loading the kernel that applies inline puts");
   cuda::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
               "creating the stream that applies network signals");
   if (cudaHostAlloc(reinterpret_cast<void**>(&outcomes_), kAtomicsInFlight * sizeof(ResultSlot),
@@ -101,6 +125,27 @@ uint64_t GpuSink::start(void* word, const Atomic& a, const SignalWord* then) {
       then != nullptr ? static_cast<unsigned long long>(then->value) : 0ull,
       then != nullptr && then->update == SignalUpdate::kSet);
   cuda::check(cudaGetLastError(), "launching the kernel that applies a network atomic");
+  ++started_;
+  return id;
+}
+
+uint64_t GpuSink::start_write(void* dst, const void* data, size_t bytes,
+                              const SignalWord* then) {
+  GSHMEM_REQUIRE(!full(), "an inline put started while " + std::to_string(kAtomicsInFlight) +
+                             " atomics are in flight");
+  GSHMEM_REQUIRE(bytes <= kInlineBytes, "an inline put carries at most " +
+                                            std::to_string(kInlineBytes) + " bytes");
+  InlineBytes carried;
+  std::memcpy(carried.bytes, data, bytes);
+  const uint64_t id = started_;
+  cuda::DeviceGuard guard(device_);
+  auto* signal = then != nullptr ? reinterpret_cast<unsigned long long*>(then->word) : nullptr;
+  apply_write<<<1, 1, 0, stream_>>>(
+      static_cast<unsigned char*>(dst), carried, static_cast<unsigned int>(bytes),
+      &outcomes_[id % kAtomicsInFlight], static_cast<unsigned long long>(id + 1), signal,
+      then != nullptr ? static_cast<unsigned long long>(then->value) : 0ull,
+      then != nullptr && then->update == SignalUpdate::kSet);
+  cuda::check(cudaGetLastError(), "launching the kernel that applies an inline put");
   ++started_;
   return id;
 }

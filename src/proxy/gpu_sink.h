@@ -7,7 +7,9 @@
 //            signal only after the data fenced before it has landed);
 //   atomics  a system-scope compare-and-swap loop (amo.h), which writes the old value to pinned
 //            host memory that the engine polls (done()) before it answers the requester; a
-//            value put's signal follows in the same kernel, as a signal above.
+//            value put's signal follows in the same kernel, as a signal above;
+//   writes   an inline put's bytes (at most kInlineBytes) travel in the kernel's parameters, so
+//            nothing of the engine's must outlive the launch; its signal follows in the kernel.
 // A kernel needs one free block slot, so a kernel that fills every SM while it waits for a
 // network signal or atomic would wait forever (docs/network.md). The kernels are loaded when the
 // sink is made, not lazily at the first arrival: a lazy load waits for the kernels running on
@@ -41,6 +43,8 @@ class GpuSink final : public AtomicSink {
   // failure.
   bool full() const override { return started_ - finished_ >= kAtomicsInFlight; }
   uint64_t start(void* word, const Atomic& a, const SignalWord* then) override;
+  uint64_t start_write(void* dst, const void* data, size_t bytes,
+                       const SignalWord* then) override;
   bool done(uint64_t id, uint64_t* old) override;
 
   static constexpr uint64_t kAtomicsInFlight = 4096;

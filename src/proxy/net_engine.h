@@ -103,6 +103,11 @@ class AtomicSink {
   // then `then` (when not null) after it; returns an id for done(). Atomics of one sink are
   // applied in the order they are started.
   virtual uint64_t start(void* word, const Atomic& a, const SignalWord* then) = 0;
+  // Starts copying `bytes` (at most kInlineBytes) from `data`, which need not outlive the call,
+  // to `dst` (inside a region of this rank) unless full(), then `then` (when not null) after it;
+  // in order with the atomics, and done() like theirs (old: 0).
+  virtual uint64_t start_write(void* dst, const void* data, size_t bytes,
+                               const SignalWord* then) = 0;
   // Whether atomic `id` was applied; if so its old value is in *old and the id is spent. Asked
   // in the order the atomics were started.
   virtual bool done(uint64_t id, uint64_t* old) = 0;
@@ -134,12 +139,19 @@ class NetEngine {
                    Done done, void* arg, uint64_t tag, const SignalAfter* signal) = 0;
   // Non-blocking. Stores the low `bytes` (1, 2, 4 or 8) bytes of `value` at `offset` of `pe`'s
   // `region`, then applies `signal` there when not null; the engine keeps the value, so nothing
-  // of the caller's must outlive the call. 4 or 8 bytes at an offset aligned to them travel as
-  // one message that the target's atomic sink applies (a swap, then the signal): no copy into
-  // the target's memory by the transport (for GPU memory a CUDA IPC copy, or RDMA), no flush
-  // before the signal. Complete, for flush(), once the target applied it.
+  // of the caller's must outlive the call. One message that the target's atomic sink applies
+  // (4 or 8 bytes at an offset aligned to them as a swap, others as put_inline's bytes; then the
+  // signal): no copy into the target's memory by the transport (for GPU memory a CUDA IPC copy,
+  // or RDMA), no flush before the signal. Complete, for flush(), once the target applied it.
   virtual void put_value(int pe, int region, uint64_t offset, uint64_t value, size_t bytes,
                          Done done, void* arg, uint64_t tag, const SignalAfter* signal) = 0;
+  // Non-blocking. Copies `bytes` (at most kInlineBytes, proxy_queue.h) from `data`, which need
+  // not outlive the call (the engine keeps a copy), to `offset` of `pe`'s `region`, then applies
+  // `signal` there when not null: one message that the target's atomic sink applies (a copy,
+  // then the signal), no copy into the target's memory by the transport and no flush before the
+  // signal. Complete, for flush(), once the target applied it.
+  virtual void put_inline(int pe, int region, uint64_t offset, const void* data, size_t bytes,
+                          Done done, void* arg, uint64_t tag, const SignalAfter* signal) = 0;
   // Non-blocking. Copies from `pe`'s region into local `dst`.
   virtual void get(int pe, void* dst, size_t bytes, int region, uint64_t offset, Done done,
                    void* arg, uint64_t tag) = 0;

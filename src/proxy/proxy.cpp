@@ -125,8 +125,9 @@ void Proxy::execute(const Command& c, uint64_t ticket) {
   const Done done = c.counter != 0 ? &Proxy::counted : nullptr;
   const int pe = static_cast<int>(c.pe);
   const SignalUpdate update = c.signal_set ? SignalUpdate::kSet : SignalUpdate::kAdd;
-  // The signal a put applies after its data (kPutSignal, kPutValueSignal); none otherwise.
-  const bool signalled = c.op == Op::kPutSignal || c.op == Op::kPutValueSignal;
+  // The signal a put applies after its data (kPut*Signal); none otherwise.
+  const bool signalled = c.op == Op::kPutSignal || c.op == Op::kPutValueSignal ||
+                         c.op == Op::kPutInlineSignal;
   const SignalAfter signal =
       signalled ? SignalAfter{resolve(c.signal_region), c.signal_offset, c.signal_value, update}
                 : SignalAfter{};
@@ -141,6 +142,14 @@ void Proxy::execute(const Command& c, uint64_t ticket) {
     case Op::kPutValueSignal:
       engine_.put_value(pe, resolve(c.region), c.offset, c.local, c.bytes, done, this,
                         c.counter, after);
+      return;
+    case Op::kPutInline:
+    case Op::kPutInlineSignal:
+      GSHMEM_REQUIRE(c.bytes <= kInlineBytes, "an inline proxy put carries at most " +
+                                                  std::to_string(kInlineBytes) + " bytes, not " +
+                                                  std::to_string(c.bytes));
+      engine_.put_inline(pe, resolve(c.region), c.offset, inline_slot(queue_, ticket), c.bytes,
+                         done, this, c.counter, after);
       return;
     case Op::kSignal:  // a signal releases what was written before it (signal.cuh)
       engine_.fenced_signal(pe, resolve(c.signal_region), c.signal_offset, c.signal_value,
@@ -188,7 +197,7 @@ void Proxy::run(int device) {
       int taken = 0;
       bool quiet_held = false;  // a kQuiet taken in this batch waits for the batch's flush
       uint64_t words[kPayloadWords];
-      while (taken < kBatch && try_pop(queue_, next, words)) {
+      while (taken < kBatch && try_peek(queue_, next, words)) {
         const Command c = decode(words);
         // Quiets coalesce: one flush started after the batch completes everything before
         // each of them. Issuing what follows a quiet before that flush finished is sound: a
@@ -197,8 +206,9 @@ void Proxy::run(int device) {
         if (c.op == Op::kQuiet) {
           quiet_held = true;
         } else {
-          execute(c, next - 1);
+          execute(c, next);  // the engine copies what it keeps of the slot (inline data)
         }
+        release(queue_, next);
         if (!quiet_held && flushing.empty()) {
           __atomic_store_n(completion_.retired, next, __ATOMIC_RELEASE);
         }

@@ -4,9 +4,13 @@
 // atomic sink in arrival order (a CPU compare-and-swap on host memory, a kernel on GPU memory),
 // and answers with the old value once the sink says it was applied; the requester's atomic is
 // complete (for flush) when the answer is back. A value put of 4 or 8 aligned bytes travels the
-// same way, as a swap that carries its signal (put_value): the sink applies both in order.
+// same way, as a swap that carries its signal (put_value): the sink applies both in order; so
+// does an inline put (put_inline: up to kInlineBytes sent as the message's data).
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "proxy/amo.h"
@@ -54,6 +58,38 @@ void UcxEngine::send_atomic(int pe, int region, uint64_t offset, const Atomic& a
   }
 }
 
+void UcxEngine::put_inline(int pe, int region, uint64_t offset, const void* data, size_t bytes,
+                           Done done, void* arg, uint64_t tag, const SignalAfter* signal) {
+  std::lock_guard<std::mutex> lock(mu_);
+  GSHMEM_REQUIRE(bytes >= 1 && bytes <= kInlineBytes,
+                 "an inline put carries 1 to " + std::to_string(kInlineBytes) + " bytes, not " +
+                     std::to_string(bytes));
+  reach(pe, region, offset, bytes, "put_inline");
+  send_write(pe, region, offset, data, bytes, signal, done, arg, tag, "put_inline");
+}
+
+void UcxEngine::send_write(int pe, int region, uint64_t offset, const void* data, size_t bytes,
+                           const SignalAfter* signal, Done done, void* arg, uint64_t tag,
+                           const char* what) {
+  if (signal != nullptr) reach_signal(pe, signal->region, signal->offset);
+  const uint64_t id = next_atomic_++;
+  const wire::WriteRequest msg{static_cast<uint64_t>(rank_), id, static_cast<uint64_t>(region),
+                               offset, bytes,
+                               signal != nullptr ? to_wire(*signal)
+                                                 : wire::Signal{wire::kNoSignal, 0, 0, 0}};
+  // The message's data must outlive the send: a copy that the request keeps.
+  std::shared_ptr<uint64_t> copy(new uint64_t[(bytes + 7) / 8], std::default_delete<uint64_t[]>());
+  std::memcpy(copy.get(), data, bytes);
+  atomic_calls_[id] = {pe, nullptr, arg, tag, issued_++};
+  try {
+    track(send(pe, wire::kWrite, &msg, sizeof msg, copy.get(), bytes, true), pe, done, arg, tag,
+          what, copy);
+  } catch (...) {
+    atomic_calls_.erase(id);
+    throw;
+  }
+}
+
 void UcxEngine::set_atomic_sink(AtomicSink* sink) {
   std::lock_guard<std::mutex> lock(mu_);
   atomic_sink_ = sink != nullptr ? sink : &cpu_atomics_;
@@ -68,7 +104,10 @@ bool UcxEngine::apply_atomics() {
     AtomicArrival& a = atomic_arrivals_[atomics_started_];
     if (a.word != nullptr) {
       if (atomic_sink_->full()) break;
-      a.sink_id = atomic_sink_->start(a.word, a.atomic, a.then ? &*a.then : nullptr);
+      const SignalWord* then = a.then ? &*a.then : nullptr;
+      a.sink_id = a.written ? atomic_sink_->start_write(a.word, a.written->data(),
+                                                        a.written->size(), then)
+                            : atomic_sink_->start(a.word, a.atomic, then);
     }
     moved = true;
   }
@@ -104,18 +143,49 @@ ucs_status_t UcxEngine::on_atomic(void* arg, const void* header, size_t header_b
   }
   const Atomic a{static_cast<AmoOp>(msg.op), static_cast<AmoType>(msg.type), msg.operand,
                  msg.compare};
-  std::optional<SignalWord> then;
-  if (msg.signal.region != wire::kNoSignal) {
-    if (self->valid_signal(msg.signal)) {
-      const PeerRegion& at = self->regions_[msg.signal.region].peers[self->rank_];
-      then = SignalWord{reinterpret_cast<uint64_t*>(at.base + msg.signal.offset),
-                        msg.signal.value, static_cast<SignalUpdate>(msg.signal.update)};
-    } else {
-      word = nullptr;  // refused whole: its signal must not say data arrived that did not
-    }
-  }
+  bool refused = false;
+  std::optional<SignalWord> then = self->arriving_signal(msg.signal, &refused);
+  if (refused) word = nullptr;  // refused whole: its signal must not say data arrived that did not
   self->atomic_arrivals_.push_back({static_cast<int>(msg.from), msg.id, word, a, then});
   return UCS_OK;
+}
+
+ucs_status_t UcxEngine::on_write(void* arg, const void* header, size_t header_bytes, void* data,
+                                 size_t bytes, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxEngine*>(arg);
+  wire::WriteRequest msg;
+  if (!read_header(header, header_bytes, msg) ||
+      msg.from >= static_cast<uint64_t>(self->nranks_)) {
+    return UCS_OK;
+  }
+  // Sent eagerly, so the bytes are here now; anything else is refused (answered as such).
+  const bool here = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0 && msg.bytes == bytes &&
+                    bytes >= 1 && bytes <= kInlineBytes;
+  const PeerRegion* mine = here ? self->landing(msg.region, msg.offset, bytes) : nullptr;
+  void* dst = mine != nullptr ? reinterpret_cast<void*>(mine->base + msg.offset) : nullptr;
+  bool refused = false;
+  std::optional<SignalWord> then = self->arriving_signal(msg.signal, &refused);
+  if (refused) dst = nullptr;
+  std::optional<std::vector<unsigned char>> written;
+  if (dst != nullptr) {
+    const auto* from = static_cast<const unsigned char*>(data);
+    written.emplace(from, from + bytes);
+  }
+  self->atomic_arrivals_.push_back(
+      {static_cast<int>(msg.from), msg.id, dst, Atomic{}, then, std::move(written)});
+  return UCS_OK;
+}
+
+std::optional<SignalWord> UcxEngine::arriving_signal(const wire::Signal& s, bool* refused) const {
+  *refused = false;
+  if (s.region == wire::kNoSignal) return std::nullopt;
+  if (!valid_signal(s)) {
+    *refused = true;
+    return std::nullopt;
+  }
+  const PeerRegion& at = regions_[s.region].peers[rank_];
+  return SignalWord{reinterpret_cast<uint64_t*>(at.base + s.offset), s.value,
+                    static_cast<SignalUpdate>(s.update)};
 }
 
 ucs_status_t UcxEngine::on_atomic_reply(void* arg, const void* header, size_t header_bytes,
@@ -128,7 +198,7 @@ ucs_status_t UcxEngine::on_atomic_reply(void* arg, const void* header, size_t he
   const AtomicCall call = it->second;
   self->atomic_calls_.erase(it);
   if (msg.applied == 0) {
-    self->note_arrival_error("an atomic or value put at rank " + std::to_string(call.pe) +
+    self->note_arrival_error("an atomic, value or inline put at rank " + std::to_string(call.pe) +
                              " failed there (its region is gone)");
   } else if (call.fetched != nullptr) {
     call.fetched(call.arg, call.tag, msg.old);

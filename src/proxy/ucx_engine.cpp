@@ -213,19 +213,14 @@ void UcxEngine::put_value(int pe, int region, uint64_t offset, uint64_t value, s
   GSHMEM_REQUIRE(bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8,
                  "put_value stores 1, 2, 4 or 8 bytes, not " + std::to_string(bytes));
   const PeerRegion& target = reach(pe, region, offset, bytes, "put_value");
-  // One message the target applies where an atomic can (the address aligned there).
+  // One message either way: a swap where an atomic can apply it (4 or 8 bytes aligned there,
+  // so that atomic_set stays atomic), else the bytes as an inline put's.
   if ((bytes == 4 || bytes == 8) && offset % bytes == 0 && target.base % bytes == 0) {
     const Atomic swap{AmoOp::kSwap, bytes == 4 ? AmoType::kU32 : AmoType::kU64, value, 0};
     send_atomic(pe, region, offset, swap, signal, nullptr, arg, tag, done, "put_value");
     return;
   }
-  if (signal != nullptr) reach_signal(pe, signal->region, signal->offset);
-  auto source = std::make_shared<uint64_t>(value);  // little-endian: the low bytes come first
-  ucp_request_param_t param{};
-  ucs_status_ptr_t req = api_.put_nbx(eps_[pe], source.get(), bytes, target.base + offset,
-                                      target.rkey, &param);
-  track(req, pe, done, arg, tag, "put_value", std::move(source));
-  if (signal != nullptr) hold_signal(pe, to_wire(*signal), pe);  // as a small put_signal's
+  send_write(pe, region, offset, &value, bytes, signal, done, arg, tag, "put_value");  // LE
 }
 
 void UcxEngine::get(int pe, void* dst, size_t bytes, int region, uint64_t offset, Done done,
@@ -319,11 +314,11 @@ void UcxEngine::reach_signal(int pe, int region, uint64_t offset) {
 // An active message: header only (eager), or header and data (rendezvous: the target
 // receives the data where it belongs).
 ucs_status_ptr_t UcxEngine::send(int pe, unsigned id, const void* header, size_t header_bytes,
-                                 const void* data, size_t bytes) {
+                                 const void* data, size_t bytes, bool eager_data) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_AM_SEND_FLAG_COPY_HEADER |
-                (bytes > 0 ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER);
+                (bytes > 0 && !eager_data ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER);
   return api_.am_send_nbx(eps_[pe], id, header, header_bytes, data, bytes, &param);
 }
 
@@ -378,6 +373,7 @@ void UcxEngine::open() {
       {wire::kGetReply, &UcxEngine::on_get_reply},
       {wire::kAtomic, &UcxEngine::on_atomic},
       {wire::kAtomicReply, &UcxEngine::on_atomic_reply},
+      {wire::kWrite, &UcxEngine::on_write},
   };
   for (const auto& [id, cb] : handlers) {
     ucp_am_handler_param_t am{};

@@ -165,13 +165,15 @@ struct HeldSignal {
   uint64_t seq;  // issue order: flushes started while it is held wait for it
 };
 
-// A peer's atomic: started through the atomic sink in arrival order, answered once done.
+// A peer's atomic or inline put: started through the atomic sink in arrival order, answered
+// once done.
 struct AtomicArrival {
   int from;
   uint64_t id;
-  void* word;  // null: refused (answered as such)
+  void* word;  // null: refused (answered as such); an inline put's destination
   Atomic atomic;
-  std::optional<SignalWord> then;  // a value put's signal, applied right after it
+  std::optional<SignalWord> then;  // a value or inline put's signal, applied right after it
+  std::optional<std::vector<unsigned char>> written;  // an inline put's bytes
   uint64_t sink_id = 0;
 };
 
@@ -193,6 +195,8 @@ class UcxEngine final : public NetEngine {
            void* arg, uint64_t tag, const SignalAfter* signal) override;
   void put_value(int pe, int region, uint64_t offset, uint64_t value, size_t bytes, Done done,
                  void* arg, uint64_t tag, const SignalAfter* signal) override;
+  void put_inline(int pe, int region, uint64_t offset, const void* data, size_t bytes, Done done,
+                  void* arg, uint64_t tag, const SignalAfter* signal) override;
   void get(int pe, void* dst, size_t bytes, int region, uint64_t offset, Done done, void* arg,
            uint64_t tag) override;
   void signal(int pe, int region, uint64_t offset, uint64_t value,
@@ -246,7 +250,7 @@ class UcxEngine final : public NetEngine {
   // ucx_engine.cpp
   void reach_signal(int pe, int region, uint64_t offset);
   ucs_status_ptr_t send(int pe, unsigned id, const void* header, size_t header_bytes,
-                        const void* data, size_t bytes);
+                        const void* data, size_t bytes, bool eager_data = false);
   bool progress_locked();
   void open();
   void close();
@@ -300,6 +304,14 @@ class UcxEngine final : public NetEngine {
                                 const ucp_am_recv_param_t*);
   static ucs_status_t on_atomic_reply(void* arg, const void* header, size_t header_bytes, void*,
                                       size_t, const ucp_am_recv_param_t*);
+  // Sends `bytes` (1 to kInlineBytes, in range: checked) from `data` as one kWrite message
+  // with `signal` to apply after them; `done` once the message left.
+  void send_write(int pe, int region, uint64_t offset, const void* data, size_t bytes,
+                  const SignalAfter* signal, Done done, void* arg, uint64_t tag, const char* what);
+  static ucs_status_t on_write(void* arg, const void* header, size_t header_bytes, void* data,
+                               size_t bytes, const ucp_am_recv_param_t* param);
+  // The word an arriving signal names, or nothing: *refused when it names none of ours.
+  std::optional<SignalWord> arriving_signal(const wire::Signal& s, bool* refused) const;
 
   // ucx_parts.cpp
   uint64_t parts_of(uint64_t bytes, bool staged) const;

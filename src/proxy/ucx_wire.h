@@ -14,6 +14,7 @@ enum MessageId : unsigned {
   kGetReply = 5,    // rendezvous data for the requester's buffer (none when refused)
   kAtomic = 6,      // an atomic the target applies and answers (eager, no data)
   kAtomicReply = 7, // the answer: the word's old value (eager, no data)
+  kWrite = 8,       // an inline put's bytes (eager data), applied and answered as an atomic
 };
 
 struct Signal {
@@ -68,6 +69,16 @@ struct AtomicRequest {
   uint64_t operand;
   uint64_t compare;
   Signal signal;  // applied right after the atomic (a value put's); region kNoSignal: none
+};
+
+// The bytes follow as the message's data (at most kInlineBytes, sent eagerly).
+struct WriteRequest {
+  uint64_t from;
+  uint64_t id;  // the requester's, echoed in the AtomicReply
+  uint64_t region;
+  uint64_t offset;
+  uint64_t bytes;
+  Signal signal;  // applied right after the bytes; region kNoSignal: none
 };
 
 struct AtomicReply {

@@ -113,6 +113,7 @@ void bind_device(nb::module_& m) {
   offsets["proxy_retired"] = offsetof(gshmem_device_t, proxy_retired);
   offsets["proxy_failed"] = offsetof(gshmem_device_t, proxy_failed);
   offsets["proxy_results"] = offsetof(gshmem_device_t, proxy_results);
+  offsets["proxy_inline"] = offsetof(gshmem_device_t, proxy_inline);
   m.attr("DEVICE_STATE_OFFSETS") = offsets;
 
   // The fault record (gshmem_fault_t), for the Python mirror and the CPU tests of its message.

@@ -245,6 +245,16 @@ class EngineHandle {
                          signal_region ? &signal : nullptr);
     });
   }
+  void put_inline(int pe, uintptr_t src, size_t bytes, int region, uint64_t offset,
+                  std::optional<int> signal_region, uint64_t signal_offset, uint64_t signal_value,
+                  bool set) {
+    const gshmem::proxy::SignalAfter signal{signal_region.value_or(0), signal_offset,
+                                            signal_value, update_of(set)};
+    call_internal([&] {
+      engine().put_inline(pe, region, offset, reinterpret_cast<const void*>(src), bytes, nullptr,
+                          nullptr, 0, signal_region ? &signal : nullptr);
+    });
+  }
   void get(int pe, uintptr_t dst, size_t bytes, int region, uint64_t offset) {
     call_internal([&] {
       engine().get(pe, reinterpret_cast<void*>(dst), bytes, region, offset, nullptr, nullptr, 0);
@@ -396,6 +406,9 @@ void bind_proxy(nb::module_& m) {
       .def("put_value", &EngineHandle::put_value, "pe"_a, "value"_a, "bytes"_a, "region"_a,
            "offset"_a, "signal_region"_a = nb::none(), "signal_offset"_a = 0,
            "signal_value"_a = 0, "set"_a = false)
+      .def("put_inline", &EngineHandle::put_inline, "pe"_a, "src"_a, "bytes"_a, "region"_a,
+           "offset"_a, "signal_region"_a = nb::none(), "signal_offset"_a = 0,
+           "signal_value"_a = 0, "set"_a = false)
       .def("get", &EngineHandle::get, "pe"_a, "dst"_a, "bytes"_a, "region"_a, "offset"_a)
       .def("signal", &EngineHandle::signal, "pe"_a, "region"_a, "offset"_a, "value"_a,
            "set"_a = false, "fenced"_a = false)
@@ -435,7 +448,9 @@ void bind_proxy(nb::module_& m) {
                                    {"fence", Op::kFence}, {"quiet", Op::kQuiet},
                                    {"put_value", Op::kPutValue}, {"atomic", Op::kAtomic},
                                    {"get_value", Op::kGetValue},
-                                   {"put_value_signal", Op::kPutValueSignal}});
+                                   {"put_value_signal", Op::kPutValueSignal},
+                                   {"put_inline", Op::kPutInline},
+                                   {"put_inline_signal", Op::kPutInlineSignal}});
   m.attr("PROXY_AMO_OPS") = codes<AmoOp>({{"add", AmoOp::kAdd}, {"and", AmoOp::kAnd},
                                           {"or", AmoOp::kOr}, {"xor", AmoOp::kXor},
                                           {"swap", AmoOp::kSwap},

@@ -66,6 +66,11 @@ class RecordingEngine final : public gshmem::proxy::NetEngine {
     record(signal != nullptr ? "put_value_signal" : "put_value");
     if (done != nullptr) done(arg, tag);
   }
+  void put_inline(int, int, uint64_t, const void*, size_t, gshmem::proxy::Done done, void* arg,
+                  uint64_t tag, const gshmem::proxy::SignalAfter* signal) override {
+    record(signal != nullptr ? "put_inline_signal" : "put_inline");
+    if (done != nullptr) done(arg, tag);
+  }
   void get(int, void*, size_t, int, uint64_t, gshmem::proxy::Done done, void* arg,
            uint64_t tag) override {
     record("get");
@@ -127,10 +132,12 @@ std::pair<Trace, uint64_t> proxy_trace(const std::vector<int>& ops) {
     RecordingEngine engine;
     gshmem::proxy::ProxyChannel channel(engine, 64, 0, gshmem::proxy::Producers::kHost, -1);
     engine.watch(channel.completion().retired);
+    const uint64_t source = 0;  // what an inline put's descriptor carries
     for (size_t i = 0; i < ops.size(); ++i) {
       gshmem::proxy::Command c;
       c.op = static_cast<gshmem::proxy::Op>(ops[i]);
       c.pe = 1;
+      c.local = reinterpret_cast<uint64_t>(&source);
       c.bytes = 8;
       GSHMEM_REQUIRE(channel.try_push(c).has_value(), "the queue has room for every descriptor");
       if (i == 0) engine.wait_held(10.0);

@@ -199,10 +199,11 @@ def flushes(bs, rank: int, n: int) -> dict:
 
 def signals_follow_data(bs, rank: int, n: int) -> dict:
     """Many signals in flight at once, each rank to the next: each covers a distinct slot put
-    before it and sets its own word. Slot i by i % 3: 0, a put_signal (the signal behind a flush
+    before it and sets its own word. Slot i by i % 4: 0, a put_signal (the signal behind a flush
     of that peer); 1, a put and then a fenced signal (behind a flush of every peer); 2, a
-    put_value of the slot's first 8, 4 or 2 bytes with its signal (8 and 4: one message the
-    target applies; 2: a put and a held signal). The signals go out while the engine
+    put_value of the slot's first 8, 4 or 2 bytes with its signal (8 and 4: one swap message
+    the target applies; 2: one inline-put message); 3, an inline put of its first 1, 100 or 1024
+    bytes with its signal (one message carrying the bytes). The signals go out while the engine
     progresses, the caller not waiting. Each rank watches its words as the signals arrive and
     checks, at the moment a word is seen set, that what the slot received is already there."""
     eng = engine(bs)
@@ -214,24 +215,28 @@ def signals_follow_data(bs, rank: int, n: int) -> dict:
     peer, left = (rank + 1) % n, (rank - 1) % n
     payload = pattern(rank, peer, count * slot)
 
-    def value_bytes(i: int) -> int:  # what a put_value slot receives
-        return (8, 4, 2)[i // 3 % 3]
+    def first_bytes(i: int) -> int:  # what a put_value or inline slot receives
+        return (8, 4, 2)[i // 4 % 3] if i % 4 == 2 else (1, 100, slot)[i // 4 % 3]
 
     for i in range(count):
         src = addr(payload) + i * slot
-        if i % 3 == 0:
+        if i % 4 == 0:
             eng.put_signal(peer, src, slot, data, i * slot, signals, 8 * i, 1, set=True)
-        elif i % 3 == 1:
+        elif i % 4 == 1:
             eng.put(peer, src, slot, data, i * slot)
             eng.signal(peer, signals, 8 * i, 1, set=True, fenced=True)
-        else:
-            nbytes = value_bytes(i)
+        elif i % 4 == 2:
+            nbytes = first_bytes(i)
             value = int.from_bytes(payload[i * slot : i * slot + nbytes].tobytes(), "little")
             eng.put_value(peer, value, nbytes, data, i * slot, signal_region=signals,
                           signal_offset=8 * i, signal_value=1, set=True)  # fmt: skip
+        else:
+            eng.put_inline(peer, src, first_bytes(i), data, i * slot, signal_region=signals,
+                           signal_offset=8 * i, signal_value=1, set=True)  # fmt: skip
     want = pattern(left, rank, count * slot)
-    for i in range(2, count, 3):  # a put_value slot receives its first bytes only
-        want[i * slot + value_bytes(i) : (i + 1) * slot] = 0
+    for i in range(count):  # a put_value or inline slot receives its first bytes only
+        if i % 4 >= 2:
+            want[i * slot + first_bytes(i) : (i + 1) * slot] = 0
     seen: set[int] = set()
     errors: list[str] = []
     token, flushed = eng.flush_start(), False
@@ -269,6 +274,12 @@ def put_value_words(rank: int) -> list[int]:
     return [0x1122334455667788 + rank, 0xAB | (0xCDEF << 16) | ((0x01234567 + rank) << 32)]
 
 
+def inline_bytes(rank: int) -> np.ndarray:
+    """The 13 bytes rank `rank` puts inline into words 40 + 2 * rank and 41 + 2 * rank of each
+    peer's signal region, adding 5 to word 56 + rank with the same descriptor."""
+    return np.arange(13, dtype=np.uint8) + 7 * rank + 1
+
+
 def allowed(tid: str) -> str:
     """The CPUs thread `tid` of this process may run on, as /proc lists them."""
     with open(f"/proc/self/task/{tid}/status") as f:
@@ -303,6 +314,7 @@ def proxy(bs, rank: int, n: int) -> dict:
     # is known; the signal word r counts messages.
     slot = REGION_BASE // n
     payloads = {q: pattern(rank, q, slot) for q in peers}
+    carried = inline_bytes(rank)  # copied into the queue as it is pushed
     sizes = rng.integers(1, slot + 1, per_peer)
     sizes[-1] = slot
 
@@ -317,6 +329,10 @@ def proxy(bs, rank: int, n: int) -> dict:
         for value, nbytes, offset in put_values(rank):
             while not prox.try_push(ops["put_value"], q, signals, value, offset, nbytes):
                 time.sleep(0)
+        while not prox.try_push(ops["put_inline_signal"], q, signals, addr(carried),
+                                8 * (40 + 2 * rank), carried.nbytes, signals, 8 * (56 + rank),
+                                5):  # fmt: skip
+            time.sleep(0)
         while not prox.try_push(ops["signal"], q, signal_region=signals, signal_set=True,
                                 signal_offset=8 * (SIGNALS // 2 + rank),
                                 signal_value=100 + rank):  # fmt: skip
@@ -334,7 +350,7 @@ def proxy(bs, rank: int, n: int) -> dict:
         eng.deregister(region)
     for t in threads:
         t.join()
-    total = len(peers) * (per_peer + 2 + len(put_values(rank)))
+    total = len(peers) * (per_peer + 3 + len(put_values(rank)))
     while not prox.try_push(ops["quiet"], 0):
         time.sleep(0)
     prox.wait_retired(total + 1, 30.0)
@@ -349,6 +365,11 @@ def proxy(bs, rank: int, n: int) -> dict:
         got = [int(sig[16 + q]), int(sig[24 + q])]
         if got != put_value_words(q):
             errors.append(f"put_values from rank {q} read {[hex(w) for w in got]}")
+        landed = sig[40 + 2 * q : 42 + 2 * q].view(np.uint8)
+        if not np.array_equal(landed[:13], inline_bytes(q)) or landed[13:].any():
+            errors.append(f"the inline put from rank {q} left {landed.tolist()}")
+        if int(sig[56 + q]) != 5:
+            errors.append(f"the inline put's signal from rank {q} reads {int(sig[56 + q])}")
     if int(sig[SIGNALS - 1]) != 7 * len(peers):
         errors.append(f"plain signals sum to {int(sig[SIGNALS - 1])}")
     errors += [f"signal set by rank {q} reads {int(sig[SIGNALS // 2 + q])}" for q in peers

@@ -22,13 +22,14 @@ def describe(my_pe: int = 0, **fields: int) -> str:
 
 
 def test_device_state_carries_the_fault_record_and_timeout():
-    assert _C.DEVICE_STATE_VERSION == 4
+    assert _C.DEVICE_STATE_VERSION == 5
     names = [name for name, _ in DeviceStruct._fields_]
     # appended: the ABI grows only (version 2 the fault record, version 3 the proxy path,
-    # version 4 the values fetched through it)
-    assert names[-10:-7] == ["timeout_ns", "fault", "fault_claim"]
-    assert names[-7:] == ["proxy_slots", "proxy_tail", "proxy_head", "proxy_capacity",
-                          "proxy_retired", "proxy_failed", "proxy_results"]  # fmt: skip
+    # version 4 the values fetched through it, version 5 its inline data)
+    assert names[-11:-8] == ["timeout_ns", "fault", "fault_claim"]
+    assert names[-8:] == ["proxy_slots", "proxy_tail", "proxy_head", "proxy_capacity",
+                          "proxy_retired", "proxy_failed", "proxy_results",
+                          "proxy_inline"]  # fmt: skip
     assert ctypes.sizeof(FaultStruct) == _C.FAULT_SIZE == 64
 
 

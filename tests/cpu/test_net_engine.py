@@ -70,9 +70,9 @@ def test_signals_in_flight_never_overtake_their_data(tls, bulk):
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_proxy_thread_executes_host_descriptors(nranks, bulk):
     for got in clean_results("proxy", nranks, env=bulk):
-        # per peer: 200 put_signals, a signal add, 4 put_values, a signal set, a fence, a get and
-        # a put to the heap region; three quiets
-        assert got["retired"] == (nranks - 1) * 209 + 3
+        # per peer: 200 put_signals, a signal add, 4 put_values, an inline put_signal, a signal
+        # set, a fence, a get and a put to the heap region; three quiets
+        assert got["retired"] == (nranks - 1) * 210 + 3
         if len(os.sched_getaffinity(0)) > 1:  # else every thread is on that one core anyway
             assert got["pinned_threads"] == 1, got
 

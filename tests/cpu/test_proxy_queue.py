@@ -84,10 +84,11 @@ def test_descriptors_after_a_quiet_go_out_while_its_flush_is_under_way():
 def test_a_batch_without_quiets_retires_each_descriptor_as_it_goes():
     ops = _C.PROXY_OPS
     trace, retired = _C.proxy_trace([ops["put"], ops["put_value"], ops["put_value_signal"],
-                                     ops["get"], ops["fence"]])  # fmt: skip
-    assert trace == [("put", 0), ("put_value", 1), ("put_value_signal", 2), ("get", 3),
-                     ("fence", 4)]  # fmt: skip
-    assert retired == 5
+                                     ops["put_inline"], ops["put_inline_signal"], ops["get"],
+                                     ops["fence"]])  # fmt: skip
+    assert trace == [("put", 0), ("put_value", 1), ("put_value_signal", 2), ("put_inline", 3),
+                     ("put_inline_signal", 4), ("get", 5), ("fence", 6)]  # fmt: skip
+    assert retired == 7
 
 
 def test_a_signal_after_a_held_quiet_is_still_fenced():

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "../proxy_queue.h"
+#include "copy.cuh"
 #include "deadline.cuh"
 #include "ptx.cuh"
 #include "types.cuh"
@@ -23,9 +24,11 @@ namespace proxy {
 
 // Appends `c` if the queue has room and stores its ticket in *ticket (when not null); false when
 // the queue is full (the proxy frees slots as it takes them: try again, under a deadline). Made
-// by the calling thread alone. Not blocking.
+// by the calling thread alone. Not blocking. `carried` (kPutInline): c.bytes from there are
+// copied into the ticket's inline data before the descriptor is published.
 __device__ inline bool try_push(const QueueView& q, const Command& c,
-                                unsigned long long* ticket = nullptr) {
+                                unsigned long long* ticket = nullptr,
+                                const void* carried = nullptr) {
   auto* tail = reinterpret_cast<unsigned long long*>(q.tail);
   const auto* head = reinterpret_cast<const unsigned long long*>(q.head);
   unsigned long long t = detail::ld_relaxed(tail);
@@ -34,6 +37,10 @@ __device__ inline bool try_push(const QueueView& q, const Command& c,
     const unsigned long long seen = detail::atom_cas(tail, t, t + 1);
     if (seen == t) break;
     t = seen;
+  }
+  if (carried != nullptr) {  // weak stores: the release that publishes below orders them
+    detail::copy_split(q.inline_data + (t & (q.capacity - 1)) * kInlineBytes, carried, c.bytes, 0,
+                       1);
   }
   uint64_t words[kPayloadWords];
   encode(c, words);
@@ -63,7 +70,7 @@ __device__ inline bool via_proxy(const Device& dev, int pe) {
 __device__ inline proxy::QueueView proxy_queue(const Device& dev) {
   return {reinterpret_cast<proxy::Descriptor*>(dev.proxy_slots),
           reinterpret_cast<uint64_t*>(dev.proxy_tail), reinterpret_cast<uint64_t*>(dev.proxy_head),
-          dev.proxy_capacity};
+          dev.proxy_capacity, reinterpret_cast<uint8_t*>(dev.proxy_inline)};
 }
 
 // Where a descriptor's data or signal lands at the target: a region the engine knows (a window,
@@ -95,12 +102,13 @@ __device__ inline proxy::Command heap_command(const Device& dev, proxy::Op op, c
 // network's reads of the source before the descriptor is: the release store that publishes it
 // is cumulative at system scope.
 __device__ inline bool proxy_push(const Device& dev, const proxy::Command& c,
-                                  unsigned long long* ticket = nullptr) {
+                                  unsigned long long* ticket = nullptr,
+                                  const void* carried = nullptr) {
   const proxy::QueueView q = proxy_queue(dev);
   const Waited what{GSHMEM_WAIT_PROXY, static_cast<int>(c.pe), -1,
                     reinterpret_cast<const void*>(dev.proxy_head), 0};
   Deadline deadline;
-  while (!proxy::try_push(q, c, ticket)) {
+  while (!proxy::try_push(q, c, ticket, carried)) {
     if (deadline.expired(dev, what, 0)) return false;
   }
   return true;
@@ -128,17 +136,21 @@ __device__ inline bool proxy_quiet(const Device& dev) {
 // stored) of `bytes` from local `src` to `dst` on `pe`; `counter` (index + 1, 0: none) counts
 // here once the source may be reused. Otherwise the source may be reused once proxy_quiet()
 // returned. 4 or 8 bytes, aligned at both ends, travel in the descriptor (kPutValue,
-// kPutValueSignal): the target applies them from one message, with no copy into its memory by
+// kPutValueSignal), and up to kInlineBytes in the queue's inline data (kPutInline,
+// kPutInlineSignal): the target applies them from one message, with no copy into its memory by
 // the network and no flush before the signal.
 __device__ inline bool proxy_put_to(const Device& dev, Remote dst, const void* src, size_t bytes,
                                     int pe, const Remote* sig = nullptr, uint64_t value = 0,
                                     SignalOp op = SignalOp::Add, uint64_t counter = 0) {
   proxy::Command c;
-  const bool carried = (bytes == 4 || bytes == 8) && dst.offset % bytes == 0 &&
-                       reinterpret_cast<unsigned long long>(src) % bytes == 0;
-  if (carried) {
+  const bool value_carried = (bytes == 4 || bytes == 8) && dst.offset % bytes == 0 &&
+                             reinterpret_cast<unsigned long long>(src) % bytes == 0;
+  const bool inline_carried = !value_carried && bytes >= 1 && bytes <= proxy::kInlineBytes;
+  if (value_carried) {
     c.op = sig != nullptr ? proxy::Op::kPutValueSignal : proxy::Op::kPutValue;
     c.local = bytes == 4 ? *static_cast<const uint32_t*>(src) : *static_cast<const uint64_t*>(src);
+  } else if (inline_carried) {
+    c.op = sig != nullptr ? proxy::Op::kPutInlineSignal : proxy::Op::kPutInline;
   } else {
     c.op = sig != nullptr ? proxy::Op::kPutSignal : proxy::Op::kPut;
     c.local = reinterpret_cast<uint64_t>(src);
@@ -154,7 +166,7 @@ __device__ inline bool proxy_put_to(const Device& dev, Remote dst, const void* s
     c.signal_value = value;
     c.signal_set = op == SignalOp::Set;
   }
-  return proxy_push(dev, c);
+  return proxy_push(dev, c, nullptr, inline_carried ? src : nullptr);
 }
 
 // The same to symmetric `dst` (and signal `sig`) on `pe`.
