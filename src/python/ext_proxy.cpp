@@ -238,21 +238,19 @@ class EngineHandle {
   void put_value(int pe, uint64_t value, size_t bytes, int region, uint64_t offset,
                  std::optional<int> signal_region, uint64_t signal_offset, uint64_t signal_value,
                  bool set) {
-    const gshmem::proxy::SignalAfter signal{signal_region.value_or(0), signal_offset,
-                                            signal_value, update_of(set)};
+    const auto signal = signal_after(signal_region, signal_offset, signal_value, set);
     call_internal([&] {
       engine().put_value(pe, region, offset, value, bytes, nullptr, nullptr, 0,
-                         signal_region ? &signal : nullptr);
+                         signal ? &*signal : nullptr);
     });
   }
   void put_inline(int pe, uintptr_t src, size_t bytes, int region, uint64_t offset,
                   std::optional<int> signal_region, uint64_t signal_offset, uint64_t signal_value,
                   bool set) {
-    const gshmem::proxy::SignalAfter signal{signal_region.value_or(0), signal_offset,
-                                            signal_value, update_of(set)};
+    const auto signal = signal_after(signal_region, signal_offset, signal_value, set);
     call_internal([&] {
       engine().put_inline(pe, region, offset, reinterpret_cast<const void*>(src), bytes, nullptr,
-                          nullptr, 0, signal_region ? &signal : nullptr);
+                          nullptr, 0, signal ? &*signal : nullptr);
     });
   }
   void get(int pe, uintptr_t dst, size_t bytes, int region, uint64_t offset) {
@@ -286,6 +284,13 @@ class EngineHandle {
  private:
   static gshmem::proxy::SignalUpdate update_of(bool set) {
     return set ? gshmem::proxy::SignalUpdate::kSet : gshmem::proxy::SignalUpdate::kAdd;
+  }
+  // The signal a value or inline put carries, when the caller names its region.
+  static std::optional<gshmem::proxy::SignalAfter> signal_after(std::optional<int> region,
+                                                                uint64_t offset, uint64_t value,
+                                                                bool set) {
+    if (!region) return std::nullopt;
+    return gshmem::proxy::SignalAfter{*region, offset, value, update_of(set)};
   }
 
   std::unique_ptr<HostTestStaging> staging_;       // outlives the engine
