@@ -1,6 +1,6 @@
 """What the proxy path costs on its own, without a network and with host threads where a
-comm has kernels: put_signal ping-pong between two processes on this host, 8 bytes. Two ways of
-driving it:
+comm has kernels: put_signal ping-pong between two processes on this host, BYTES bytes (default
+8). Two ways of driving it:
 
 - ``proxies``: each side a host thread producing descriptors into its proxy queue, the proxy
   thread executing them on UCX (src/proxy), the signal applied by the other side's proxy thread
@@ -23,6 +23,11 @@ put_signal's time into its parts on a GPU host (docs/network.md):
   sink a comm installs, src/proxy/gpu_sink.h) into a pinned host word that kernels and this
   thread both see: what a comm's proxy path adds to ``gpu`` per signal.
 
+And how the put travels, PUT: ``put`` (default: a UCX put, a flush, then the signal) or
+``inline`` (the bytes in the message that carries the signal, at most 1 KiB: what a kernel's
+put_signal of up to 1 KiB is since the inline puts; 4 or 8 aligned bytes from a kernel go as a
+value message instead).
+
 The device-initiated figure (a kernel's descriptor in, a kernel polling the signal out) is
 ``python -m gshmem.bench p2p --path proxy --only latency``; the difference from ``gpu_sink`` is
 the kernels' side.
@@ -34,6 +39,7 @@ A floor for the proxy path's own overhead, not the GPU-initiated figure over Inf
 
     python benchmarks/proxy_pingpong.py            (needs UCX: pip install libucx-cu13)
     MEMORY=host,gpu,gpu_sink python benchmarks/proxy_pingpong.py    (a GPU host; torch)
+    BYTES=1024 PUT=inline python benchmarks/proxy_pingpong.py
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ import numpy as np
 
 ITERS, WARMUP, REPEATS = int(os.environ.get("ITERS", 2000)), 200, 5
 BURST, BURSTS = 64, int(os.environ.get("BURSTS", 100))
+BYTES, PUT = int(os.environ.get("BYTES", 8)), os.environ.get("PUT", "put")
+PUTS = ("put", "inline")
+INLINE_MAX = 1024  # proxy_queue.h kInlineBytes
 # (label, UCX_TLS, the engine's local_shm)
 SETTINGS = (("tcp", "tcp", True), ("all, peer-failure", "all", False), ("all", "all", True))
 MODES = ("engine", "proxies")
@@ -61,14 +70,14 @@ def buffers(rank: int, memory: str) -> tuple[list[object], int, int, np.ndarray,
     the signal word as an array this thread reads, the GPU the data is on or None)."""
     sig = np.zeros(1, np.uint64)
     if memory == "host":
-        src, dst = np.zeros(8, np.uint8), np.zeros(8, np.uint8)
+        src, dst = np.zeros(BYTES, np.uint8), np.zeros(BYTES, np.uint8)
         return [src, dst], addr(src), addr(dst), sig, None
     import torch
 
     device = rank % torch.cuda.device_count()
     torch.cuda.set_device(device)
-    src = torch.zeros(8, dtype=torch.uint8, device="cuda")
-    dst = torch.zeros(8, dtype=torch.uint8, device="cuda")
+    src = torch.zeros(BYTES, dtype=torch.uint8, device="cuda")
+    dst = torch.zeros(BYTES, dtype=torch.uint8, device="cuda")
     keep: list[object] = [src, dst]
     if memory == "gpu_sink":  # pinned: the sink's kernels store to it, this thread polls it
         word = torch.zeros(1, dtype=torch.int64, pin_memory=True)
@@ -92,18 +101,21 @@ def pingpong(rank: int, uid: bytes, mode: str, local_shm: bool,
     bs = _C.BootstrapHandle(uid, rank, 2, 60.0)
     sink_device = device if memory == "gpu_sink" else None
     eng = _C.NetEngine(bs, local_shm=local_shm, gpu_sink_device=sink_device)
-    data = eng.register(dst_addr, 8)
+    data = eng.register(dst_addr, BYTES)
     signals = eng.register(addr(sig), sig.nbytes)
     # the proxy thread works on the data's GPU, as a comm's does
     prox = _C.TestProxy(eng, 1024, 1, device=device) if mode == "proxies" else None
-    put_signal, peer = _C.PROXY_OPS["put_signal"], 1 - rank
+    op = _C.PROXY_OPS["put_inline_signal" if PUT == "inline" else "put_signal"]
+    peer = 1 - rank
 
     def send() -> None:
-        if prox is None:
-            eng.put_signal(peer, src_addr, 8, data, 0, signals, 0, 1)
-            return
-        while not prox.try_push(put_signal, peer, data, src_addr, 0, 8, signals, 0, 1):
-            pass
+        if prox is not None:
+            while not prox.try_push(op, peer, data, src_addr, 0, BYTES, signals, 0, 1):
+                pass
+        elif PUT == "inline":
+            eng.put_inline(peer, src_addr, BYTES, data, 0, signals, 0, 1, False)
+        else:
+            eng.put_signal(peer, src_addr, BYTES, data, 0, signals, 0, 1)
 
     def wait(value: int) -> None:
         while int(sig[0]) < value:  # this side's engine (or proxy thread) adds to it
@@ -176,7 +188,9 @@ def main() -> None:
     unknown = sorted(set(memories) - set(MEMORIES))
     if unknown:
         sys.exit(f"MEMORY: unknown {unknown}; choose from {', '.join(MEMORIES)}")
-    print(f"put_signal, 8 B: one way (median of {REPEATS} x {ITERS} round trips)")
+    if PUT not in PUTS or BYTES < 1 or (PUT == "inline" and BYTES > INLINE_MAX):
+        sys.exit(f"PUT must be one of {PUTS} and BYTES at least 1 (at most {INLINE_MAX} inline)")
+    print(f"put_signal ({PUT}), {BYTES} B: one way (median of {REPEATS} x {ITERS} round trips)")
     print(f"and per message in bursts of {BURST} (median of {REPEATS} x {BURSTS} bursts), us")
     head = f"{'memory':8} {'through':8} {'transports':18} {'one way':>8} {'burst':>8}"
     print(f"{head}   runs (one way)")

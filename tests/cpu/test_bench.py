@@ -413,22 +413,29 @@ def test_nvshmem_program_sources_present():
 @pytest.mark.skipif(_ucx.wheel_library() is None, reason="no UCX here (pip install libucx-cu13)")
 def test_proxy_pingpong_measures_every_setting():
     """benchmarks/proxy_pingpong.py gives a time for each way of driving the proxy path and each
-    transport setting; GPU memories without a GPU are skipped with a reason; an unknown memory
-    is refused."""
+    transport setting, for puts as a UCX put and a signal and as one inline message (1 KiB);
+    GPU memories without a GPU are skipped with a reason; an unknown memory or way is refused."""
     script = str(ROOT / "benchmarks" / "proxy_pingpong.py")
     memories = "host" if gshmem.device_count() else "host,gpu_sink"
     env = {**os.environ, "MEMORY": memories, "ITERS": "20", "BURSTS": "2"}
-    out = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
-                         timeout=240)  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("host ")]
-    assert len(rows) == 6, out.stdout  # 2 ways x 3 transport settings
-    for row in rows:
-        assert "failed" not in row, out.stdout
-        assert float(row[-7]) > 0 and float(row[-6]) > 0, row  # one way, burst
-    if gshmem.device_count() == 0:
-        assert "gpu_sink skipped: no GPU here" in out.stdout
-    env["MEMORY"] = "host,vram"
-    bad = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
+
+    def run(**more: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, script], env={**env, **more}, capture_output=True,
+                              text=True, timeout=240)  # fmt: skip
+
+    for put, size in (("put", "8"), ("inline", "1024")):
+        out = run(PUT=put, BYTES=size)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"put_signal ({put}), {size} B" in out.stdout, out.stdout
+        rows = [line.split() for line in out.stdout.splitlines() if line.startswith("host ")]
+        assert len(rows) == 6, out.stdout  # 2 ways x 3 transport settings
+        for row in rows:
+            assert "failed" not in row, out.stdout
+            assert float(row[-7]) > 0 and float(row[-6]) > 0, row  # one way, burst
+        if gshmem.device_count() == 0:
+            assert "gpu_sink skipped: no GPU here" in out.stdout
+    bad = run(MEMORY="host,vram")
     assert bad.returncode != 0 and "unknown ['vram']" in bad.stderr
+    for more in ({"PUT": "rdma"}, {"PUT": "inline", "BYTES": "2048"}):
+        bad = run(**more)
+        assert bad.returncode != 0 and "PUT must be one of" in bad.stderr, more
