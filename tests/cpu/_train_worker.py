@@ -3,7 +3,10 @@ training step (SGD: AdamW's first step is sign-like, which makes gradients of ab
 the update) of a tiny model on its half of a batch and writes the loss and the updated
 parameters (gathered) to OUT_DIR/rank<r>.pt.
 
-    python _train_worker.py RANK WORLD PORT OUT_DIR [KEEP_ATTENTION]
+    python _train_worker.py RANK WORLD PORT OUT_DIR [KEEP_ATTENTION [COMPILE]]
+
+COMPILE=1: the blocks' pieces compiled (Llama.compile_blocks, AOTAutograd without code
+generation: ``aot_eager``) under FSDP's hooks.
 """
 
 from __future__ import annotations
@@ -36,9 +39,12 @@ def model():
 def main() -> None:
     rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     keep = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    compiled = len(sys.argv) > 6 and sys.argv[6] == "1"
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)  # fmt: skip
     m = shard_model(model(), init_device_mesh("cpu", (world,)), compute_dtype=torch.float32)
+    if compiled:
+        m.compile_blocks(backend="aot_eager")
     opt = torch.optim.SGD(m.parameters(), lr=0.5)
     tokens, labels = batch()
     per = tokens.shape[0] // world

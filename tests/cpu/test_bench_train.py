@@ -30,6 +30,7 @@ def test_options() -> None:
     assert train.parse_args(["--np", "2", "--keep-attention", "24"]).keep_attention == 24
     assert train.parse_args(["--framework", "jax", "--np", "2", "--keep-attention", "8"]
                             ).keep_attention == 8  # fmt: skip
+    assert not o.compile and train.parse_args(["--np", "2", "--compile"]).compile
 
 
 @pytest.mark.parametrize("bad", [["--steps", "2"], ["--seq", "1004", "--np", "4"],
@@ -37,7 +38,8 @@ def test_options() -> None:
                                  ["--framework", "tf"], ["--data", "web"],
                                  ["--framework", "jax", "--backend", "torch_cp"],
                                  ["--keep-attention", "33"], ["--keep-attention", "-1"],
-                                 ["--keep-attention", "2", "--no-checkpoint"]])  # fmt: skip
+                                 ["--keep-attention", "2", "--no-checkpoint"],
+                                 ["--framework", "jax", "--compile"]])  # fmt: skip
 def test_bad_options_exit_2(bad) -> None:
     with pytest.raises(SystemExit) as e:
         train.parse_args(bad)
@@ -64,7 +66,7 @@ def test_report_counts_flops_per_gpu_and_writes_json(tmp_path, capsys) -> None:
     assert json.loads((tmp_path / "t.json").read_text()) == row
     assert row["framework"] == "jax" and row["cp"] == 2 and row["step_seconds"] == seconds
     assert "(jax): 8192 tokens, 2 layers, CP=2, gshmem" in capsys.readouterr().out
-    assert row["keep_attention"] == 0
+    assert row["keep_attention"] == 0 and row["compile"] is False
 
 
 def test_progress_says_each_step_on_stderr(capsys) -> None:

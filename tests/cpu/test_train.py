@@ -137,11 +137,12 @@ def test_context_parallel_step_equals_whole_sequence(world) -> None:
         assert torch.allclose(got, g, rtol=1e-5, atol=1e-8), (name, (got - g).abs().max())
 
 
-@pytest.mark.parametrize("keep", [0, 1])
-def test_fsdp_step_equals_one_process(tmp_path, keep) -> None:
+@pytest.mark.parametrize(("keep", "compiled"), [(0, 0), (1, 0), (1, 1)])
+def test_fsdp_step_equals_one_process(tmp_path, keep, compiled) -> None:
     """train_step under FSDP2 on 2 gloo processes, each with half of the batch, gives the loss
     and the updated parameters of one process stepping on the whole batch; also with the first
-    block's attention kept rather than recomputed (its checkpoints run inside FSDP's hooks)."""
+    block's attention kept rather than recomputed (its checkpoints run inside FSDP's hooks), and
+    with the blocks' pieces compiled (compile_blocks) under those hooks."""
     import socket
     import subprocess
     import sys
@@ -156,7 +157,8 @@ def test_fsdp_step_equals_one_process(tmp_path, keep) -> None:
         port = s.getsockname()[1]
     script = Path(__file__).with_name("_train_worker.py")
     procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(port), str(tmp_path),
-                               str(keep)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                               str(keep), str(compiled)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
              for r in range(2)]  # fmt: skip
     outs = [p.communicate(timeout=180)[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(outs)
@@ -204,6 +206,43 @@ def test_keeping_attention_recomputes_all_but_the_attention() -> None:
         assert results[mode][0] == pytest.approx(results["none"][0], rel=1e-6)
         for name, g in results["none"][1].items():
             assert torch.allclose(results[mode][1][name], g, rtol=1e-5, atol=1e-7), (mode, name)
+
+
+@pytest.mark.parametrize("mode", ["none", "full", "keep"])
+def test_compiled_blocks_match_eager(mode) -> None:
+    """compile_blocks: each block's two pieces around the attention are captured whole
+    (fullgraph: a graph break raises) and give eager's loss and gradients without, with full
+    and with selective checkpointing; the attention stays outside the graphs."""
+    from gshmem.train.model import sdpa
+
+    cfg = tiny()
+    tokens, labels = next(repeated_blocks(cfg.vocab, 12, 2, period=5, seed=6))
+    positions = torch.arange(tokens.shape[1])
+    checkpoint, keep = mode != "none", cfg.layers if mode == "keep" else 0
+    results, graphs = [], []
+
+    def count_graphs(gm, example_inputs):  # a torch.compile backend: run what was captured
+        graphs.append(gm)
+        return gm.forward
+
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = Llama(cfg)
+        if compiled:
+            torch._dynamo.reset()
+            model.compile_blocks(backend=count_graphs)
+        hidden = model(tokens, positions, sdpa, checkpoint=checkpoint, keep_attention=keep)
+        loss = model.output(hidden, labels, 5)[0]
+        loss.backward()
+        results.append((loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    # the two pieces' graphs, which every block reuses (recaptured where checkpointing's
+    # recomputation changes what dynamo guards on): RoPE's rotation in one, SwiGLU in the other
+    texts = [str(g.graph) for g in graphs]
+    assert any("sin" in t and "cat" in t for t in texts) and any("silu" in t for t in texts)
+    assert not any("scaled_dot_product_attention" in t for t in texts)
+    assert results[1][0] == pytest.approx(results[0][0], rel=1e-6)
+    for name, g in results[0][1].items():
+        assert torch.allclose(results[1][1][name], g, rtol=1e-5, atol=1e-7), name
 
 
 def test_text_corpus_windows_are_next_byte_pairs() -> None:

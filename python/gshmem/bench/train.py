@@ -47,6 +47,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--keep-attention", type=int, default=0, metavar="N",
                    help="the first N blocks recompute all but their attention in the backward "
                    "(its inputs and output stay: more memory, fewer FLOPs)")  # fmt: skip
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile each block's pieces around its attention (PyTorch; "
+                   "Llama.compile_blocks)")  # fmt: skip
     p.add_argument("--np", dest="nprocs", type=int, default=None, help="GPUs (default: every one)")
     p.add_argument("--timeout", type=float, default=3600.0, help="launcher timeout, s")
     p.add_argument("--json", default=None, help="default $OUT/bench_train.json, else results/...")
@@ -66,6 +69,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         p.error(f"--keep-attention must be between 0 and --layers ({ns.layers})")
     if ns.framework == "jax" and ns.backend == "torch_cp":
         p.error("--backend torch_cp is PyTorch's context parallelism: --framework torch")
+    if ns.framework == "jax" and ns.compile:
+        p.error("--compile is torch.compile: --framework torch (XLA compiles the JAX step)")
     if ns.framework == "jax":
         ns.layout = "one"  # one process drives every GPU: the bench command does not relaunch
     return ns
@@ -130,6 +135,8 @@ def run_torch(o: argparse.Namespace, cfg: Any, data: Iterator[tuple[Any, Any]]) 
     torch.manual_seed(0)  # the same initial weights on every rank, before FSDP shards them
     mesh = init_device_mesh("cuda", (world,))  # FSDP's, and torch_cp's sequence split
     model = shard_model(Llama(cfg).cuda(), mesh)
+    if o.compile:
+        model.compile_blocks()
     opt = optimizer(model)
 
     def attend(q, k, v):
@@ -175,12 +182,13 @@ def report(o: argparse.Namespace, run: dict) -> dict:
     gpus, losses = run["gpus"], run["losses"]
     row = {"framework": run["framework"], "seq": o.seq, "layers": o.layers, "batch": o.batch,
            "data": o.data, "gpus": gpus, "cp": gpus, "backend": o.backend,
-           "keep_attention": o.keep_attention, "losses": losses,
+           "keep_attention": o.keep_attention, "compile": o.compile, "losses": losses,
            "step_seconds": run["seconds"], "peak_gib": run["peak_gib"],
            **summarize(run["seconds"], train_flops(model_config(o), o.batch, o.seq),
                        gpus)}  # fmt: skip
     print(f"gshmem.bench train ({row['framework']}): {o.seq} tokens, {o.layers} layers, "
-          f"CP={gpus}, {o.backend}, attention kept in {o.keep_attention}: "
+          f"CP={gpus}, {o.backend}{', compiled' if o.compile else ''}, attention kept in "
+          f"{o.keep_attention}: "
           f"{row['step_s']:.3f} s/step, {row['tflops_per_gpu']:.1f} "
           f"TFLOP/s per GPU, peak {row['peak_gib']:.1f} GiB, loss {losses[0]:.3f} -> "
           f"{losses[-1]:.3f}")  # fmt: skip

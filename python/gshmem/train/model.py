@@ -48,15 +48,14 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
+    """The attention's projections around an injected ``attend`` (Block calls the two sides)."""
+
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.q = nn.Linear(cfg.hidden, cfg.heads * cfg.head_dim, bias=False)
         self.kv = nn.Linear(cfg.hidden, 2 * cfg.kv_heads * cfg.head_dim, bias=False)
         self.out = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden, bias=False)
-
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
-        return self.project_out(attend(*self.qkv(x, positions)))
 
     def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """q, k, v of ``x`` [B, S, hidden] in SDPA layout (K/V not expanded), rotated."""
@@ -96,14 +95,18 @@ class Block(nn.Module):
         the attention, most of a long sequence's FLOPs, is not). Inside ``forward`` so that
         FSDP's hooks around the block run as for any call."""
         if not keep_attention:
-            return self.finish(x, self.attn(self.attn_norm(x), positions, attend))
-        q, k, v = ckpt(lambda h: self.attn.qkv(self.attn_norm(h), positions), x)
-        o = attend(q, k, v)
-        return ckpt(lambda h, o: self.finish(h, self.attn.project_out(o)), x, o)
+            return self.after_attention(x, attend(*self.before_attention(x, positions)))
+        q, k, v = ckpt(self.before_attention, x, positions)
+        return ckpt(self.after_attention, x, attend(q, k, v))
 
-    def finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-        """The residual adds and the MLP after the attention's projected output."""
-        x = x + attended
+    def before_attention(self, x: torch.Tensor,
+                         positions: torch.Tensor) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        """The norm, projections and rotation that make the attention's q, k, v."""
+        return self.attn.qkv(self.attn_norm(x), positions)
+
+    def after_attention(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """The output projection of the attention output ``o``, the residual adds and the MLP."""
+        x = x + self.attn.project_out(o)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -148,6 +151,17 @@ class Llama(nn.Module):
             else:
                 x = block(x, positions, attend)
         return self.norm(x)
+
+    def compile_blocks(self, **options) -> None:
+        """``torch.compile`` every block's pieces around its attention (before_attention: norm,
+        projections, RoPE; after_attention: output projection, residuals, norm, SwiGLU), each
+        as one graph (``fullgraph``), so their elementwise work fuses. The attention itself,
+        the caller's ``attend`` (gshmem's ring, the NCCL ring, SDPA), stays eager, as do the
+        checkpoints and FSDP's hooks around the pieces. ``options`` go to ``torch.compile``."""
+        for block in self.blocks:
+            for name in ("before_attention", "after_attention"):
+                setattr(block, name, torch.compile(getattr(block, name), fullgraph=True,
+                                                   **options))  # fmt: skip
 
 
 __all__ = ["Attend", "Llama", "Output", "rope", "sdpa"]
