@@ -32,16 +32,18 @@ void cpu_signal_sink(void*, uint64_t* word, uint64_t value, SignalUpdate update)
 uint64_t CpuAtomicSink::start(void* word, const Atomic& a, const SignalWord* then) {
   const uint64_t old = amo_bytes(a.type) == 4 ? cas_loop(static_cast<uint32_t*>(word), a)
                                               : cas_loop(static_cast<uint64_t*>(word), a);
-  if (then != nullptr) cpu_signal_sink(nullptr, then->word, then->value, then->update);
-  old_[next_] = old;
-  return next_++;
+  return finish(then, old);
 }
 
 uint64_t CpuAtomicSink::start_write(void* dst, const void* data, size_t bytes,
                                     const SignalWord* then) {
-  std::memcpy(dst, data, bytes);  // the signal's release store below publishes it
+  std::memcpy(dst, data, bytes);  // the signal's release store (finish) publishes it
+  return finish(then, 0);
+}
+
+uint64_t CpuAtomicSink::finish(const SignalWord* then, uint64_t old) {
   if (then != nullptr) cpu_signal_sink(nullptr, then->word, then->value, then->update);
-  old_[next_] = 0;
+  old_[next_] = old;
   return next_++;
 }
 

@@ -22,6 +22,9 @@ class CpuAtomicSink final : public AtomicSink {
   bool done(uint64_t id, uint64_t* old) override;
 
  private:
+  // `then` (not null), then `old` kept for done(); the next id.
+  uint64_t finish(const SignalWord* then, uint64_t old);
+
   uint64_t next_ = 0;
   std::unordered_map<uint64_t, uint64_t> old_;  // by id, until done() reports it
 };

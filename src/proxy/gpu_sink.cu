@@ -34,17 +34,35 @@ __device__ uint64_t cas_loop(Word* word, const Atomic& a) {
   }
 }
 
-// `signal` (not null): a value put's signal, after the atomic (release: the word's new value is
-// seen by whoever sees the signal).
-__global__ void apply_atomic(void* word, Atomic a, ResultSlot* out, unsigned long long ticket,
-                             unsigned long long* signal, unsigned long long value, bool set) {
-  const uint64_t old = amo_bytes(a.type) == 4
-                           ? cas_loop(static_cast<unsigned int*>(word), a)
-                           : cas_loop(static_cast<unsigned long long*>(word), a);
-  if (signal != nullptr) signal_word(signal, value, set);
-  out->value = old;
-  __threadfence_system();  // the value before the ticket, for the host that polls the ticket
+// The signal a value or inline put carries, as a kernel parameter (word null: none).
+struct Then {
+  unsigned long long* word;
+  unsigned long long value;
+  bool set;
+};
+
+Then then_of(const SignalWord* s) {
+  if (s == nullptr) return {nullptr, 0, false};
+  return {reinterpret_cast<unsigned long long*>(s->word), static_cast<unsigned long long>(s->value),
+          s->update == SignalUpdate::kSet};
+}
+
+// After what `then` follows (release: whoever sees the signal sees what came before it), the
+// signal; then `value` and the ticket for the host that polls it (done()).
+__device__ void finish(const Then& then, ResultSlot* out, uint64_t value,
+                       unsigned long long ticket) {
+  if (then.word != nullptr) signal_word(then.word, then.value, then.set);
+  out->value = value;
+  __threadfence_system();  // the value before the ticket
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(&out->ticket), "l"(ticket) : "memory");
+}
+
+__global__ void apply_atomic(void* word, Atomic a, Then then, ResultSlot* out,
+                             unsigned long long ticket) {
+  finish(then, out,
+         amo_bytes(a.type) == 4 ? cas_loop(static_cast<unsigned int*>(word), a)
+                                : cas_loop(static_cast<unsigned long long*>(word), a),
+         ticket);
 }
 
 // An inline put's bytes, passed by value: a kernel's parameters hold up to 4 KiB.
@@ -52,10 +70,9 @@ struct InlineBytes {
   alignas(16) unsigned char bytes[kInlineBytes];
 };
 
-// The bytes, then `signal` (not null) as in apply_atomic, then the ticket as an atomic's.
-__global__ void apply_write(unsigned char* dst, InlineBytes data, unsigned int bytes,
-                            ResultSlot* out, unsigned long long ticket,
-                            unsigned long long* signal, unsigned long long value, bool set) {
+// The bytes, then as an atomic's (old value 0).
+__global__ void apply_write(unsigned char* dst, InlineBytes data, unsigned int bytes, Then then,
+                            ResultSlot* out, unsigned long long ticket) {
   if (reinterpret_cast<unsigned long long>(dst) % 8 == 0 && bytes % 8 == 0) {
     auto* to = reinterpret_cast<unsigned long long*>(dst);
     const auto* from = reinterpret_cast<const unsigned long long*>(data.bytes);
@@ -63,10 +80,7 @@ __global__ void apply_write(unsigned char* dst, InlineBytes data, unsigned int b
   } else {
     for (unsigned int i = 0; i < bytes; ++i) dst[i] = data.bytes[i];
   }
-  if (signal != nullptr) signal_word(signal, value, set);  // release: after the bytes
-  out->value = 0;
-  __threadfence_system();  // the bytes before the ticket, as an atomic's old value
-  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(&out->ticket), "l"(ticket) : "memory");
+  finish(then, out, 0, ticket);
 }
 
 }  // namespace
@@ -114,38 +128,32 @@ void GpuSink::apply(void* arg, uint64_t* word, uint64_t value, SignalUpdate upda
 }
 
 uint64_t GpuSink::start(void* word, const Atomic& a, const SignalWord* then) {
-  GSHMEM_REQUIRE(!full(), "a network atomic started while " + std::to_string(kAtomicsInFlight) +
-                             " are in flight");
-  const uint64_t id = started_;
-  ResultSlot* out = &outcomes_[id % kAtomicsInFlight];
-  cuda::DeviceGuard guard(device_);
-  auto* signal = then != nullptr ? reinterpret_cast<unsigned long long*>(then->word) : nullptr;
-  apply_atomic<<<1, 1, 0, stream_>>>(
-      word, a, out, static_cast<unsigned long long>(id + 1), signal,
-      then != nullptr ? static_cast<unsigned long long>(then->value) : 0ull,
-      then != nullptr && then->update == SignalUpdate::kSet);
-  cuda::check(cudaGetLastError(), "launching the kernel that applies a network atomic");
-  ++started_;
-  return id;
+  return launch("a network atomic", [&](ResultSlot* out, unsigned long long ticket) {
+    apply_atomic<<<1, 1, 0, stream_>>>(word, a, then_of(then), out, ticket);
+  });
 }
 
 uint64_t GpuSink::start_write(void* dst, const void* data, size_t bytes,
                               const SignalWord* then) {
-  GSHMEM_REQUIRE(!full(), "an inline put started while " + std::to_string(kAtomicsInFlight) +
-                             " atomics are in flight");
   GSHMEM_REQUIRE(bytes <= kInlineBytes, "an inline put carries at most " +
                                             std::to_string(kInlineBytes) + " bytes");
   InlineBytes carried;
   std::memcpy(carried.bytes, data, bytes);
+  return launch("an inline put", [&](ResultSlot* out, unsigned long long ticket) {
+    apply_write<<<1, 1, 0, stream_>>>(static_cast<unsigned char*>(dst), carried,
+                                      static_cast<unsigned int>(bytes), then_of(then), out,
+                                      ticket);
+  });
+}
+
+template <class Launch>
+uint64_t GpuSink::launch(const char* what, Launch kernel) {
+  GSHMEM_REQUIRE(!full(), std::string(what) + " started while " +
+                              std::to_string(kAtomicsInFlight) + " atomics are in flight");
   const uint64_t id = started_;
   cuda::DeviceGuard guard(device_);
-  auto* signal = then != nullptr ? reinterpret_cast<unsigned long long*>(then->word) : nullptr;
-  apply_write<<<1, 1, 0, stream_>>>(
-      static_cast<unsigned char*>(dst), carried, static_cast<unsigned int>(bytes),
-      &outcomes_[id % kAtomicsInFlight], static_cast<unsigned long long>(id + 1), signal,
-      then != nullptr ? static_cast<unsigned long long>(then->value) : 0ull,
-      then != nullptr && then->update == SignalUpdate::kSet);
-  cuda::check(cudaGetLastError(), "launching the kernel that applies an inline put");
+  kernel(&outcomes_[id % kAtomicsInFlight], static_cast<unsigned long long>(id + 1));
+  cuda::check_launch((std::string("launching the kernel that applies ") + what).c_str());
   ++started_;
   return id;
 }

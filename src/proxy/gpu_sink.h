@@ -50,6 +50,11 @@ class GpuSink final : public AtomicSink {
   static constexpr uint64_t kAtomicsInFlight = 4096;
 
  private:
+  // Launches kernel(result slot, ticket) on the sink's stream for the next id (`what`: what it
+  // applies, for errors); throws when kAtomicsInFlight are in flight or the launch failed.
+  template <class Launch>
+  uint64_t launch(const char* what, Launch kernel);
+
   int device_;
   cudaStream_t stream_ = nullptr;
   ResultSlot* outcomes_ = nullptr;  // [kAtomicsInFlight], pinned host memory mapped into the GPU

@@ -39,16 +39,8 @@ void UcxEngine::send_atomic(int pe, int region, uint64_t offset, const Atomic& a
   reach(pe, region, offset, bytes, what);
   if (signal != nullptr) reach_signal(pe, signal->region, signal->offset);
   const uint64_t id = next_atomic_++;
-  const wire::AtomicRequest msg{static_cast<uint64_t>(rank_),
-                                id,
-                                static_cast<uint64_t>(region),
-                                offset,
-                                op,
-                                type,
-                                a.operand,
-                                a.compare,
-                                signal != nullptr ? to_wire(*signal)
-                                                  : wire::Signal{wire::kNoSignal, 0, 0, 0}};
+  const wire::AtomicRequest msg{static_cast<uint64_t>(rank_), id, static_cast<uint64_t>(region),
+                                offset, op, type, a.operand, a.compare, to_wire(signal)};
   atomic_calls_[id] = {pe, fetched, arg, tag, issued_++};
   try {
     track(send(pe, wire::kAtomic, &msg, sizeof msg, nullptr, 0), pe, done, arg, tag, what);
@@ -74,9 +66,7 @@ void UcxEngine::send_write(int pe, int region, uint64_t offset, const void* data
   if (signal != nullptr) reach_signal(pe, signal->region, signal->offset);
   const uint64_t id = next_atomic_++;
   const wire::WriteRequest msg{static_cast<uint64_t>(rank_), id, static_cast<uint64_t>(region),
-                               offset, bytes,
-                               signal != nullptr ? to_wire(*signal)
-                                                 : wire::Signal{wire::kNoSignal, 0, 0, 0}};
+                               offset, bytes, to_wire(signal)};
   // The message's data must outlive the send: a copy that the request keeps.
   std::shared_ptr<uint64_t> copy(new uint64_t[(bytes + 7) / 8], std::default_delete<uint64_t[]>());
   std::memcpy(copy.get(), data, bytes);

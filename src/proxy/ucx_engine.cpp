@@ -184,8 +184,7 @@ void UcxEngine::put(int pe, const void* src, size_t bytes, int region, uint64_t 
   if (bytes >= bulk_bytes_) {
     const uint64_t message = next_message_++;
     wire::BulkPut header{static_cast<uint64_t>(rank_), static_cast<uint64_t>(region), offset,
-                         message, 1, {wire::kNoSignal, 0, 0, 0}};
-    if (signal != nullptr) header.signal = to_wire(*signal);
+                         message, 1, to_wire(signal)};
     const bool staged = staging_ != nullptr && staging_->staged(src);
     if (staged || bytes > part_bytes_) {
       header.parts = parts_of(bytes, staged);

@@ -223,6 +223,7 @@ class UcxEngine final : public NetEngine {
 
   // ucx_ordering.cpp
   static wire::Signal to_wire(const SignalAfter& s);
+  static wire::Signal to_wire(const SignalAfter* s);  // null: no signal (wire::kNoSignal)
   // `seq`: the issue order it took when held (HeldSignal); else a new one.
   void send_signal(int pe, const wire::Signal& msg, std::optional<uint64_t> seq = std::nullopt);
   // Sends `msg` to `pe` once what was issued so far to `flush_of` (every peer: -1) is

@@ -20,6 +20,10 @@ wire::Signal UcxEngine::to_wire(const SignalAfter& s) {
   return {static_cast<uint64_t>(s.region), s.offset, s.value, static_cast<uint64_t>(s.update)};
 }
 
+wire::Signal UcxEngine::to_wire(const SignalAfter* s) {
+  return s != nullptr ? to_wire(*s) : wire::Signal{wire::kNoSignal, 0, 0, 0};
+}
+
 void UcxEngine::send_signal(int pe, const wire::Signal& msg, std::optional<uint64_t> seq) {
   track(send(pe, wire::kSignal, &msg, sizeof msg, nullptr, 0), pe, nullptr, nullptr, 0,
         "signal", nullptr, kNoMessage, seq);

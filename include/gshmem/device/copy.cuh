@@ -14,9 +14,9 @@
 // one copy after another, the rest by their own lane. One lane alone puts its 16-byte words in a
 // different 32-byte sector than its neighbours' at every access, half of each sector unused:
 // thread-scope puts of 8 KiB per thread moved 169 GB/s where warp scope moved 353
-// (docs/benchmarks.md). The lanes
-// synchronise (__syncwarp over them) before, so each reads what the others wrote to their
-// sources, and after, so each lane's later release (a signal, a fence) covers the whole copy.
+// (docs/benchmarks.md). The lanes synchronise (__syncwarp over them) before, so each reads what
+// the others wrote to their sources, and after, so each lane's later release (a signal, a fence)
+// covers the whole copy.
 #pragma once
 
 #include "scope.cuh"
