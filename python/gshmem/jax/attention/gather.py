@@ -5,10 +5,11 @@ One SPMD program must have the same shapes on every rank, while the schedule's u
 blocks differ in length from rank to rank (causal zigzag: rank p's front queries see p gathered
 halves, its back queries 2W-2-p). So every rank gathers the whole sequence's K/V, lays the 2W
 halves out in its own reader order (``reader_order``: the halves its queries see first, as a
-prefix, the rest after) and runs its two query halves as one call of batch 2 against that
-buffer, each half with its own key length (``key_value_seq_lengths``: keys past it are masked,
-and a kernel that honours lengths skips them). With the local shard's masked block that is two
-calls per pass at any W.
+prefix, the rest after) and runs its two query halves against that buffer, one call per half,
+each with its own key length (``key_value_seq_lengths``: keys past it are masked, and a kernel
+that honours lengths skips them). Both calls read the one buffer: stacking the halves as one
+call of batch 2 would need the whole K/V twice. With the local shard's masked block that is
+three calls per pass at any W.
 
 The gathering is W-1 split permutes (split.py; shift s brings rank me-s's K/V), started before
 the local block, which computes on K/V tied to the starts, and done after it: the copy engines
@@ -56,30 +57,15 @@ def half_lengths(world: int, layout: str, causal: bool) -> np.ndarray:
     return out
 
 
-def _halves_first(x):
-    """[B, T, ...] -> [2B, T/2, ...]: the front halves of the batch, then the back halves."""
-    import jax.numpy as jnp
-
-    c = x.shape[1] // 2
-    return jnp.concatenate([x[:, :c], x[:, c:]], axis=0)
-
-
-def _halves_back(x, batch: int):
-    """The inverse of ``_halves_first``."""
-    import jax.numpy as jnp
-
-    return jnp.concatenate([x[:batch], x[batch:]], axis=1)
-
-
-def _prefix_call(p, q, gk, gv, me):
-    """(batched query halves, keys, values, key lengths, which entries see no key)."""
+def _prefix_halves(p, q, me):
+    """[(query slice, key lengths [B], whether those queries see no key)] of the front and the
+    back half of rank ``me``'s queries against its gathered K/V."""
     import jax.numpy as jnp
 
     b, half = q.shape[0], q.shape[1] // 2
     lengths = jnp.asarray(half_lengths(p.world, p.layout, p.causal))[me] * half
-    kv_len = jnp.repeat(lengths, b)  # [2B]: the front entries, then the back ones
-    keys = [jnp.concatenate([t, t], axis=0) for t in (gk, gv)]
-    return _halves_first(q), *keys, kv_len, kv_len == 0
+    return [(slice(i * half, (i + 1) * half), jnp.full((b,), lengths[i]), lengths[i] == 0)
+            for i in range(2)]  # fmt: skip
 
 
 def _shift_start(p, x, s: int, sign: int):
@@ -125,12 +111,12 @@ def forward(p, q, k, v):
     me = jax.lax.axis_index(p.axis_name)
     by_shift = jnp.stack([kv, *(ppermute_done(st, out, lse) for st in starts)])
     gk, gv = _lay_out(p, by_shift, me)
-    q2, k2, v2, kv_len, empty = _prefix_call(p, q, gk, gv, me)
-    o2, lse2 = block(q2, k2, v2, False, p.scale, p.implementation, kv_len)
-    lse2 = jnp.where(empty[:, None, None], -jnp.inf, lse2)
-    o2 = jnp.where(empty[:, None, None, None], 0, o2)
-    b = q.shape[0]
-    out, lse = merge(out, lse, _halves_back(o2, b), _halves_back(lse2, b))
+    merged = []
+    for rows, kv_len, empty in _prefix_halves(p, q, me):
+        o2, lse2 = block(q[:, rows], gk, gv, False, p.scale, p.implementation, kv_len)
+        o2, lse2 = jnp.where(empty, 0, o2), jnp.where(empty, -jnp.inf, lse2)
+        merged.append(merge(out[:, rows], lse[:, rows], o2, lse2))
+    out, lse = (jnp.concatenate(x, axis=1) for x in zip(*merged, strict=True))
     return out.astype(q.dtype), lse, (gk, gv)
 
 
@@ -143,11 +129,13 @@ def backward(p, q, k, v, out, lse, gathered, do):
 
     w, (b, t, nk, d) = p.world, k.shape
     me = jax.lax.axis_index(p.axis_name)
-    q2, k2, v2, kv_len, empty = _prefix_call(p, q, *gathered, me)
-    rows = [_halves_first(x) for x in (do, out, lse)]
-    dq2, dk2, dv2 = block_grads(q2, k2, v2, False, p.scale, p.implementation, *rows, kv_len)
+    dq2, dg = [], 0.0
+    for rows, kv_len, empty in _prefix_halves(p, q, me):
+        dq_h, dk_h, dv_h = block_grads(q[:, rows], *gathered, False, p.scale, p.implementation,
+                                       do[:, rows], out[:, rows], lse[:, rows], kv_len)  # fmt: skip
+        dq2.append(jnp.where(empty, 0, dq_h.astype(jnp.float32)))
+        dg = dg + jnp.stack([dk_h.astype(jnp.float32), dv_h.astype(jnp.float32)])
     # both halves' key gradients (fp32), in reader order, then by shift: [W, 2 (K/V), B, T, ...]
-    dg = jnp.stack([x[:b].astype(jnp.float32) + x[b:].astype(jnp.float32) for x in (dk2, dv2)])
     dg = dg.reshape(2, b, 2 * w, t // 2, nk, d).transpose(2, 0, 1, 3, 4, 5)
     dg = jnp.take(dg, jnp.argsort(_reader_index(p, me)), axis=0)
     dg = dg.reshape(w, 2, 2, b, t // 2, nk, d).transpose(0, 2, 3, 1, 4, 5, 6)
@@ -158,8 +146,7 @@ def backward(p, q, k, v, out, lse, gathered, do):
     mine = dg[0]  # this rank's own halves: never read unmasked (zero), kept for the shapes
     for st in starts:  # each from rank me + s: its share of this rank's shard
         mine = mine + ppermute_done(st, dq, dk, dv)
-    dq2 = jnp.where(empty[:, None, None, None], 0, dq2.astype(jnp.float32))
-    dq = (dq.astype(jnp.float32) + _halves_back(dq2, b)).astype(q.dtype)
+    dq = (dq.astype(jnp.float32) + jnp.concatenate(dq2, axis=1)).astype(q.dtype)
     return (dq, (dk.astype(jnp.float32) + mine[0]).astype(k.dtype),
             (dv.astype(jnp.float32) + mine[1]).astype(v.dtype))  # fmt: skip
 

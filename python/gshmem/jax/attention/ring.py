@@ -174,7 +174,7 @@ def ring_attention(q, k, v, axis_name, *, causal: bool = True, layout: str = "zi
     K/V are not expanded), this device's shard in ``layout`` ("zigzag": halves i and 2W-1-i of
     the sequence cut in 2W, balanced under a causal mask; "contiguous": block i), as
     ``shard`` makes it. ``implementation`` goes to ``jax.nn.dot_product_attention``.
-    ``algorithm``: "ring", "allgather" (gather.py: the whole sequence's K/V gathered once, two
+    ``algorithm``: "ring", "allgather" (gather.py: the whole sequence's K/V gathered once, three
     kernel calls per pass) or "auto" (as gshmem.attention.ring_attention decides it, with
     ``GSHMEM_ATTENTION_ALGORITHM``, except that two devices take the ring: GATHER_FROM).
     Collective over the axis: every device calls it with the same shapes."""
