@@ -10,6 +10,10 @@ Starts N copies of a Python program, one per rank, each with the environment tha
                              the same for every rank, for torch.distributed's store (the NCCL
                              baselines' process group, gshmem.bench.nccl_group)
 
+On one host the ports the launcher chooses (rank 0's bootstrap, ``GSHMEM_BENCH_PORT``) are drawn
+below the kernel's ephemeral range (``free_port``), so no other connection takes them before
+their listeners bind them.
+
 and, unless already set, ``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and
 ``NVSHMEM_DISABLE_NVLS=1`` (NVLink multicast stays off), ``PYTHONUNBUFFERED=1``.
 
@@ -256,11 +260,51 @@ class _Rank:
         return self.proc.poll() is not None
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+LOWEST_DRAWN_PORT = 15000
+
+
+def ephemeral_ports(path: str = EPHEMERAL_RANGE) -> tuple[int, int] | None:
+    """The range the kernel hands out for bind(0) and outgoing connections, or None if unknown."""
+    try:
+        with open(path) as f:
+            lo, hi = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        return None
+    return lo, hi
+
+
+def free_port(avoid: Sequence[int] = (), path: str = EPHEMERAL_RANGE) -> int:
+    """A TCP port free on 127.0.0.1 now, for a listener that binds it later.
+
+    Drawn at random below the kernel's ephemeral range where there is room: a port that bind(0)
+    returned goes back to the ephemeral pool, where any outgoing connection or other bind(0) on
+    the host may take it before its listener binds it (seen in parallel test runs as a store's
+    EADDRINUSE); below that range only explicit choices land. ``avoid``: ports already chosen
+    for this job but not yet bound."""
+    ephemeral = ephemeral_ports(path)
+    if ephemeral is not None and ephemeral[0] - LOWEST_DRAWN_PORT >= 1024:
+        draw = random.SystemRandom()
+        for _ in range(64):
+            port = draw.randrange(LOWEST_DRAWN_PORT, ephemeral[0])
+            if port in avoid:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _rendezvous_port(uid: bytes) -> int:
+    """The port rank 0's bootstrap listens on, from the job's unique id."""
+    from gshmem import _C
+
+    return int(_C.unique_id_describe(uid).rsplit(":", 1)[1])
 
 
 def _spawn(opts: Options, uid: bytes) -> list[_Rank]:
@@ -270,8 +314,8 @@ def _spawn(opts: Options, uid: bytes) -> list[_Rank]:
     ranks: list[_Rank] = []
     slots = run_hosts.place(opts.hosts) if opts.hosts else None
     base = dict(os.environ)
-    if slots is None:  # one port for the job (the rendezvous port + 1 is not reserved)
-        base.setdefault("GSHMEM_BENCH_PORT", str(free_port()))
+    if slots is None:  # one port for the job, not the rendezvous port
+        base.setdefault("GSHMEM_BENCH_PORT", str(free_port(avoid=(_rendezvous_port(uid),))))
     try:
         for r in range(opts.nprocs):
             device = opts.devices[r] if opts.devices else None
@@ -456,7 +500,9 @@ def main(argv: list[str] | None = None) -> int:
     from gshmem._errors import Error
 
     address = None if os.environ.get("GSHMEM_BOOTSTRAP_ADDR") else "127.0.0.1"
-    port = 0
+    # rank 0 binds it when its comm starts; GSHMEM_BENCH_PORT may already be chosen
+    bench = os.environ.get("GSHMEM_BENCH_PORT", "")
+    port = free_port(avoid=[int(bench)] if bench.isdigit() else []) if address else 0
     if opts.hosts:
         # Rank 0's host is not this one: no port can be tried from here, so one is drawn (its
         # bind failing is reported by rank 0, naming the address).

@@ -29,11 +29,16 @@ needs_ucx = pytest.mark.skipif(
 )
 
 
+# Several scenarios per launch, in turn on one comm: a launch costs ~15 s before its first
+# scenario (two processes, every module loaded eagerly, UCX, the kernels compiled), and these
+# tests run one after another on one worker, the GPU check's longest chain.
+
+
 @pytest.mark.gpu
 @needs_ucx
-@pytest.mark.parametrize("scenario", ["basic", "nbi", "stream", "sizes_nbi", "coll"])
-def test_put_signal_and_get_through_the_proxy(scenario):
-    out = launch_pes(2, str(SCRIPTS / "proxy_check.py"), scenario, timeout=240, **PROXY)
+def test_put_signal_and_get_through_the_proxy():
+    scenarios = ["basic", "nbi", "stream", "sizes_nbi", "coll"]
+    out = launch_pes(2, str(SCRIPTS / "proxy_check.py"), scenarios, timeout=300, **PROXY)
     print(out[-2000:])
 
 
@@ -50,16 +55,17 @@ def test_collectives_and_permutes_through_the_proxy(n):
 
 @pytest.mark.gpu
 @needs_ucx
-@pytest.mark.parametrize("suite", ["signal", "barrier", "amo", "pg", "strided"])
-def test_device_api_suite_through_the_proxy(suite):
+@pytest.mark.parametrize("suites", [["signal", "amo", "pg", "strided"], ["barrier"]],
+                         ids=["signal-amo-pg-strided", "barrier"])  # fmt: skip
+def test_device_api_suite_through_the_proxy(suites):
     # signal: every scope, SET and ADD, blocking and non-blocking, 1 B .. 8 MiB, data after the
     # signal; barrier: p to the right neighbour (put_value through the proxy), the team barrier,
     # the left neighbour's value checked, on the world and a strided team, every scope; amo:
     # every atomic on 32/64-bit integers and floats, fetching or not, from many threads (applied
     # by the target's proxy on its GPU), exact totals and every fetched value accounted for;
     # pg: p and g of 1-8 bytes; strided: iput/iget at every scope (one descriptor per element)
-    env = {**PROXY, "GSHMEM_TEST_SMALL": "1"} if suite == "barrier" else PROXY
-    launch_pes(2, str(SCRIPTS / "device_api_check.py"), suite, timeout=300, **env)
+    env = {**PROXY, "GSHMEM_TEST_SMALL": "1"} if suites == ["barrier"] else PROXY
+    launch_pes(2, str(SCRIPTS / "device_api_check.py"), suites, timeout=400, **env)
 
 
 @pytest.mark.gpu
