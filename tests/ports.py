@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import random
-import socket
+
+from gshmem.run import bindable
 
 # Below Linux's ephemeral range (32768 on): a port that binding port 0 gave out can become the local
 # port of any process's outgoing connection before the job binds it (seen in a parallel run of
-# the suite: "Address already in use"). A block of its own for each pytest-xdist worker.
+# the suite: "Address already in use"; gshmem.run.free_port draws the launcher's ports so too).
+# A block of its own for each pytest-xdist worker.
 PRIVATE_PORTS, PORTS_PER_WORKER, EPHEMERAL = 20000, 256, 32768
 
 
@@ -19,10 +21,6 @@ def private_port() -> int:
     blocks = (EPHEMERAL - PRIVATE_PORTS) // PORTS_PER_WORKER
     first = PRIVATE_PORTS + PORTS_PER_WORKER * (int(worker) % blocks if worker.isdigit() else 0)
     for port in random.sample(range(first, first + PORTS_PER_WORKER), PORTS_PER_WORKER):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
+        if bindable(port):
             return port
     raise RuntimeError(f"no free port in {first}..{first + PORTS_PER_WORKER - 1}")

@@ -287,17 +287,21 @@ def free_port(avoid: Sequence[int] = (), path: str = EPHEMERAL_RANGE) -> int:
         draw = random.SystemRandom()
         for _ in range(64):
             port = draw.randrange(LOWEST_DRAWN_PORT, ephemeral[0])
-            if port in avoid:
-                continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
+            if port not in avoid and bindable(port):
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def bindable(port: int) -> bool:
+    """Whether a TCP listener could bind ``port`` on every local address now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+        return True
 
 
 def _rendezvous_port(uid: bytes) -> int:

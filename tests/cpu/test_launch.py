@@ -26,6 +26,7 @@ import pytest
 
 import gshmem
 from gshmem import _C, launch
+from gshmem.run import free_port
 
 HELPER = Path(__file__).with_name("_helpers_launch.py")
 SKIP_EXIT = 77
@@ -79,11 +80,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _free_port(pair: bool = False) -> int:
-    """A free loopback port (and, with pair, port+1 free too)."""
+    """A free loopback port (and, with pair, port+1 free too), drawn as the launcher draws its
+    own (below the ephemeral range: no connection of a parallel test takes it meanwhile)."""
     for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         if not pair:
             return port
         with socket.socket() as s, contextlib.suppress(OSError):
