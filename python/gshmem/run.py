@@ -10,12 +10,12 @@ Starts N copies of a Python program, one per rank, each with the environment tha
                              the same for every rank, for torch.distributed's store (the NCCL
                              baselines' process group, gshmem.bench.nccl_group)
 
+and, unless already set, ``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and
+``NVSHMEM_DISABLE_NVLS=1`` (NVLink multicast stays off), ``PYTHONUNBUFFERED=1``.
+
 On one host the ports the launcher chooses (rank 0's bootstrap, ``GSHMEM_BENCH_PORT``) are drawn
 below the kernel's ephemeral range (``free_port``), so no other connection takes them before
 their listeners bind them.
-
-and, unless already set, ``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and
-``NVSHMEM_DISABLE_NVLS=1`` (NVLink multicast stays off), ``PYTHONUNBUFFERED=1``.
 
 On several hosts: ``--hosts a:4,b:4`` places ranks 0-3 on ``a`` and 4-7 on ``b`` and starts each
 through a remote shell (``--rsh``, default ``ssh -o BatchMode=yes``); rank 0's bootstrap listens
@@ -275,7 +275,7 @@ def ephemeral_ports(path: str = EPHEMERAL_RANGE) -> tuple[int, int] | None:
 
 
 def free_port(avoid: Sequence[int] = (), path: str = EPHEMERAL_RANGE) -> int:
-    """A TCP port free on 127.0.0.1 now, for a listener that binds it later.
+    """A TCP port free on this host now, for a listener that binds it later.
 
     Drawn at random below the kernel's ephemeral range where there is room: a port that bind(0)
     returned goes back to the ephemeral pool, where any outgoing connection or other bind(0) on
@@ -504,13 +504,15 @@ def main(argv: list[str] | None = None) -> int:
     from gshmem._errors import Error
 
     address = None if os.environ.get("GSHMEM_BOOTSTRAP_ADDR") else "127.0.0.1"
-    # rank 0 binds it when its comm starts; GSHMEM_BENCH_PORT may already be chosen
     bench = os.environ.get("GSHMEM_BENCH_PORT", "")
-    port = free_port(avoid=[int(bench)] if bench.isdigit() else []) if address else 0
     if opts.hosts:
         # Rank 0's host is not this one: no port can be tried from here, so one is drawn (its
         # bind failing is reported by rank 0, naming the address).
         port = opts.port or random.randint(20000, 60999)
+    elif address:  # rank 0 binds it when its comm starts; not the store's, if already chosen
+        port = free_port(avoid=[int(bench)] if bench.isdigit() else [])
+    else:
+        port = 0  # GSHMEM_BOOTSTRAP_ADDR: the native side picks it on that address
     try:
         if opts.hosts:
             address = run_hosts.rendezvous(opts.hosts, opts.bootstrap_addr)
