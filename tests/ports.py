@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import random
 
-from gshmem.run import bindable
+from gshmem.tcp_ports import bindable
 
 # Below Linux's ephemeral range (32768 on): a port that binding port 0 gave out can become the local
 # port of any process's outgoing connection before the job binds it (seen in a parallel run of
-# the suite: "Address already in use"; gshmem.run.free_port draws the launcher's ports so too).
-# A block of its own for each pytest-xdist worker.
+# the suite: "Address already in use"; gshmem.tcp_ports draws the launcher's ports so too). A
+# block of its own for each pytest-xdist worker.
 PRIVATE_PORTS, PORTS_PER_WORKER, EPHEMERAL = 20000, 256, 32768
 
 

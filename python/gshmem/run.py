@@ -43,7 +43,6 @@ import os
 import random
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -53,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from gshmem import run_hosts
+from gshmem.tcp_ports import free_port
 
 __all__ = ["main", "child_env"]
 
@@ -258,50 +258,6 @@ class _Rank:
     @property
     def done(self) -> bool:
         return self.proc.poll() is not None
-
-
-EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
-LOWEST_DRAWN_PORT = 15000
-
-
-def ephemeral_ports(path: str = EPHEMERAL_RANGE) -> tuple[int, int] | None:
-    """The range the kernel hands out for bind(0) and outgoing connections, or None if unknown."""
-    try:
-        with open(path) as f:
-            lo, hi = (int(x) for x in f.read().split())
-    except (OSError, ValueError):
-        return None
-    return lo, hi
-
-
-def free_port(avoid: Sequence[int] = (), path: str = EPHEMERAL_RANGE) -> int:
-    """A TCP port free on this host now, for a listener that binds it later.
-
-    Drawn at random below the kernel's ephemeral range where there is room: a port that bind(0)
-    returned goes back to the ephemeral pool, where any outgoing connection or other bind(0) on
-    the host may take it before its listener binds it (seen in parallel test runs as a store's
-    EADDRINUSE); below that range only explicit choices land. ``avoid``: ports already chosen
-    for this job but not yet bound."""
-    ephemeral = ephemeral_ports(path)
-    if ephemeral is not None and ephemeral[0] - LOWEST_DRAWN_PORT >= 1024:
-        draw = random.SystemRandom()
-        for _ in range(64):
-            port = draw.randrange(LOWEST_DRAWN_PORT, ephemeral[0])
-            if port not in avoid and bindable(port):
-                return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def bindable(port: int) -> bool:
-    """Whether a TCP listener could bind ``port`` on every local address now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("", port))
-        except OSError:
-            return False
-        return True
 
 
 def _rendezvous_port(uid: bytes) -> int:

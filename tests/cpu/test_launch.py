@@ -26,7 +26,7 @@ import pytest
 
 import gshmem
 from gshmem import _C, launch
-from gshmem.run import free_port
+from gshmem.tcp_ports import free_port
 
 HELPER = Path(__file__).with_name("_helpers_launch.py")
 SKIP_EXIT = 77

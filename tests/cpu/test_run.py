@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gshmem import run
+from gshmem import run, tcp_ports
 
 LAUNCH_VARS = (
     "GSHMEM_UNIQUE_ID",
@@ -139,10 +139,10 @@ def test_children_get_env_and_a_working_uid(tmp_path: Path, n: int) -> None:
     ports = {rec["env"]["GSHMEM_BENCH_PORT"] for rec in recs.values()}
     assert len(ports) == 1 and 0 < int(next(iter(ports))) < 65536
     assert all(not rec["rendezvous"].endswith(":" + p) for p in ports for rec in recs.values())
-    ephemeral = run.ephemeral_ports()
-    if ephemeral and ephemeral[0] - run.LOWEST_DRAWN_PORT >= 1024:  # both drawn below it
+    ephemeral = tcp_ports.ephemeral_ports()
+    if ephemeral and ephemeral[0] - tcp_ports.LOWEST_DRAWN_PORT >= 1024:  # both drawn below it
         chosen = [int(next(iter(ports))), int(recs[0]["rendezvous"].rsplit(":", 1)[1])]
-        assert all(run.LOWEST_DRAWN_PORT <= q < ephemeral[0] for q in chosen), chosen
+        assert all(tcp_ports.LOWEST_DRAWN_PORT <= q < ephemeral[0] for q in chosen), chosen
     # stderr is forwarded separately, prefixed too
     for r in range(n):
         assert f"[rank {r}] to-stderr" in proc.stderr.splitlines()
@@ -304,44 +304,3 @@ def test_wrap_runs_every_rank_under_a_command(tmp_path):
     for r in range(2):
         assert f"[rank {r}] wrapped rank {r}" in proc.stdout
         assert f"[rank {r}] ran {r}" in proc.stdout
-
-
-class _Draws:
-    """random.SystemRandom's stand-in: randrange returns the given ports in turn."""
-
-    def __init__(self, ports: list[int]) -> None:
-        self.ports = list(ports)
-
-    def randrange(self, lo: int, hi: int) -> int:
-        port = self.ports.pop(0)
-        assert lo <= port < hi
-        return port
-
-
-def test_free_port_draws_below_the_ephemeral_range(tmp_path: Path, monkeypatch) -> None:
-    """A port that bind(0) hands out can be taken by any connection before its listener binds
-    it; drawn below the kernel's ephemeral range, skipping busy and avoided ports, it cannot."""
-    import socket
-
-    ranges = tmp_path / "range"
-    ranges.write_text("40000\t60999\n")
-    assert run.ephemeral_ports(str(ranges)) == (40000, 60999)
-    for _ in range(20):
-        assert run.LOWEST_DRAWN_PORT <= run.free_port(path=str(ranges)) < 40000
-    with socket.socket() as busy:
-        taken = run.free_port(path=str(ranges))
-        busy.bind(("127.0.0.1", taken))
-        busy.listen()
-        free = run.free_port(path=str(ranges))
-        avoided = run.free_port(path=str(ranges))
-        monkeypatch.setattr(run.random, "SystemRandom", lambda: _Draws([taken, avoided, free]))
-        # the busy port fails to bind and the avoided one is skipped: the third draw
-        assert run.free_port(avoid=[avoided], path=str(ranges)) == free
-
-
-def test_free_port_falls_back_to_the_kernels_choice(tmp_path: Path) -> None:
-    narrow = tmp_path / "range"
-    narrow.write_text("16000 60999")  # no room below it
-    assert run.ephemeral_ports(str(tmp_path / "absent")) is None
-    for path in (narrow, tmp_path / "absent"):
-        assert 0 < run.free_port(path=str(path)) < 65536

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from gshmem.run import free_port
+from gshmem.tcp_ports import free_port
 
 # (Kept here, not only in gshmem.bench, so the command works even where an editable install
 # predates the package and loads it as a namespace package.)

@@ -1,0 +1,51 @@
+"""TCP ports for listeners that a job binds later (rank 0's bootstrap, torch.distributed's store,
+JAX's coordinator), chosen where no other socket on the host takes them in the meantime."""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Sequence
+
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+LOWEST_DRAWN_PORT = 15000
+
+
+def ephemeral_ports(path: str = EPHEMERAL_RANGE) -> tuple[int, int] | None:
+    """The range the kernel hands out for bind(0) and outgoing connections, or None if unknown."""
+    try:
+        with open(path) as f:
+            lo, hi = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        return None
+    return lo, hi
+
+
+def free_port(avoid: Sequence[int] = (), path: str = EPHEMERAL_RANGE) -> int:
+    """A TCP port free on this host now, for a listener that binds it later.
+
+    Drawn at random below the kernel's ephemeral range where there is room: a port that bind(0)
+    returned goes back to the ephemeral pool, where any outgoing connection or other bind(0) on
+    the host may take it before its listener binds it (seen in parallel test runs as a store's
+    EADDRINUSE); below that range only explicit choices land. ``avoid``: ports already chosen
+    for this job but not yet bound."""
+    ephemeral = ephemeral_ports(path)
+    if ephemeral is not None and ephemeral[0] - LOWEST_DRAWN_PORT >= 1024:
+        draw = random.SystemRandom()
+        for _ in range(64):
+            port = draw.randrange(LOWEST_DRAWN_PORT, ephemeral[0])
+            if port not in avoid and bindable(port):
+                return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bindable(port: int) -> bool:
+    """Whether a TCP listener could bind ``port`` on every local address now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+        return True
