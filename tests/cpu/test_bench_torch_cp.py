@@ -4,7 +4,6 @@ training run holds the same tokens, labels and positions on each rank as gshmem'
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 from gshmem.bench.torch_cp import context_parallel_shards
+from gshmem.tcp_ports import free_port
 from gshmem.train.cp import shard_batch
 
 WORKER = Path(__file__).with_name("_torch_cp_worker.py")
@@ -22,9 +22,7 @@ WORKER = Path(__file__).with_name("_torch_cp_worker.py")
 def test_torch_shards_are_the_zigzag_shards(world, tmp_path) -> None:
     import _torch_cp_worker as worker
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(world), str(port),
                                str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for r in range(world)]  # fmt: skip

@@ -16,6 +16,7 @@ from _ring_threads import run_ring  # noqa: E402
 
 from gshmem.attention import ring  # noqa: E402
 from gshmem.attention.local import Dense  # noqa: E402
+from gshmem.tcp_ports import free_port  # noqa: E402
 from gshmem.train.config import LLAMA3_8B, tiny  # noqa: E402
 from gshmem.train.cp import shard_batch  # noqa: E402
 from gshmem.train.data import ideal_loss, next_token_labels, repeated_blocks  # noqa: E402
@@ -143,7 +144,6 @@ def test_fsdp_step_equals_one_process(tmp_path, keep, compiled) -> None:
     and the updated parameters of one process stepping on the whole batch; also with the first
     block's attention kept rather than recomputed (its checkpoints run inside FSDP's hooks), and
     with the blocks' pieces compiled (compile_blocks) under those hooks."""
-    import socket
     import subprocess
     import sys
     from pathlib import Path
@@ -152,9 +152,7 @@ def test_fsdp_step_equals_one_process(tmp_path, keep, compiled) -> None:
 
     from gshmem.train.step import train_step
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     script = Path(__file__).with_name("_train_worker.py")
     procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(port), str(tmp_path),
                                str(keep), str(compiled)], stdout=subprocess.PIPE,
