@@ -49,3 +49,44 @@ def test_attention_timing_chains_calls(monkeypatch, took, want_calls) -> None:
     warm = min(2, want_calls)
     reps = max(1, min(3, int(10.0 / (took * want_calls))))
     assert len(calls) == 2 + warm + reps * want_calls  # compile, estimate, warm-up, timed
+
+
+def test_value_check_catches_wrong_results() -> None:
+    """The bench's value check (jax_values.py) on a 4-device CPU mesh: jax.lax's ring permute
+    and scaled psum of the probe match the host reference; a permute the other way round, a
+    psum scaled wrongly and a result left where it was do not, and name their blocks."""
+    jax = pytest.importorskip("jax")
+    from _jax_lax_wire import need_cpu_devices
+
+    need_cpu_devices(4)
+    import numpy as np
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    from gshmem.bench import jax_values
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]), ("x",))
+    n, count = 4, 1000
+    ring = [(i, (i + 1) % n) for i in range(n)]
+    back = [(i, (i - 1) % n) for i in range(n)]
+    x = jax_values.probe(mesh, count)
+    assert len({float(v) for v in np.asarray(x)[:: count // 4]}) == 4 * n  # no repeats
+
+    def run(body):
+        with jax.set_mesh(mesh):
+            fn = jax.jit(jax.shard_map(body, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+            return fn(x)
+
+    def check(op, body):
+        return jax_values.wrong_blocks(op, run(body), n, count)
+
+    assert check("ppermute", lambda a: jax.lax.ppermute(a, "x", ring)) == []
+    assert check("psum", lambda a: jax.lax.psum(a, "x") * (1.0 / n)) == []
+    assert check("ppermute", lambda a: jax.lax.ppermute(a, "x", back)) == [0, 1, 2, 3]
+    assert check("ppermute", lambda a: a) == [0, 1, 2, 3]
+    assert check("psum", lambda a: jax.lax.psum(a, "x") * (1.0 / 3)) == [0, 1, 2, 3]
+    # one device's block wrong: only that block is named
+    only_two = lambda a: jax.lax.ppermute(a, "x", ring) + (jax.lax.axis_index("x") == 2)  # noqa: E731
+    assert check("ppermute", only_two) == [2]
+    with pytest.raises(ValueError, match="no reference"):
+        jax_values.expected("pmax", n, count, 0)

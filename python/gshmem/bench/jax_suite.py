@@ -8,7 +8,9 @@ Time per call: one jitted function chains ``--calls`` calls (unrolled: an XLA wh
 a host round trip per iteration), each one's output the next one's input (psum's scaled by 1/N
 to stay finite, for both columns alike), timed from dispatch to ``block_until_ready`` after
 ``--warmup`` runs; the median of ``--repeats`` divided by the calls. ppermute sends every
-device's block to the next device of a ring.
+device's block to the next device of a ring. Before each size is timed, one gshmem call on a
+probe input is checked against a host reference (jax_values.py); a wrong value is printed and
+the run exits 1.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from statistics import median
 
+from gshmem.bench import jax_values
 from gshmem.bench.options import choices, parse_size, size_range
 from gshmem.bench.report import fmt_size
 
@@ -128,9 +131,20 @@ def run(o: argparse.Namespace) -> int:
     if comm_ops:
         say(f"{'op':9s} {'size':>8s} {'gshmem us':>10s} {'jax.lax us':>11s} {'ratio':>6s} "
               f"{'gshmem GB/s':>12s} {'jax.lax GB/s':>13s}  gshmem path")  # fmt: skip
+    wrong_sizes = []
     for op in comm_ops:
         for size in size_range(o.minbytes, o.maxbytes, o.factor):
             count = max(1, size // 4)
+            with jax.set_mesh(mesh):  # one call on the probe first (jax_values.py)
+                once = jax.jit(jax.shard_map(impls[(op, "gshmem")], in_specs=P("x"),
+                                             out_specs=P("x"), check_vma=False))  # fmt: skip
+                wrong = jax_values.wrong_blocks(op, once(jax_values.probe(mesh, count)), n, count)
+            if wrong:
+                print(f"gshmem.bench jax: {op} of {fmt_size(count * 4)}: WRONG values on "
+                      f"device block(s) {wrong} of process {jax.process_index()}")  # fmt: skip
+            values_ok = _slowest(float(len(wrong))) == 0.0
+            if not values_ok:
+                wrong_sizes.append(f"{op} {fmt_size(count * 4)}")
             x = jax.device_put(jnp.ones((n * count,), jnp.float32), NamedSharding(mesh, P("x")))
             seconds = {}
             for impl in ("gshmem", "xla"):
@@ -149,10 +163,14 @@ def run(o: argparse.Namespace) -> int:
             g, xl = seconds["gshmem"], seconds["xla"]
             path = gj.explain(op, count * 4)
             rows.append({"op": op, "bytes": count * 4, "gshmem_us": g * 1e6, "xla_us": xl * 1e6,
-                         "ratio": xl / g, "path": path})  # fmt: skip
+                         "ratio": xl / g, "path": path, "values_ok": values_ok})  # fmt: skip
             nbytes = count * 4
             say(f"{op:9s} {fmt_size(nbytes):>8s} {g * 1e6:10.2f} {xl * 1e6:11.2f} {xl / g:6.2f} "
-                  f"{nbytes / g / 1e9:12.2f} {nbytes / xl / 1e9:13.2f}  {path}")  # fmt: skip
+                  f"{nbytes / g / 1e9:12.2f} {nbytes / xl / 1e9:13.2f}  {path}"
+                  f"{'' if values_ok else '  WRONG VALUES'}")  # fmt: skip
+    if comm_ops:
+        say("values: before each size, one gshmem call on a probe matched the host reference"
+            if not wrong_sizes else f"values: WRONG at {', '.join(wrong_sizes)}")  # fmt: skip
     if "attention" in o.ops:
         from gshmem.bench import jax_attention
 
@@ -175,7 +193,7 @@ def run(o: argparse.Namespace) -> int:
                                          "layout": layout, "rows": rows}, indent=1))  # fmt: skip
         say(f"gshmem.bench jax: results written to {out}")
     gj.finalize()
-    return 0
+    return 1 if wrong_sizes else 0
 
 
 __all__ = ["parse_args", "run"]
