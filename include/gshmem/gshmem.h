@@ -56,11 +56,12 @@ typedef struct {
 } gshmem_unique_id_t;
 
 /* Creates an id whose rendezvous is `address` (IPv4 dotted quad or host name; NULL or "" picks
- * GSHMEM_BOOTSTRAP_ADDR, else this host's first non-loopback IPv4 address) and `port` (0 lets
- * the OS choose). With listen != 0 the calling process opens the rendezvous socket now and the
- * rank-0 comm created later in this process adopts it (no port race). With listen == 0 only a
- * port number is reserved on paper: the rank-0 comm binds it when it is created (used by
- * launchers that hand the id to child processes). Not collective. */
+ * GSHMEM_BOOTSTRAP_ADDR, else this host's first non-loopback IPv4 address) and `port` (0: one is
+ * chosen). With listen != 0 the calling process opens the rendezvous socket now and the rank-0
+ * comm created later in this process adopts it (no port race). With listen == 0 only a port
+ * number is reserved on paper: the rank-0 comm binds it when it is created (used by launchers
+ * that hand the id to child processes); port 0 then draws one that is free now from below the
+ * kernel's ephemeral range, where no outgoing connection takes it meanwhile. Not collective. */
 gshmem_result_t gshmem_unique_id_create(gshmem_unique_id_t* id, const char* address, int port,
                                         int listen);
 

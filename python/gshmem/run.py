@@ -14,7 +14,7 @@ and, unless already set, ``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTIC
 ``NVSHMEM_DISABLE_NVLS=1`` (NVLink multicast stays off), ``PYTHONUNBUFFERED=1``.
 
 On one host the ports the launcher chooses (rank 0's bootstrap, ``GSHMEM_BENCH_PORT``) are drawn
-below the kernel's ephemeral range (``free_port``), so no other connection takes them before
+below the kernel's ephemeral range (gshmem.tcp_ports), so no other connection takes them before
 their listeners bind them.
 
 On several hosts: ``--hosts a:4,b:4`` places ranks 0-3 on ``a`` and 4-7 on ``b`` and starts each
@@ -460,15 +460,11 @@ def main(argv: list[str] | None = None) -> int:
     from gshmem._errors import Error
 
     address = None if os.environ.get("GSHMEM_BOOTSTRAP_ADDR") else "127.0.0.1"
-    bench = os.environ.get("GSHMEM_BENCH_PORT", "")
+    port = 0  # on this host: drawn by unique_id_create, for rank 0 to bind (tcp_ports.py)
     if opts.hosts:
         # Rank 0's host is not this one: no port can be tried from here, so one is drawn (its
         # bind failing is reported by rank 0, naming the address).
         port = opts.port or random.randint(20000, 60999)
-    elif address:  # rank 0 binds it when its comm starts; not the store's, if already chosen
-        port = free_port(avoid=[int(bench)] if bench.isdigit() else [])
-    else:
-        port = 0  # GSHMEM_BOOTSTRAP_ADDR: the native side picks it on that address
     try:
         if opts.hosts:
             address = run_hosts.rendezvous(opts.hosts, opts.bootstrap_addr)

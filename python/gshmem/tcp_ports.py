@@ -1,5 +1,6 @@
-"""TCP ports for listeners that a job binds later (rank 0's bootstrap, torch.distributed's store,
-JAX's coordinator), chosen where no other socket on the host takes them in the meantime."""
+"""TCP ports for listeners that a job binds later (torch.distributed's store, JAX's coordinator),
+chosen where no other socket on the host takes them in the meantime. Rank 0's bootstrap port is
+drawn the same way by the native side (gshmem_unique_id_create with port 0 and listen 0)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import socket
 from collections.abc import Sequence
 
 EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
-LOWEST_DRAWN_PORT = 15000
+LOWEST_DRAWN_PORT = 15000  # kLowestDrawnPort in src/bootstrap/unique_id.cpp
 
 
 def ephemeral_ports(path: str = EPHEMERAL_RANGE) -> tuple[int, int] | None:

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 
@@ -36,6 +37,35 @@ std::map<std::string, int>& listeners() {
   return m;
 }
 
+// Ports drawn for a listener bound later come from [kLowestDrawnPort, the ephemeral range's
+// start), as gshmem.tcp_ports draws the Python launcher's.
+constexpr int kLowestDrawnPort = 15000;
+
+// A port number for rank 0 to bind later. A port that bind(0) returned goes back to the kernel's
+// ephemeral pool, where any outgoing connection on the host may take it first; below that range
+// only explicit choices land. So: drawn at random below it (skipping busy ones) where there is
+// room, else the kernel's choice.
+uint16_t draw_port(in_addr addr) {
+  int ephemeral = 0, last = 0;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  if (range >> ephemeral >> last && ephemeral - kLowestDrawnPort >= 1024) {
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      uint32_t r = 0;
+      random_bytes(&r, sizeof r);
+      const auto port =
+          static_cast<uint16_t>(kLowestDrawnPort + r % (ephemeral - kLowestDrawnPort));
+      try {
+        tcp_listen(addr, port, nullptr);  // free now (closed again at once)
+        return port;
+      } catch (const Error&) {
+      }
+    }
+  }
+  uint16_t bound = 0;
+  Fd fd = tcp_listen(addr, 0, &bound);
+  return bound;
+}
+
 }  // namespace
 
 UniqueId UniqueId::create(const std::string& address, uint16_t port, bool listen) {
@@ -52,11 +82,9 @@ UniqueId UniqueId::create(const std::string& address, uint16_t port, bool listen
   } else if (port != 0) {
     id.port = port;
   } else {
-    // Reserve a port number: bind port 0, read the port, close. Rank 0 binds it again at init
-    // (SO_REUSEADDR); another process could take it in between, which rank 0 reports clearly.
-    uint16_t bound = 0;
-    Fd fd = tcp_listen(id.addr, 0, &bound);
-    id.port = bound;
+    // A port number on paper: rank 0 binds it at init (SO_REUSEADDR). Drawn where no outgoing
+    // connection takes it meanwhile; another process choosing the same one is reported clearly.
+    id.port = draw_port(id.addr);
   }
   return id;
 }

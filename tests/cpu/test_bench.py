@@ -317,7 +317,6 @@ def test_relaunch_command():
     assert cmd[:4] == [sys.executable, "-m", "gshmem.run", "-n"]
     assert cmd[4:8] == ["2", "--timeout", "170", "--no-tag-output"]
     assert cmd[8:] == ["-m", "gshmem.bench", "p2p", "--quick", "-b", "8"]
-    assert 0 < cli.free_port() < 65536
 
 
 def test_missing_gpus_give_a_clear_message(monkeypatch, capsys):

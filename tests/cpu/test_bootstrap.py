@@ -330,6 +330,27 @@ def test_unique_id_describes_its_rendezvous():
     assert _C.unique_id_create("127.0.0.1", 0, True)[SECRET] != uid[SECRET]
 
 
+def test_a_port_on_paper_is_drawn_below_the_ephemeral_range():
+    """listen=False with port 0 (a launcher's id for rank 0 to bind later): the port is free
+    now and below the kernel's ephemeral range, where no outgoing connection takes it before
+    rank 0 binds it; rank 0's comm then binds and uses it."""
+    from gshmem import tcp_ports
+
+    ephemeral = tcp_ports.ephemeral_ports()
+    if not ephemeral or ephemeral[0] - tcp_ports.LOWEST_DRAWN_PORT < 1024:
+        pytest.skip("no room below this host's ephemeral range")
+    ports = set()
+    for _ in range(8):
+        uid = _C.unique_id_create("127.0.0.1", 0, False)
+        port = int(_C.unique_id_describe(uid).rsplit(":", 1)[1])
+        assert tcp_ports.LOWEST_DRAWN_PORT <= port < ephemeral[0], port
+        ports.add(port)
+    assert len(ports) > 1  # drawn, not one fixed port
+    h = _C.BootstrapHandle(uid, 0, 1, 5.0)  # rank 0 of a job of one binds the last one
+    assert bytes(h.allgather(b"x")) == b"x"
+    h.close()
+
+
 def test_bootstrap_error_is_a_gshmem_error():
     assert issubclass(TimeoutError, BootstrapError)
 

@@ -14,8 +14,6 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from gshmem.tcp_ports import free_port
-
 # (Kept here, not only in gshmem.bench, so the command works even where an editable install
 # predates the package and loads it as a namespace package.)
 SUITES = ("p2p", "coll", "attention", "jax", "train", "moe")
@@ -89,7 +87,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 3
     env = dict(os.environ)
-    env.setdefault("GSHMEM_BENCH_PORT", str(free_port()))
     for k, v in (
         ("NCCL_NVLS_ENABLE", "0"),
         ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
