@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from gshmem import run_hosts
-from gshmem.tcp_ports import free_port
+from gshmem.tcp_ports import free_port, rendezvous_port
 
 __all__ = ["main", "child_env"]
 
@@ -260,13 +260,6 @@ class _Rank:
         return self.proc.poll() is not None
 
 
-def _rendezvous_port(uid: bytes) -> int:
-    """The port rank 0's bootstrap listens on, from the job's unique id."""
-    from gshmem import _C
-
-    return int(_C.unique_id_describe(uid).rsplit(":", 1)[1])
-
-
 def _spawn(opts: Options, uid: bytes) -> list[_Rank]:
     """Starts every rank, then the threads that forward their output."""
     pipe = subprocess.PIPE if opts.tag_output else None
@@ -275,7 +268,7 @@ def _spawn(opts: Options, uid: bytes) -> list[_Rank]:
     slots = run_hosts.place(opts.hosts) if opts.hosts else None
     base = dict(os.environ)
     if slots is None:  # one port for the job, not the rendezvous port
-        base.setdefault("GSHMEM_BENCH_PORT", str(free_port(avoid=(_rendezvous_port(uid),))))
+        base.setdefault("GSHMEM_BENCH_PORT", str(free_port(avoid=(rendezvous_port(uid),))))
     try:
         for r in range(opts.nprocs):
             device = opts.devices[r] if opts.devices else None

@@ -1,6 +1,7 @@
 """TCP ports for listeners that a job binds later (torch.distributed's store, JAX's coordinator),
 chosen where no other socket on the host takes them in the meantime. Rank 0's bootstrap port is
-drawn the same way by the native side (gshmem_unique_id_create with port 0 and listen 0)."""
+drawn the same way by the native side (gshmem_unique_id_create with port 0 and listen 0), and
+read back from an id by ``rendezvous_port``."""
 
 from __future__ import annotations
 
@@ -50,3 +51,10 @@ def bindable(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def rendezvous_port(uid: bytes) -> int:
+    """The port rank 0's bootstrap listens on, from the job's unique id."""
+    from gshmem import _C
+
+    return int(_C.unique_id_describe(uid).rsplit(":", 1)[1])

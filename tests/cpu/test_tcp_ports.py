@@ -47,3 +47,9 @@ def test_free_port_falls_back_to_the_kernels_choice(tmp_path: Path) -> None:
     assert tcp_ports.ephemeral_ports(str(tmp_path / "absent")) is None
     for path in (narrow, tmp_path / "absent"):
         assert 0 < tcp_ports.free_port(path=str(path)) < 65536
+
+
+def test_rendezvous_port_reads_the_ids_port() -> None:
+    from gshmem import _C
+
+    assert tcp_ports.rendezvous_port(_C.unique_id_create("127.0.0.1", 24242, False)) == 24242

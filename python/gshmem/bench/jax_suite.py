@@ -73,16 +73,17 @@ def _per_gpu_init() -> None:
                                local_device_ids=[rank])  # fmt: skip
 
 
-def _slowest(seconds: float) -> float:
-    """The largest of every process's ``seconds`` (the call is done when the last one is)."""
+def _process_max(value: float) -> float:
+    """The largest of every process's ``value`` (a time: the call is done when the last one
+    is; a count of wrong blocks: any process's makes the size wrong)."""
     import jax
     import numpy as np
 
     if jax.process_count() == 1:
-        return seconds
+        return value
     from jax.experimental import multihost_utils
 
-    return float(np.max(multihost_utils.process_allgather(np.array([seconds]))))
+    return float(np.max(multihost_utils.process_allgather(np.array([value]))))
 
 
 def _timed(fn: Callable, x, warmup: int, repeats: int, calls: int) -> float:
@@ -142,7 +143,7 @@ def run(o: argparse.Namespace) -> int:
             if wrong:
                 print(f"gshmem.bench jax: {op} of {fmt_size(count * 4)}: WRONG values on "
                       f"device block(s) {wrong} of process {jax.process_index()}")  # fmt: skip
-            values_ok = _slowest(float(len(wrong))) == 0.0
+            values_ok = _process_max(float(len(wrong))) == 0.0
             if not values_ok:
                 wrong_sizes.append(f"{op} {fmt_size(count * 4)}")
             x = jax.device_put(jnp.ones((n * count,), jnp.float32), NamedSharding(mesh, P("x")))
@@ -159,7 +160,7 @@ def run(o: argparse.Namespace) -> int:
                     fn = jax.jit(
                         jax.shard_map(loop, in_specs=P("x"), out_specs=P("x"), check_vma=False)
                     )
-                    seconds[impl] = _slowest(_timed(fn, x, o.warmup, o.repeats, o.calls))
+                    seconds[impl] = _process_max(_timed(fn, x, o.warmup, o.repeats, o.calls))
             g, xl = seconds["gshmem"], seconds["xla"]
             path = gj.explain(op, count * 4)
             rows.append({"op": op, "bytes": count * 4, "gshmem_us": g * 1e6, "xla_us": xl * 1e6,
@@ -180,7 +181,7 @@ def run(o: argparse.Namespace) -> int:
         say(f"{'tokens/GPU':>10s} {'gshmem ms':>10s} {'gshmem ring ms':>15s} {'jax.lax ms':>11s} "
             f"{'ideal ms':>9s} {'gshmem eff':>11s} {'ring eff':>9s} {'jax.lax eff':>12s} "
             f"{'TFLOP/s':>8s}")  # fmt: skip
-        for r in jax_attention.measure(o.tokens, mesh, o.warmup, o.repeats, _slowest):
+        for r in jax_attention.measure(o.tokens, mesh, o.warmup, o.repeats, _process_max):
             rows.append(r)
             say(f"{fmt_size(r['tokens_per_gpu']):>10s} {r['gshmem_ms']:10.3f} "
                 f"{r['gshmem_ring_ms']:15.3f} {r['xla_ms']:11.3f} {r['ideal_ms']:9.3f} "

@@ -30,12 +30,12 @@ def join_nccl(rank: int, nranks: int, device: int) -> str:
         return ""
     port = int(os.environ.get("GSHMEM_BENCH_PORT", "0") or 0)
     if not port:
-        from gshmem import _C
+        from gshmem.tcp_ports import rendezvous_port
 
         uid = os.environ.get("GSHMEM_UNIQUE_ID", "")
         if not uid:
             return "no rendezvous for torch.distributed under this launcher (use gshmem.run)"
-        port = int(_C.unique_id_describe(bytes.fromhex(uid)).rsplit(":", 1)[1]) + 1
+        port = rendezvous_port(bytes.fromhex(uid)) + 1
     store = dist.TCPStore("127.0.0.1", port, nranks, rank == 0, timeout=timeout)
     dist.init_process_group(
         "nccl",
