@@ -37,9 +37,12 @@ def test_one_process_every_gpu(scenario):
     assert out.count(f"PASS {scenario}") == 1, out
 
 
+# direct puts need every device in one process: one-process layout only
+PER_GPU = [pytest.param(s, marks=pytest.mark.long) if s in ATTENTION else s
+           for s in SCENARIOS if s != "direct"]  # fmt: skip
+
+
 @pytest.mark.parametrize("n", pe_params(2, 4))
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s not in (*ATTENTION, "direct")])
+@pytest.mark.parametrize("scenario", PER_GPU)
 def test_one_process_per_gpu(n, scenario):
-    # attention compares with whole-sequence attention on one process's arrays, and direct puts
-    # need every device in one process: one-process layout only
     launch_pes(n, SCRIPT, scenario, timeout=300, JAX_COORDINATOR_PORT=str(private_port()), **ENV)

@@ -21,7 +21,8 @@ Usage: jax_check.py SCENARIO
   badargs  an axis name not in the mesh, a non-permutation, a bad scatter dimension
   attention_ring, attention_allgather  ring_attention with that algorithm (zigzag causal,
            contiguous causal, non-causal; GQA) against attention on the whole sequence computed
-           in float32 on one device: outputs and the three gradients, float32 (XLA's kernel)
+           in float32 on one device (each process's own): outputs and the three gradients
+           (gathered from every process), float32 (XLA's kernel)
            and bfloat16 (JAX's default: cuDNN); one scenario per algorithm, so that a parallel
            run compiles their six programs each on its own worker
 Prints "PASS <scenario>" per process on success; any failure raises (non-zero exit).
@@ -289,15 +290,27 @@ def attention(algo: str):
             f = sharded_specs(attend, spec)
             return unshard(f(*(shard(t, N, layout) for t in (a, b, c))), N, layout)
 
-        with jax.set_mesh(MESH):
-            out, vjp = jax.vjp(jax.jit(ring), *(t.astype(dtype) for t in (q, k, v)))
-            grads = vjp(do.astype(dtype))
+        with jax.set_mesh(MESH):  # the whole arrays on every device: global in either layout
+            whole = NamedSharding(MESH, P())
+            out, vjp = jax.vjp(jax.jit(ring), *(jax.device_put(t.astype(dtype), whole)
+                                                for t in (q, k, v)))  # fmt: skip
+            grads = vjp(jax.device_put(do.astype(dtype), whole))
         ref, ref_vjp = jax.vjp(lambda a, b, c, causal=causal: jax.nn.dot_product_attention(
             a, b, c, is_causal=causal, implementation="xla"), q, k, v)  # fmt: skip
         for got, want in zip((out, *grads), (ref, *ref_vjp(do)), strict=True):
-            got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+            got, want = np.asarray(gathered(got), np.float64), np.asarray(want, np.float64)
             err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-6)
             assert err < tol, (str(dtype), layout, causal, algo, err)
+
+
+def gathered(x):
+    """The whole value of a global array on this process (one process per GPU: from every
+    process; tiled, since the array spans processes and JAX gathers those only whole)."""
+    if jax.process_count() == 1:
+        return x
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(x, tiled=True)
 
 
 def sharded_specs(fn, spec):
