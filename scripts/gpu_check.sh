@@ -126,6 +126,13 @@ wanted bench && step bench-p2p bench.log 200 $PY -m gshmem.bench p2p --np "$((NG
   --compare "${BENCH_COMPARE:-copy_engine,nccl}" --timeout 180 --json "$RESULTS/bench_p2p.json"
 wanted bench && [ "$NGPU" -ge 2 ] && step bench-coll bench.log 200 $PY -m gshmem.bench coll --np "$NGPU" --quick \
   --compare nccl,torch_symm --timeout 180 --json "$RESULTS/bench_coll.json"
+# gshmem.jax's ppermute and psum against jax.lax's, both layouts, up to 1 MiB: each size's values
+# are checked before it is timed (a wrong value fails the step).
+for layout in one per-gpu; do
+  wanted bench && [ "$NGPU" -ge 2 ] && step "bench-jax-$layout" bench.log 200 $PY -m gshmem.bench jax \
+    --layout "$layout" --np "$NGPU" --ops ppermute,psum -b 8 -e 1M --timeout 180 \
+    --json "$RESULTS/bench_jax_$layout.json"
+done
 # The attention bench's baselines (the NCCL ring, torch's CP, one GPU); the other schedules of
 # gshmem's own (gshmem_ring, gshmem_heads) are left to the full bench.
 wanted bench && [ "$NGPU" -ge 2 ] && step bench-attention bench.log 300 $PY -m gshmem.bench attention \
@@ -152,6 +159,7 @@ grep -sh "init took" "$RESULTS/demo.log" | head -3
 grep -sh 'TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //'
 grep -sh -A80 '^op ' "$RESULTS/bench.log" | head -60  # p2p
 grep -sh -A40 ' algbw ' "$RESULTS/bench.log" | head -32  # collectives
+grep -sh -E '^(ppermute|psum|values:) ' "$RESULTS/bench.log" | head -28  # jax
 grep -sh -A30 '^gshmem ring attention' "$RESULTS/bench.log" | head -40  # attention
 printf '%-22s %-12s %6s  %s\n' step status time log
 printf '%s\n' "${SUMMARY[@]}"
