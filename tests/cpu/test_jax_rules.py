@@ -109,22 +109,3 @@ def test_permute_path(monkeypatch) -> None:
     assert permute_path(512, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "1K"}) == "packets"
     monkeypatch.setenv("GSHMEM_PERMUTE_BULK_MIN", "never")
     assert permute_path(1 << 20, {"GSHMEM_JAX_PPERMUTE_KERNEL_MAX": "2M"}) == "packets"
-
-
-def test_one_process_per_gpu_takes_bulk_from_256k(monkeypatch) -> None:
-    """init's layout defaults: one process per GPU moves 256 KiB and up by the bulk protocol
-    (the packets' per-process outlier, docs/jax.md); one process keeps the C API's default; an
-    explicit GSHMEM_PERMUTE_BULK_MIN stays."""
-    from gshmem.jax.rules import permute_path
-    from gshmem.jax.runtime import PER_PROCESS_BULK_MIN, layout_defaults
-
-    env: dict[str, str] = {}
-    layout_defaults(1, env)
-    assert env == {}
-    layout_defaults(2, env)
-    assert env == {"GSHMEM_PERMUTE_BULK_MIN": PER_PROCESS_BULK_MIN}
-    monkeypatch.setenv("GSHMEM_PERMUTE_BULK_MIN", env["GSHMEM_PERMUTE_BULK_MIN"])
-    assert permute_path(256 << 10, {}) == "bulk" and permute_path(128 << 10, {}) == "packets"
-    mine = {"GSHMEM_PERMUTE_BULK_MIN": "never"}
-    layout_defaults(4, mine)
-    assert mine == {"GSHMEM_PERMUTE_BULK_MIN": "never"}

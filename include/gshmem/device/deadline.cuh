@@ -10,8 +10,12 @@
 // undefined either way). Nothing traps, so the CUDA context stays usable and the process can
 // report the error and tear down.
 //
-// Cost: the clock and the abort flag (host memory: a PCIe read) are read once every kCheckEvery
-// polls, so a wait satisfied before that costs one counter increment per poll.
+// Cost: one counter increment per poll. Every kCheckEvery polls a wait reads the clock and the
+// claim word (GPU memory), and the host's flags (abort, the proxy's failure: PCIe reads) only
+// once per kHostCheckNs of waiting. Reading them at every check kept per-process JAX permutes of
+// 256 KiB at ~600 us per call instead of ~8, a state that held call after call (a wait long
+// enough to read host memory outlasted the partner's, whose next wait then did the same:
+// docs/jax.md); once per millisecond removed it, and an abort still lands within about one.
 #pragma once
 
 #include "ptx.cuh"
@@ -21,6 +25,7 @@ namespace gshmem {
 namespace detail {
 
 constexpr unsigned kCheckEvery = 1024;
+constexpr unsigned long long kHostCheckNs = 1000000;  // 1 ms
 
 __device__ inline unsigned long long globaltimer() {
   unsigned long long t;
@@ -74,20 +79,14 @@ class Deadline {
   __device__ bool expired(const Device& dev, const detail::Waited& w, uint64_t seen) {
     if ((++polls_ & (detail::kCheckEvery - 1)) != 0) return false;
     const unsigned long long now = detail::globaltimer();
-    if (start_ == 0) start_ = now;
+    if (start_ == 0) start_ = host_checked_ = now;
     int cause = 0;
-    if (dev.fault != 0) {
-      const volatile gshmem_fault_t* f =
-          reinterpret_cast<const volatile gshmem_fault_t*>(dev.fault);
-      if (f->abort != 0) {
-        cause = GSHMEM_FAULT_ABORT;
-      } else if (f->recorded != 0) {
-        cause = GSHMEM_FAULT_OTHER;
-      }
-    }
-    if (cause == 0 && dev.proxy_failed != 0 &&
-        *reinterpret_cast<const volatile uint64_t*>(dev.proxy_failed) != 0) {
-      cause = GSHMEM_FAULT_PROXY;
+    // A claimed record: another wait of this comm gave up (it claims before it records).
+    if (dev.fault_claim != 0 && *reinterpret_cast<const volatile uint32_t*>(dev.fault_claim) != 0) {
+      cause = GSHMEM_FAULT_OTHER;
+    } else if (now - host_checked_ >= detail::kHostCheckNs) {
+      host_checked_ = now;
+      cause = host_cause(dev);
     }
     if (cause == 0 && dev.timeout_ns != 0 && now - start_ > dev.timeout_ns) {
       cause = GSHMEM_FAULT_TIMEOUT;
@@ -98,7 +97,20 @@ class Deadline {
   }
 
  private:
+  // What the host's flags say: the comm aborted, its proxy failed, or nothing (0).
+  __device__ static int host_cause(const Device& dev) {
+    if (dev.fault != 0 && reinterpret_cast<const volatile gshmem_fault_t*>(dev.fault)->abort != 0) {
+      return GSHMEM_FAULT_ABORT;
+    }
+    if (dev.proxy_failed != 0 &&
+        *reinterpret_cast<const volatile uint64_t*>(dev.proxy_failed) != 0) {
+      return GSHMEM_FAULT_PROXY;
+    }
+    return 0;
+  }
+
   unsigned long long start_ = 0;
+  unsigned long long host_checked_ = 0;  // when this wait last read the host's flags
   unsigned polls_ = 0;
 };
 

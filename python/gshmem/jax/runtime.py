@@ -43,22 +43,6 @@ def _slot_bytes() -> int:
     return int(_C.parse_size(text))
 
 
-# One process per GPU: ppermutes of 256-512 KiB by LL packets took 550-1120 us per call in about
-# half of the runs, the rest 7-11 us (not understood: docs/jax.md), where the kernel's bulk
-# protocol never did, at ~3 us more per call there. So this layout takes bulk from 256 KiB
-# unless GSHMEM_PERMUTE_BULK_MIN says otherwise; every process of the job sets it the same way
-# before its first permute, so both ends of each pair choose alike.
-PER_PROCESS_BULK_MIN = "256K"
-
-
-def layout_defaults(processes: int, env: dict[str, str] | None = None) -> None:
-    """The environment defaults of a layout with ``processes`` JAX processes (in ``env``,
-    default os.environ); explicit settings stay."""
-    env = os.environ if env is None else env
-    if processes > 1:
-        env.setdefault("GSHMEM_PERMUTE_BULK_MIN", PER_PROCESS_BULK_MIN)
-
-
 def _comms(devices: list[Any]) -> tuple[list[Comm], dict[int, int]]:
     import jax
     import numpy as np
@@ -93,7 +77,6 @@ def init() -> list[Comm]:
     import gshmem
 
     _library.register()
-    layout_defaults(jax.process_count())
     devices = [d for d in jax.local_devices() if d.platform == "gpu"]
     if not devices:
         raise UsageError("gshmem.jax.init: JAX sees no GPU in this process")
