@@ -130,6 +130,8 @@ def test_long_tests_are_collected_first():
                              "jax_training_parity")]  # fmt: skip
     attention = [f"tests/gpu/test_jax.py::test_one_process_every_gpu[attention_{algorithm}]"
                  for algorithm in ("ring", "allgather")]  # fmt: skip
+    attention += [f"tests/gpu/test_jax.py::test_one_process_per_gpu[attention_{algorithm}-{n}pe]"
+                  for algorithm in ("ring", "allgather") for n in (2, 4)]  # fmt: skip
     have_jax = importlib.util.find_spec("jax") is not None
     proxy = [i for i, _ in final if i.split("::")[0] in PROXY_FILES]
     assert proxy  # the proxy group runs in turn on one worker: it starts first
