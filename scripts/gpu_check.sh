@@ -126,11 +126,11 @@ wanted bench && step bench-p2p bench.log 200 $PY -m gshmem.bench p2p --np "$((NG
   --compare "${BENCH_COMPARE:-copy_engine,nccl}" --timeout 180 --json "$RESULTS/bench_p2p.json"
 wanted bench && [ "$NGPU" -ge 2 ] && step bench-coll bench.log 200 $PY -m gshmem.bench coll --np "$NGPU" --quick \
   --compare nccl,torch_symm --timeout 180 --json "$RESULTS/bench_coll.json"
-# gshmem.jax's ppermute and psum against jax.lax's, both layouts, up to 1 MiB: each size's values
+# gshmem.jax's ppermute and psum against jax.lax's, both layouts, 64 B to 256 KiB: each size's values
 # are checked before it is timed (a wrong value fails the step).
 for layout in one per-gpu; do
   wanted bench && [ "$NGPU" -ge 2 ] && step "bench-jax-$layout" bench.log 200 $PY -m gshmem.bench jax \
-    --layout "$layout" --np "$NGPU" --ops ppermute,psum -b 8 -e 1M --timeout 180 \
+    --layout "$layout" --np "$NGPU" --ops ppermute,psum -b 64 -e 256K -f 16 --timeout 180 \
     --json "$RESULTS/bench_jax_$layout.json"
 done
 # The attention bench's baselines (the NCCL ring, torch's CP, one GPU); the other schedules of
