@@ -42,11 +42,18 @@ def test_free_port_draws_below_the_ephemeral_range(tmp_path: Path, monkeypatch) 
 
 
 def test_free_port_falls_back_to_the_kernels_choice(tmp_path: Path) -> None:
+    """No room below the range (or no range): the port is the kernel's bind(0) choice, so it lies
+    in the host's real ephemeral range, not among the ports a draw would take."""
     narrow = tmp_path / "range"
-    narrow.write_text("16000 60999")  # no room below it
+    narrow.write_text("16000 60999")  # room for fewer than 1024 draws below it
     assert tcp_ports.ephemeral_ports(str(tmp_path / "absent")) is None
+    real = tcp_ports.ephemeral_ports()
     for path in (narrow, tmp_path / "absent"):
-        assert 0 < tcp_ports.free_port(path=str(path)) < 65536
+        port = tcp_ports.free_port(path=str(path))
+        assert not tcp_ports.LOWEST_DRAWN_PORT <= port < 16000
+        if real is not None:
+            assert real[0] <= port <= real[1]
+        assert tcp_ports.bindable(port)
 
 
 def test_rendezvous_port_reads_the_ids_port() -> None:
