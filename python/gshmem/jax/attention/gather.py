@@ -86,14 +86,13 @@ def _reader_index(p, me):
 
 
 def _lay_out(p, by_shift, me):
-    """(K, V) [B, 2W * T/2, Nkv, D] in rank ``me``'s reader order, from [W (shift), 2 (K/V),
-    B, T, Nkv, D]."""
+    """(K, V) [B, 2W * T/2, Nkv, D] in rank ``me``'s reader order, from [2 (K/V), B, W (shift),
+    T, Nkv, D]: the shifts' halves are already in shift order along one axis, so one gather."""
     import jax.numpy as jnp
 
-    w, _, b, t, nk, d = by_shift.shape
-    h = by_shift.reshape(w, 2, b, 2, t // 2, nk, d).transpose(0, 3, 1, 2, 4, 5, 6)
-    g = jnp.take(h.reshape(2 * w, 2, b, t // 2, nk, d), _reader_index(p, me), axis=0)
-    g = g.transpose(1, 2, 0, 3, 4, 5).reshape(2, b, w * t, nk, d)
+    _, b, w, t, nk, d = by_shift.shape
+    g = jnp.take(by_shift.reshape(2, b, 2 * w, t // 2, nk, d), _reader_index(p, me), axis=2)
+    g = g.reshape(2, b, w * t, nk, d)
     return g[0], g[1]
 
 
@@ -109,7 +108,7 @@ def forward(p, q, k, v):
     (q_h, k_h, v_h), starts = hold_all((q, k, v), starts)
     out, lse = block(q_h, k_h, v_h, p.causal, p.scale, p.implementation)  # under the copies
     me = jax.lax.axis_index(p.axis_name)
-    by_shift = jnp.stack([kv, *(ppermute_done(st, out, lse) for st in starts)])
+    by_shift = jnp.stack([kv, *(ppermute_done(st, out, lse) for st in starts)], axis=2)
     gk, gv = _lay_out(p, by_shift, me)
     merged = []
     for rows, kv_len, empty in _prefix_halves(p, q, me):
@@ -135,15 +134,13 @@ def backward(p, q, k, v, out, lse, gathered, do):
                                        do[:, rows], out[:, rows], lse[:, rows], kv_len)  # fmt: skip
         dq2.append(jnp.where(empty, 0, dq_h.astype(jnp.float32)))
         dg = dg + jnp.stack([dk_h.astype(jnp.float32), dv_h.astype(jnp.float32)])
-    # both halves' key gradients (fp32), in reader order, then by shift: [W, 2 (K/V), B, T, ...]
-    dg = dg.reshape(2, b, 2 * w, t // 2, nk, d).transpose(2, 0, 1, 3, 4, 5)
-    dg = jnp.take(dg, jnp.argsort(_reader_index(p, me)), axis=0)
-    dg = dg.reshape(w, 2, 2, b, t // 2, nk, d).transpose(0, 2, 3, 1, 4, 5, 6)
-    dg = dg.reshape(w, 2, b, t, nk, d)
-    starts = [_shift_start(p, dg[s], s, -1) for s in range(1, w)]  # back to rank me - s
+    # both halves' key gradients (fp32), from reader order to shift order: [2 (K/V), B, W, T, ...]
+    dg = jnp.take(dg.reshape(2, b, 2 * w, t // 2, nk, d), jnp.argsort(_reader_index(p, me)), axis=2)
+    dg = dg.reshape(2, b, w, t, nk, d)
+    starts = [_shift_start(p, dg[:, :, s], s, -1) for s in range(1, w)]  # back to rank me - s
     held, starts = hold_all((q, k, v, do, out, lse), starts)
     dq, dk, dv = block_grads(*held[:3], p.causal, p.scale, p.implementation, *held[3:])
-    mine = dg[0]  # this rank's own halves: never read unmasked (zero), kept for the shapes
+    mine = dg[:, :, 0]  # this rank's own halves: never read unmasked (zero), kept for the shapes
     for st in starts:  # each from rank me + s: its share of this rank's shard
         mine = mine + ppermute_done(st, dq, dk, dv)
     dq = (dq.astype(jnp.float32) + jnp.concatenate(dq2, axis=1)).astype(q.dtype)
