@@ -6,7 +6,8 @@
 #                                        # 10-minute call (2026-11-27, H200, with wheels/ so the
 #                                        # proxy tests run: 512 s at 2 GPUs, tests 263 + 127 s;
 #                                        # 546 s at 4 GPUs, tests 283 + 125 s; 521 s at 4 x H100
-#                                        # with the proxy scenarios batched; docs/results.md)
+#                                        # with the proxy scenarios batched; 525 s at 4 x H200
+#                                        # with the JAX bench step, in two calls; docs/results.md)
 #   STEPS=all bash scripts/gpu_check.sh  # also the demos, the timing run and compute-sanitizer
 #   STEPS="pytest demo" bash scripts/gpu_check.sh    # only these of: pytest demo timing bench sanitizer
 #   PYTEST_ARGS="tests/gpu/test_heap.py" bash scripts/gpu_check.sh   # a subset of the tests
