@@ -1,6 +1,6 @@
 """gshmem.jax.ops.FfiWire's contiguous transfers written with jax.lax (their reference
-semantics), which the CPU tests swap in for the GPU custom calls (``ops.wire``), and the CPU
-devices those tests' meshes need."""
+semantics), which the CPU tests swap in for the GPU custom calls (``ops.wire``, through
+``use_lax_wire``), and the CPU devices those tests' meshes need."""
 
 from __future__ import annotations
 
@@ -40,3 +40,14 @@ class LaxWire:
 
     def all_to_all(self, x, ax, team):
         return jax.lax.all_to_all(x, ax.name, 0, 0, tiled=True)
+
+
+def use_lax_wire(monkeypatch, mesh) -> None:
+    """For the calling test: gshmem.jax as if initialised with one PE per device of ``mesh`` (in
+    the mesh's order), its transfers through ``LaxWire``, the backend rule unforced."""
+    from gshmem.jax import ops, runtime
+
+    pe_of = {d.id: i for i, d in enumerate(mesh.devices.flat)}
+    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, mesh.size, 0))
+    monkeypatch.setattr(ops, "wire", LaxWire())
+    monkeypatch.delenv("GSHMEM_JAX_BACKEND", raising=False)

@@ -18,12 +18,12 @@ if importlib.util.find_spec("jax") is None:
 
 import jax
 import jax.numpy as jnp
-from _jax_lax_wire import LaxWire, need_cpu_devices
+from _jax_lax_wire import need_cpu_devices, use_lax_wire
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from gshmem._errors import UsageError
-from gshmem.jax import ops, runtime
+from gshmem.jax import runtime
 from gshmem.jax.attention import ring_attention, shard, unshard
 from gshmem.jax.attention.local import block, block_grads
 from gshmem.jax.attention.merge import merge
@@ -101,10 +101,7 @@ MESH = Mesh(np.array(jax.devices("cpu")[:4]), ("cp",))
 
 @pytest.fixture
 def lax_wire(monkeypatch):
-    pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
-    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
-    monkeypatch.setattr(ops, "wire", LaxWire())
-    monkeypatch.delenv("GSHMEM_JAX_BACKEND", raising=False)
+    use_lax_wire(monkeypatch, MESH)
 
 
 @pytest.mark.parametrize(("layout", "causal", "world"), [

@@ -15,7 +15,7 @@ if importlib.util.find_spec("jax") is None:
 
 import jax
 import jax.numpy as jnp
-from _jax_lax_wire import LaxWire, need_cpu_devices
+from _jax_lax_wire import need_cpu_devices, use_lax_wire
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -30,10 +30,7 @@ MESH = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("dp", "cp"))
 
 @pytest.fixture
 def lax_wire(monkeypatch):
-    pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
-    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
-    monkeypatch.setattr(ops, "wire", LaxWire())
-    monkeypatch.delenv("GSHMEM_JAX_BACKEND", raising=False)
+    use_lax_wire(monkeypatch, MESH)
 
 
 SPEC = P("dp", "cp")

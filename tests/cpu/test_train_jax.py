@@ -15,11 +15,10 @@ if importlib.util.find_spec("jax") is None:
 
 import jax
 import jax.numpy as jnp
-from _jax_lax_wire import LaxWire, need_cpu_devices
+from _jax_lax_wire import need_cpu_devices, use_lax_wire
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from gshmem.jax import ops, runtime
 from gshmem.jax.attention import ring_attention
 from gshmem.jax.attention.layout import order
 from gshmem.train import model_jax
@@ -136,9 +135,7 @@ MESH = Mesh(np.array(jax.devices("cpu")[:4]), ("cp",))
 
 
 def test_context_parallel_equals_whole_sequence(monkeypatch) -> None:
-    pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
-    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
-    monkeypatch.setattr(ops, "wire", LaxWire())
+    use_lax_wire(monkeypatch, MESH)
     params = model_jax.init(CFG, jax.random.key(2))
     seq = 32
     tokens, labels = _batch(seq)
@@ -175,9 +172,7 @@ def test_sharded_step_equals_one_device(monkeypatch) -> None:
     leaves the loss and the parameters of the same step on one device (SGD: exact)."""
     from gshmem.train import step_jax
 
-    pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
-    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
-    monkeypatch.setattr(ops, "wire", LaxWire())
+    use_lax_wire(monkeypatch, MESH)
     params = model_jax.init(CFG, jax.random.key(3))
     seq = 32
     tokens, labels = _batch(seq)
@@ -236,12 +231,10 @@ def test_bench_training_loop_cp_equals_one_device(monkeypatch) -> None:
     compute moves them by bf16's rounding only."""
     from gshmem.bench import train_jax
 
-    monkeypatch.setattr(ops, "wire", LaxWire())
     runs = {}
     for n, dtype in ((4, None), (1, None), (4, "bfloat16")):
         mesh = Mesh(np.array(jax.devices("cpu")[:n]), ("cp",))
-        pe_of = {d.id: i for i, d in enumerate(mesh.devices.flat)}
-        monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, n, 0))
+        use_lax_wire(monkeypatch, mesh)
         with jax.set_mesh(mesh):
             data = repeated_blocks(CFG.vocab, 32, 2, period=4, seed=0)
             seen = []  # on_step's (step, steps, seconds, loss), after each step
