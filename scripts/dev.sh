@@ -20,6 +20,7 @@ install() {
   has torch || want+=("torch==2.13.0")      # the CPU wheel where there is no GPU stack
   if [ -n "${1:-}" ]; then
     has jax || want+=(jax jaxlib)  # tests of the jax.distributed adapter
+    has transformers || want+=("transformers>=5")  # gshmem.attention.hf against a real model
     # NVRTC compiles the device API in CPU tests (no GPU needed): the toolkit's or the wheel's.
     "$PY" - <<'PYEOF' || want+=("nvidia-cuda-nvrtc==13.0.*")
 import glob, os, sys

@@ -20,34 +20,52 @@ def need_cpu_devices(n: int = 4) -> None:
 
 
 class LaxWire:
+    """The transfers, each counted in ``calls`` (at trace time) so a test can tell that gshmem's
+    path ran rather than the backend rule's fallback to jax.lax."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
     def permute(self, x, ax, pairs):
+        self.calls += 1
         return jax.lax.ppermute(x, ax.name, pairs)
 
     def permute_start(self, x, ax, pairs, channel):
+        self.calls += 1
         return jax.lax.ppermute(x, ax.name, pairs), jax.numpy.zeros((1,), "int32")
 
     def permute_done(self, received, keep, channel):
         return received
 
     def all_reduce(self, x, ax, team):
+        self.calls += 1
         return jax.lax.psum(x, ax.name)
 
     def all_gather(self, x, ax, team):
+        self.calls += 1
         return jax.lax.all_gather(x, ax.name)
 
     def reduce_scatter(self, x, ax, team):
+        self.calls += 1
         return jax.lax.psum_scatter(x, ax.name)
 
     def all_to_all(self, x, ax, team):
+        self.calls += 1
         return jax.lax.all_to_all(x, ax.name, 0, 0, tiled=True)
 
 
-def use_lax_wire(monkeypatch, mesh) -> None:
+def use_lax_wire(monkeypatch, mesh) -> LaxWire:
     """For the calling test: gshmem.jax as if initialised with one PE per device of ``mesh`` (in
-    the mesh's order), its transfers through ``LaxWire``, the backend rule unforced."""
+    the mesh's order), its transfers through a new ``LaxWire`` (returned), the backend rule at
+    its defaults (no GSHMEM_JAX_* override from the environment)."""
+    import os
+
     from gshmem.jax import ops, runtime
 
     pe_of = {d.id: i for i, d in enumerate(mesh.devices.flat)}
     monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, mesh.size, 0))
-    monkeypatch.setattr(ops, "wire", LaxWire())
-    monkeypatch.delenv("GSHMEM_JAX_BACKEND", raising=False)
+    wire = LaxWire()
+    monkeypatch.setattr(ops, "wire", wire)
+    for var in [v for v in os.environ if v.startswith("GSHMEM_JAX_")]:
+        monkeypatch.delenv(var)
+    return wire

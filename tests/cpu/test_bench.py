@@ -4,6 +4,7 @@ host without GPUs gets a clear message and a non-zero exit."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -42,7 +43,7 @@ def test_parse_size(text, value):
 
 @pytest.mark.parametrize("text", ["", "x", "1X", "-4", "0"])
 def test_parse_size_rejects(text):
-    with pytest.raises(Exception):  # noqa: B017 - argparse.ArgumentTypeError
+    with pytest.raises(argparse.ArgumentTypeError, match="not a size|must be positive"):
         options.parse_size(text)
 
 
@@ -217,9 +218,19 @@ def test_table_side_by_side():
     assert any(ln.startswith("get ") and " - " in ln for ln in lines)  # unmeasured: '-'
     assert "NVSHMEM: skipped: no cmake" in text
     assert "gshmem/baseline" in text
-    # Baseline-only rows are not table rows; columns line up.
+    # Baseline-only rows are not table rows.
     assert not any(ln.startswith("put ") and " host " in ln for ln in lines)
-    assert len({len(ln.rstrip()) > 0 for ln in lines}) == 1
+    # Columns line up: every cell of the header and the rows starts where its rule's dashes do.
+    rule = lines[2]
+    assert set(rule) == {"-", " "}
+    starts = [i for i, ch in enumerate(rule) if ch == "-" and (i == 0 or rule[i - 1] == " ")]
+    assert len(starts) == 13
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("baseline cells"))
+    table = lines[1:2] + lines[3:end]  # the header and the four rows
+    assert [ln.split()[0] for ln in table] == ["op", "put", "put", "pingpong", "get"]
+    for ln in table:
+        cells = [i for i, ch in enumerate(ln) if ch != " " and (i == 0 or ln[i - 1] == " ")]
+        assert set(cells) >= {c for c in starts if c < len(ln.rstrip())}, ln
 
 
 def test_table_without_baselines():

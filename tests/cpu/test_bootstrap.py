@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from _netns import two_hosts_fixture  # noqa: F401  (the two_hosts fixture)
+from bootstrap_worker import big_payload
 
 from gshmem import _C, BootstrapError, HeapError, TimeoutError, UsageError
 
@@ -47,7 +49,8 @@ def test_collectives_and_fd_passing(nranks):
         got = res["result"]
         assert got["allgather"] == [b for r in range(nranks) for b in (r, 255 - r, 7)]
         assert got["broadcast"] == f"from {nranks - 1}" * 3
-        assert got["big"]
+        whole = b"".join(big_payload(r) for r in range(nranks))  # every rank's, in rank order
+        assert got["big"] == [len(whole), hashlib.sha256(whole).hexdigest()]
         assert got["fds"] == [None if r == rank else f"memory of rank {r}" for r in range(nranks)]
 
 

@@ -185,8 +185,9 @@ def test_every_op_size_and_pe_count_gives_a_choice_and_explains_it():
                     assert (algo == "nccl") == (backend == "nccl")
                     code = coll_select.op_code(op)
                     text = _C.coll_explain_query(code, size, npes, nccl, sym)
-                    assert text.startswith(f"{op} {size} B on {npes} PE")
-                    assert why in text and backend in text
+                    pes = f"{npes} PE{'s' if npes > 1 else ''}"
+                    chosen = backend if backend == "nccl" else f"gshmem {algo}"
+                    assert text == f"{op} {size} B on {pes}: {chosen} ({why})"
 
 
 def test_explain_format():

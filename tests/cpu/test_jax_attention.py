@@ -101,7 +101,7 @@ MESH = Mesh(np.array(jax.devices("cpu")[:4]), ("cp",))
 
 @pytest.fixture
 def lax_wire(monkeypatch):
-    use_lax_wire(monkeypatch, MESH)
+    return use_lax_wire(monkeypatch, MESH)
 
 
 @pytest.mark.parametrize(("layout", "causal", "world"), [

@@ -30,7 +30,7 @@ MESH = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("dp", "cp"))
 
 @pytest.fixture
 def lax_wire(monkeypatch):
-    use_lax_wire(monkeypatch, MESH)
+    return use_lax_wire(monkeypatch, MESH)
 
 
 SPEC = P("dp", "cp")
@@ -84,14 +84,19 @@ def test_untiled_all_to_all_reference() -> None:
 def test_values_and_gradients_match_jax_lax(lax_wire, case) -> None:
     ours, theirs = CASES[case]
     x = jax.random.normal(jax.random.key(case), (6, 8, 6), jnp.float32)
-    np.testing.assert_allclose(_run(ours, x), _run(theirs, x), rtol=1e-6, atol=1e-6)
+    mine = _run(ours, x)
+    assert lax_wire.calls > 0, "the op took jax.lax's path, not gshmem's"
+    np.testing.assert_allclose(mine, _run(theirs, x), rtol=1e-6, atol=1e-6)
     w = jax.random.normal(jax.random.key(100 + case), x.shape, jnp.float32)
 
     def grad(fn):
         with jax.set_mesh(MESH):
             return jax.jit(jax.grad(lambda y: (_sharded(fn)(y) * w).sum()))(x)
 
-    np.testing.assert_allclose(grad(ours), grad(theirs), rtol=1e-5, atol=1e-5)
+    before = lax_wire.calls
+    mine = grad(ours)
+    assert lax_wire.calls > before, "the gradient took jax.lax's path, not gshmem's"
+    np.testing.assert_allclose(mine, grad(theirs), rtol=1e-5, atol=1e-5)
 
 
 def test_bad_arguments_get_clear_errors(lax_wire) -> None:

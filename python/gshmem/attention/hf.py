@@ -425,14 +425,26 @@ def _closure(fn: Callable) -> dict[str, Any]:
         return {}
 
 
+def _is_causal_by_position(fn: Callable) -> bool:
+    """``causal_mask_function`` itself, or as transformers >= 5.24 wraps it for packed sequences
+    (``remap_positions_for_packed_sequence``: causal over the given position_ids, which
+    shard_inputs makes the global positions)."""
+    if _is_causal(fn):
+        return True
+    if not getattr(fn, "__qualname__", "").startswith("remap_positions_for_packed_sequence."):
+        return False
+    inner = _closure(fn).get("mask_function")
+    return inner is not None and _is_causal(inner)
+
+
 def _packed_sequence_ids(fn: Callable) -> torch.Tensor | None:
     """The document ids HF derived from position_ids when ``fn`` is exactly
-    ``and_masks(causal_mask_function, packed_sequence_mask_function(ids))`` (how transformers 5
-    composes it in ``create_causal_mask``); None for any other function."""
+    ``and_masks(causal, packed_sequence_mask_function(ids))``, causal as ``create_causal_mask``
+    composes it (``_is_causal_by_position``); None for any other function."""
     import torch
 
     parts = _closure(fn).get("mask_functions")
-    if not (isinstance(parts, tuple) and len(parts) == 2 and _is_causal(parts[0])):
+    if not (isinstance(parts, tuple) and len(parts) == 2 and _is_causal_by_position(parts[0])):
         return None
     if not getattr(parts[1], "__qualname__", "").startswith("packed_sequence_mask_function."):
         return None
