@@ -74,8 +74,10 @@ def test_proxy_bulk_sizes_must_be_positive(monkeypatch, name):
 
 def test_ucx_unavailable_names_the_library():
     # In a fresh process pointed at a library that does not exist, the reason names it.
+    if "built without UCX" in _C.ucx_unavailable():
+        pytest.skip("this gshmem was built without UCX: no library is looked for")
     code = "from gshmem import _C; print(_C.ucx_unavailable())"
     env = {**os.environ, "GSHMEM_UCX_LIB": "/nonexistent/libucp.so"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=60, check=True).stdout  # fmt: skip
-    assert "/nonexistent/libucp.so" in out or "built without UCX" in out, out
+    assert "/nonexistent/libucp.so" in out, out
