@@ -105,6 +105,7 @@ nb::dict stress(int producers, uint64_t count, uint64_t capacity) {
   std::atomic<bool> stop{false};
   std::string error;
   uint64_t popped = 0;
+  std::vector<uint64_t> expect(producers, 0);  // each producer's next index
   {
     nb::gil_scoped_release release;
     std::vector<std::thread> threads;
@@ -123,7 +124,6 @@ nb::dict stress(int producers, uint64_t count, uint64_t capacity) {
         }
       });
     }
-    std::vector<uint64_t> expect(producers, 0);
     const uint64_t total = count * static_cast<uint64_t>(producers);
     auto last = std::chrono::steady_clock::now();
     while (popped < total && error.empty()) {
@@ -154,8 +154,8 @@ nb::dict stress(int producers, uint64_t count, uint64_t capacity) {
   if (!error.empty()) gshmem::python::raise(GSHMEM_ERROR_SYSTEM, "descriptor queue: " + error);
   nb::dict d;
   d["popped"] = popped;
+  d["per_producer"] = expect;  // how many of each producer's descriptors came out, in order
   d["full_waits"] = full.load();
-  d["wraps"] = popped / capacity;
   return d;
 }
 

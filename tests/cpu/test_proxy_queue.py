@@ -43,8 +43,9 @@ def test_slots_wrap_around_many_times():
 def test_many_producers_one_consumer_lose_nothing(producers, capacity):
     count = 20_000 // producers
     stats = _C.proxy_queue_stress(producers, count, capacity)
+    # every producer's descriptors, each once and in its order (the harness raises otherwise)
+    assert stats["per_producer"] == [count] * producers
     assert stats["popped"] == producers * count
-    assert stats["wraps"] >= producers * count // capacity - 1
     if producers > capacity:  # more producers than slots: some must have found it full
         assert stats["full_waits"] > 0
 
