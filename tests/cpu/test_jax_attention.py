@@ -125,6 +125,7 @@ def test_ring_matches_whole_sequence(lax_wire, layout, causal, world, algorithm)
     with jax.set_mesh(mesh):
         out, grads = jax.vjp(jax.jit(ring), q, k, v)
         got = grads(do)
+    assert lax_wire.calls >= world - 1, "the K/V did not travel through gshmem.jax's permutes"
     ref, ref_grads = jax.vjp(lambda a, b, c: _full(a, b, c, causal), q, k, v)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
     for g, w in zip(got, ref_grads(do), strict=True):
