@@ -81,14 +81,16 @@ typedef struct gshmem_comm* gshmem_comm_t;
 gshmem_result_t gshmem_comm_init(gshmem_comm_t* comm, const gshmem_unique_id_t* id, int rank,
                                  int nranks, int device);
 
-/* Collective. Waits for all PEs, then releases the heap and all connections. Allocations still
+/* Collective. Waits for this device's work and for the proxy path's pending operations, then for
+ * all PEs, then releases the heap and all connections. Allocations still
  * live are released too. The handle is invalid afterwards. */
 gshmem_result_t gshmem_comm_finalize(gshmem_comm_t comm);
 
 /* Not collective. Makes every bounded device wait of this comm give up and every on-stream wait
  * go on (their results are undefined), then releases everything this PE holds without waiting
- * for the others (for error paths: peers will see this PE disappear and fail their next call with
- * a clear error). */
+ * for this device's queued work (kernels that later touch the heap fail: synchronize first where
+ * that matters) or for the others (for error paths: peers will see this PE disappear and fail
+ * their next call with a clear error). */
 gshmem_result_t gshmem_comm_abort(gshmem_comm_t comm);
 
 /* Not collective, not blocking (one load from host memory). GSHMEM_ERROR_FAULT, with a message
@@ -109,6 +111,7 @@ typedef struct {
   void* heap_base;        /* this PE's heap base address */
 } gshmem_comm_info_t;
 
+/* Not collective, not blocking: this PE's ranks, device and heap usage. */
 gshmem_result_t gshmem_comm_info(gshmem_comm_t comm, gshmem_comm_info_t* info);
 
 /* Collective host barrier over the bootstrap network (does not order GPU work, nor complete
@@ -116,8 +119,10 @@ gshmem_result_t gshmem_comm_info(gshmem_comm_t comm, gshmem_comm_info_t* info);
 gshmem_result_t gshmem_barrier_host(gshmem_comm_t comm);
 
 /* ---------------------------------------------------------------------------------------------
- * Symmetric heap. All four calls are collective and must be made in the same order with the same
- * sizes on every PE; they then return the same offset on every PE. When GSHMEM_CHECK_ALLOC is on
+ * Symmetric heap. malloc, calloc and free are collective and must be made in the same order with
+ * the same sizes on every PE; they then return the same offset on every PE (gshmem_ptr is local).
+ * malloc meets the other PEs only through the GSHMEM_CHECK_ALLOC comparison and when the heap
+ * grows; it does not wait for GPU work. When GSHMEM_CHECK_ALLOC is on
  * (the default) a hash of the allocation sequence is compared across PEs at each call and a
  * mismatch fails with GSHMEM_ERROR_HEAP naming the PEs that differ.
  * The heap grows on demand: earlier allocations stay valid at the same addresses.
@@ -126,11 +131,12 @@ gshmem_result_t gshmem_barrier_host(gshmem_comm_t comm);
 /* size > 0; alignment 0 means 256; otherwise a power of two. Memory is not initialised. */
 gshmem_result_t gshmem_malloc(gshmem_comm_t comm, size_t size, size_t alignment, void** ptr);
 
-/* Like gshmem_malloc, then zero-filled; returns once every PE's copy is zero. */
+/* Like gshmem_malloc, then zero-filled: waits for all of this device's work (not just the
+ * memset), then for every PE; returns once every PE's copy is zero. */
 gshmem_result_t gshmem_calloc(gshmem_comm_t comm, size_t size, size_t alignment, void** ptr);
 
-/* Waits for this device's outstanding work, then for all PEs, then returns the block to the
- * allocator. ptr must be a value returned by gshmem_malloc/calloc on this comm. */
+/* Collective. Waits for this device's outstanding work, then for all PEs, then returns the block
+ * to the allocator. ptr must be a value returned by gshmem_malloc/calloc on this comm. */
 gshmem_result_t gshmem_free(gshmem_comm_t comm, void* ptr);
 
 /* Not collective. The address of symmetric object `ptr` in PE `pe`'s heap as seen by this PE's

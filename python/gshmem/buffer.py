@@ -44,8 +44,9 @@ class Buffer:
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:
-        """A DLPack capsule viewing the bytes (never a copy). gshmem leaves no pending work on any
-        stream for a fresh allocation, so there is nothing for ``stream`` to wait for."""
+        """A DLPack capsule viewing the bytes (never a copy). No stream synchronisation
+        (``stream`` is not used): gshmem leaves no pending work for a fresh allocation, but bytes
+        that on-stream operations or kernels write must be ordered by the consumer after them."""
         if copy:
             raise BufferError("gshmem.Buffer exports views only (copy=True is not supported)")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
@@ -56,7 +57,9 @@ class Buffer:
         return (2, self.device)  # kDLCUDA
 
     def peer(self, pe: int) -> Buffer | None:
-        """PE ``pe``'s copy of this buffer, or None if ``pe`` is not load/store-reachable."""
+        """PE ``pe``'s copy of this buffer, or None if ``pe`` is not load/store-reachable. Not
+        collective; accesses through it are ordered with this PE's streams only (synchronize,
+        then ``barrier()``, to hand data over)."""
         addr = self.comm.ptr(self.ptr, pe)
         return None if addr is None else Buffer(self.comm, addr, self.nbytes, pe)
 

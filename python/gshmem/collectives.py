@@ -74,7 +74,8 @@ class Collectives:
     def all_reduce(
         self, t: Any, op: str = "sum", out: Any = None, team: Team | None = None, stream: Any = None
     ) -> Any:
-        """``out[i] = op`` over the members' ``t[i]`` (``op``: "sum", "prod", "min", "max";
+        """Collective over ``team``; stream-ordered: returns once enqueued on ``stream``.
+        ``out[i] = op`` over the members' ``t[i]`` (``op``: "sum", "prod", "min", "max";
         16-bit floats accumulate in fp32). In place into ``t`` when ``out`` is None. Returns
         ``out``."""
         out = t if out is None else out
@@ -95,7 +96,8 @@ class Collectives:
     def all_gather(
         self, t: Any, out: Any = None, team: Team | None = None, stream: Any = None
     ) -> Any:
-        """``out[m]`` = member ``m``'s ``t``; ``out`` holds team-size times ``t``'s elements
+        """Collective over ``team``; stream-ordered: returns once enqueued on ``stream``.
+        ``out[m]`` = member ``m``'s ``t``; ``out`` holds team-size times ``t``'s elements
         (new, of shape ``(team size, *t.shape)``, when None). ``t`` may be ``out``'s own block
         (in place). Returns ``out``."""
         code, count, in_ptr = coll_tensor(t, "all_gather: t", self.device)
@@ -121,7 +123,8 @@ class Collectives:
         team: Team | None = None,
         stream: Any = None,
     ) -> Any:
-        """``out[i] = op`` over the members' ``t[me * k + i]``, ``k = t.numel() // team size``
+        """Collective over ``team``; stream-ordered: returns once enqueued on ``stream``.
+        ``out[i] = op`` over the members' ``t[me * k + i]``, ``k = t.numel() // team size``
         (which must divide). ``out`` is new when None (``t.shape[0] // size`` rows when that
         divides, else flat). Returns ``out``."""
         code, total, in_ptr = coll_tensor(t, "reduce_scatter: t", self.device)
@@ -155,7 +158,8 @@ class Collectives:
         team: Team | None = None,
         stream: Any = None,
     ) -> Any:
-        """``out`` = team member ``root``'s ``t`` (``t`` is read on the root only). In place
+        """Collective over ``team``; stream-ordered: returns once enqueued on ``stream``.
+        ``out`` = team member ``root``'s ``t`` (``t`` is read on the root only). In place
         into ``t`` when ``out`` is None. Returns ``out``."""
         out = t if out is None else out
         code, count, in_ptr = coll_tensor(t, "broadcast: t", self.device)
@@ -175,7 +179,8 @@ class Collectives:
     def all_to_all(
         self, t: Any, out: Any = None, team: Team | None = None, stream: Any = None
     ) -> Any:
-        """Block ``m`` of ``t`` (``t.numel() // team size`` elements) goes to member ``m``;
+        """Collective over ``team``; stream-ordered: returns once enqueued on ``stream``.
+        Block ``m`` of ``t`` (``t.numel() // team size`` elements) goes to member ``m``;
         block ``m`` of ``out`` comes from member ``m``. ``out`` is new when None; ``out`` may be
         ``t`` (in place). Returns ``out``."""
         code, total, in_ptr = coll_tensor(t, "all_to_all: t", self.device)
@@ -208,7 +213,8 @@ class Collectives:
         team: Team | None = None,
         stream: Any = None,
     ) -> Any:
-        """Member ``m`` receives ``send_counts[m]`` elements of ``t`` from ``send_displs[m]``,
+        """Collective over ``team``; stream-ordered: returns once enqueued on ``stream``.
+        Member ``m`` receives ``send_counts[m]`` elements of ``t`` from ``send_displs[m]``,
         placed in its ``out`` at ``recv_displs[me]``; ``recv_counts[m]`` must be what member
         ``m`` sends here. Displacements default to the running sums of the counts (packed).
         Each count is at most one staging slot (GSHMEM_COLL_SCRATCH_BYTES / (2 x PEs)).

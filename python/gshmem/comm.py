@@ -6,8 +6,12 @@ Contract (same as the C ABI in include/gshmem/gshmem.h):
 
 * *Collective* calls (``Comm(...)``, ``malloc/calloc/empty/zeros``, ``free``, ``barrier``,
   ``finalize``) must be made by every PE of the comm, in the same order, with the same arguments.
-  They block the calling thread until every PE has arrived, or raise ``gshmem.TimeoutError`` after
-  ``GSHMEM_TIMEOUT`` seconds naming the PEs that did not.
+  Those that meet the other PEs block the calling thread until every PE has arrived, or raise
+  ``gshmem.TimeoutError`` after ``GSHMEM_TIMEOUT`` seconds naming the PEs that did not
+  (``malloc``/``empty`` meet them only for the ``GSHMEM_CHECK_ALLOC`` comparison and when the
+  heap grows).
+* The collectives and on-stream operations (``all_reduce``, ``put``, ...) are collective or
+  one-sided as their docstrings say, and stream-ordered: they return once enqueued.
 * Allocation returns the same offset on every PE, so an object is named by its local address;
   ``ptr``/``peer_tensor`` give another PE's copy. Memory is released by ``free`` (collective) or
   ``finalize``, never by garbage collection: a tensor that outlives either is dangling.
@@ -42,7 +46,9 @@ class Comm(SymmetricMemory, OnStreamOps, Collectives):
     """One PE of a group of ``nranks`` PEs sharing a symmetric heap (collective constructor).
 
     Most programs get one from ``gshmem.init()``; this constructor is for explicit setups
-    (``uid`` from ``gshmem.unique_id()`` on rank 0, distributed by the caller).
+    (``uid`` from ``gshmem.unique_id()`` on rank 0, distributed by the caller). As a context
+    manager: ``finalize`` (collective) on a normal exit, ``abort`` (not collective) on an
+    exception.
     """
 
     def __init__(self, uid: bytes, rank: int, nranks: int, device: int) -> None:
@@ -71,15 +77,17 @@ class Comm(SymmetricMemory, OnStreamOps, Collectives):
         return bool(self._handle.alive)
 
     def finalize(self) -> None:
-        """Collective: waits for this GPU's work and for every PE, then releases everything."""
+        """Collective: waits for this GPU's work and the proxy path's pending operations, then for
+        every PE, then releases everything."""
         self._live.clear()
         self._handle.finalize()
 
     def abort(self) -> None:
         """Not collective, like ``ncclCommAbort``: makes every bounded device wait of this comm
         give up and every on-stream wait go on (their results are undefined), then releases the
-        heap, file descriptors and sockets without waiting for peers, whose next call fails
-        naming this PE."""
+        heap, file descriptors and sockets without waiting for this GPU's queued work (kernels
+        that later touch the heap fail: synchronize first where that matters) or for peers, whose
+        next call fails naming this PE."""
         self._live.clear()
         self._handle.abort()
 

@@ -35,11 +35,14 @@ class SymmetricMemory:
 
     # -- raw bytes --
     def malloc(self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT) -> Buffer:
-        """Collective: ``nbytes`` of uninitialised symmetric memory (same offset on every PE)."""
+        """Collective: ``nbytes`` of uninitialised symmetric memory (same offset on every PE).
+        Does not wait for GPU work; meets the other PEs only for the ``GSHMEM_CHECK_ALLOC``
+        comparison and when the heap grows."""
         return self._allocate(nbytes, alignment, zero=False)
 
     def calloc(self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT) -> Buffer:
-        """Collective: like ``malloc``, zero-filled on every PE before it returns."""
+        """Collective: like ``malloc``, then zero-filled: waits for this GPU's work and for every
+        PE, and returns with every PE's copy zero."""
         return self._allocate(nbytes, alignment, zero=True)
 
     def _allocate(self, nbytes: int, alignment: int, zero: bool) -> Buffer:
@@ -76,7 +79,8 @@ class SymmetricMemory:
         return self._tensor(shape, dtype, zero=False)
 
     def zeros(self, shape: int | Sequence[int], dtype: torch.dtype | None = None) -> torch.Tensor:
-        """Collective: a zero-filled torch tensor in the symmetric heap (zero on every PE)."""
+        """Collective: a zero-filled torch tensor in the symmetric heap; as ``calloc``, waits for
+        this GPU's work and for every PE, and returns with every PE's copy zero."""
         return self._tensor(shape, dtype, zero=True)
 
     def _tensor(self, shape: int | Sequence[int], dtype: torch.dtype | None, zero: bool):

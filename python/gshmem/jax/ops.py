@@ -144,12 +144,14 @@ def _team_or_none(op: str, x: Any, ax: Axis) -> np.ndarray | None:
 
 
 def ppermute(x: Any, axis_name: Any, perm, *, mesh: Any = None) -> Any:
-    """jax.lax.ppermute on gshmem: device i of every group along ``axis_name`` sends its ``x`` to
-    device j for each (i, j) in ``perm``; devices nobody sends to get zeros. Up to
-    GSHMEM_JAX_PPERMUTE_KERNEL_MAX (16M) one kernel stores straight into the receiver's output;
-    above it copy-engine puts (no SMs): straight into the receiver's output where one process
-    drives every device, else through a symmetric staging slot (GSHMEM_JAX_SLOT_BYTES, in
-    chunks of half of it) and a local copy out. ``explain`` says which (rules.permute_path)."""
+    """Collective over ``axis_name`` (every device runs the same gshmem.jax ops in the same order;
+    each runs in XLA's stream order). jax.lax.ppermute on gshmem: device i of every group along
+    ``axis_name`` sends its ``x`` to device j for each (i, j) in ``perm``; devices nobody sends
+    to get zeros. Up to GSHMEM_JAX_PPERMUTE_KERNEL_MAX (16M) one kernel stores straight into the
+    receiver's output; above it copy-engine puts (no SMs): straight into the receiver's output
+    where one process drives every device, else through a symmetric staging slot
+    (GSHMEM_JAX_SLOT_BYTES, in chunks of half of it) and a local copy out. ``explain`` says
+    which (rules.permute_path)."""
     import jax
 
     ax = _axis(axis_name, mesh)
@@ -168,7 +170,8 @@ def ppermute(x: Any, axis_name: Any, perm, *, mesh: Any = None) -> Any:
 
 
 def psum(x: Any, axis_name: Any, *, mesh: Any = None) -> Any:
-    """jax.lax.psum: on gshmem up to GSHMEM_JAX_MAX_BYTES per device, XLA's above (rules.py)."""
+    """Collective over ``axis_name``, in XLA's stream order (as ``ppermute``). jax.lax.psum: on
+    gshmem up to GSHMEM_JAX_MAX_BYTES per device, XLA's above (rules.py)."""
     import jax
 
     ax = _axis(axis_name, mesh)
@@ -189,7 +192,8 @@ def psum(x: Any, axis_name: Any, *, mesh: Any = None) -> Any:
 def all_gather(
     x: Any, axis_name: Any, *, axis: int = 0, tiled: bool = False, mesh: Any = None
 ) -> Any:
-    """jax.lax.all_gather: every member's ``x`` stacked (or, ``tiled``, concatenated) along
+    """Collective over ``axis_name``, in XLA's stream order (as ``ppermute``).
+    jax.lax.all_gather: every member's ``x`` stacked (or, ``tiled``, concatenated) along
     ``axis`` in member order."""
     import jax
     import jax.numpy as jnp
@@ -210,7 +214,8 @@ def all_gather(
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, tiled: bool = False,
                  mesh: Any = None) -> Any:  # fmt: skip
-    """jax.lax.psum_scatter: the sum over members, member m keeping block m of
+    """Collective over ``axis_name``, in XLA's stream order (as ``ppermute``).
+    jax.lax.psum_scatter: the sum over members, member m keeping block m of
     ``scatter_dimension`` (of size = members unless ``tiled``, then divisible by it)."""
     import jax
     import jax.numpy as jnp
@@ -235,7 +240,8 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, tiled: b
 
 def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *, tiled: bool = False,
                mesh: Any = None) -> Any:  # fmt: skip
-    """jax.lax.all_to_all: ``x`` split along ``split_axis`` into one block per member, block m
+    """Collective over ``axis_name``, in XLA's stream order (as ``ppermute``).
+    jax.lax.all_to_all: ``x`` split along ``split_axis`` into one block per member, block m
     sent to member m, the received blocks stacked (or, ``tiled``, concatenated) along
     ``concat_axis`` in member order."""
     import jax

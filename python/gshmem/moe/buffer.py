@@ -56,8 +56,11 @@ def _same_combine(comm: Comm, team: Team, combine: str) -> str:
 class Buffer:
     """Symmetric buffers for tokens of ``hidden`` elements of ``dtype``, at most ``max_tokens``
     per rank per dispatch, routed to ``num_experts`` experts spread evenly over ``team`` (default:
-    every PE of ``comm``; expert ``e`` on rank ``e // (num_experts / world)``). Collective to
-    create. Memory (symmetric): high throughput about ``2 × max_tokens × world`` rows; low
+    every PE of ``comm``; expert ``e`` on rank ``e // (num_experts / world)``). Collective and
+    blocking to create (waits for this GPU's work and for every rank). Every call queues its
+    kernels on torch's current stream (a receive hook on the stream current when it is called);
+    a low-latency round is dispatch, its receive, combine, its receive, in that order on every
+    rank. Memory (symmetric): high throughput about ``2 × max_tokens × world`` rows; low
     latency ``(world + 8) × max_tokens`` rows (each dispatch's output: ``num_experts ×
     max_tokens`` more, not symmetric). ``blocks``: thread blocks of every kernel
     (default 24 in high-throughput mode, 96 in low latency); the same on every rank.

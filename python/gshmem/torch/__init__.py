@@ -45,7 +45,8 @@ def all_reduce(
     out: _torch.Tensor | None = None,
     team: Team | None = None,
 ) -> _torch.Tensor:
-    """Reduces ``t`` over the team (``op``: sum, prod, min, max): into ``t`` itself (the
+    """Collective over ``team``; on torch's current stream, returns once enqueued.
+    Reduces ``t`` over the team (``op``: sum, prod, min, max): into ``t`` itself (the
     default, as torch.distributed.all_reduce) or into ``out``. Returns the tensor written."""
     h, tm = comm_args(comm, team)
     if out is None or out is t:
@@ -61,7 +62,8 @@ def all_gather(
     out: _torch.Tensor | None = None,
     team: Team | None = None,
 ) -> _torch.Tensor:
-    """Every member's ``t``, concatenated along the first dimension in team order (as
+    """Collective over ``team``; on torch's current stream, returns once enqueued.
+    Every member's ``t``, concatenated along the first dimension in team order (as
     torch.distributed.all_gather_into_tensor); into ``out`` when given, else a new tensor."""
     h, tm = comm_args(comm, team)
     if out is None:
@@ -77,7 +79,8 @@ def reduce_scatter(
     out: _torch.Tensor | None = None,
     team: Team | None = None,
 ) -> _torch.Tensor:
-    """This member's block (first dimension split in team order) of ``t`` reduced over the team
+    """Collective over ``team``; on torch's current stream, returns once enqueued.
+    This member's block (first dimension split in team order) of ``t`` reduced over the team
     (as torch.distributed.reduce_scatter_tensor); into ``out`` when given, else a new tensor."""
     h, tm = comm_args(comm, team)
     if out is None:
@@ -93,7 +96,8 @@ def broadcast(
     out: _torch.Tensor | None = None,
     team: Team | None = None,
 ) -> _torch.Tensor:
-    """Member ``root``'s ``t`` on every member: into ``t`` (the default, as
+    """Collective over ``team``; on torch's current stream, returns once enqueued.
+    Member ``root``'s ``t`` on every member: into ``t`` (the default, as
     torch.distributed.broadcast) or into ``out``."""
     h, tm = comm_args(comm, team)
     if out is None or out is t:
@@ -109,7 +113,8 @@ def all_to_all(
     out: _torch.Tensor | None = None,
     team: Team | None = None,
 ) -> _torch.Tensor:
-    """Block m of ``t`` (first dimension split in team order) goes to member m, which places it
+    """Collective over ``team``; on torch's current stream, returns once enqueued.
+    Block m of ``t`` (first dimension split in team order) goes to member m, which places it
     at block ``my index`` (as torch.distributed.all_to_all_single with equal splits); into
     ``out`` when given, else a new tensor."""
     h, tm = comm_args(comm, team)
