@@ -107,9 +107,10 @@ def test_device_api_needs_only_its_own_include_dir():
     source = (
         "#include <gshmem/device.cuh>\n"
         "__global__ void k(gshmem::Device d, gshmem::Team t, float* f, int64_t* i, char* b) {\n"
-        "  gshmem::all_reduce<gshmem::Block, gshmem::ReduceOp::Sum>(d, t, f, f, 9);\n"
-        "  gshmem::reduce_scatter<gshmem::Warp, gshmem::ReduceOp::Max>(d, t, i, i + 9, 9);\n"
-        "  gshmem::broadcast<gshmem::Block>(d, t, b, b + 64, 64, 0);\n"
+        "  bool ok = gshmem::all_reduce<gshmem::Block, gshmem::ReduceOp::Sum>(d, t, f, f, 9);\n"
+        "  ok &= gshmem::reduce_scatter<gshmem::Warp, gshmem::ReduceOp::Max>(d, t, i, i + 9, 9);\n"
+        "  ok &= gshmem::broadcast<gshmem::Block>(d, t, b, b + 64, 64, 0);\n"
+        "  if (!ok) f[0] = -1;  // the collectives are bounded: false once a wait gave up\n"
         "}\n"
     )
     options = [f"-I{gshmem.include_dir()}", "-std=c++17", "--gpu-architecture=compute_80"]

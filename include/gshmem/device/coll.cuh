@@ -30,6 +30,9 @@
 //   * Blocking at the scope: on return dest holds the result on this PE for every thread of the
 //     scope, and src may be overwritten (every member has finished reading it). Nothing is left
 //     pending: no quiet is needed.
+//   * Bounded, as sync and barrier (barrier.cuh): each returns true, or false to every thread of
+//     the scope when one of its waits gave up (GSHMEM_TIMEOUT, comm.abort(), another failed
+//     wait); dest is then undefined, and the fault record names the PE (comm.check()).
 //   * dest and src do not overlap, except in place: broadcast with dest == src; all_gather with
 //     src == (char*)dest + team_my_pe * nbytes; all_reduce with dest == src; reduce_scatter with
 //     src == dest - team_my_pe * count. all_to_all has no in-place form.
@@ -174,19 +177,19 @@ __device__ inline void share(const void* dest, size_t elem_bytes, size_t count, 
 }  // namespace detail
 
 template <class Scope = Block>
-__device__ inline void broadcast(const Device& dev, const Team& team, void* dest, const void* src,
+__device__ inline bool broadcast(const Device& dev, const Team& team, void* dest, const void* src,
                                  size_t nbytes, int root) {
-  sync<Scope>(dev, team);
+  const bool synced = sync<Scope>(dev, team);
   if (team.my_pe != root || dest != src) {
     detail::copy<Scope>(dest, detail::peer(dev, src, gshmem_team_world_pe(&team, root)), nbytes);
   }
-  barrier<Scope>(dev, team);
+  return barrier<Scope>(dev, team) && synced;
 }
 
 template <class Scope = Block>
-__device__ inline void all_gather(const Device& dev, const Team& team, void* dest,
+__device__ inline bool all_gather(const Device& dev, const Team& team, void* dest,
                                   const void* src, size_t nbytes) {
-  sync<Scope>(dev, team);
+  const bool synced = sync<Scope>(dev, team);
   char* mine = static_cast<char*>(dest) + team.my_pe * nbytes;
   // From the next member round to this one, so the members' first pushes go to different PEs.
   for (int k = 1; k <= team.size; ++k) {
@@ -194,38 +197,38 @@ __device__ inline void all_gather(const Device& dev, const Team& team, void* des
     char* to = detail::peer(dev, mine, gshmem_team_world_pe(&team, t));
     if (to != src) detail::copy<Scope>(to, src, nbytes);  // in place: already there
   }
-  barrier<Scope>(dev, team);
+  return barrier<Scope>(dev, team) && synced;
 }
 
 template <class Scope = Block>
-__device__ inline void all_to_all(const Device& dev, const Team& team, void* dest,
+__device__ inline bool all_to_all(const Device& dev, const Team& team, void* dest,
                                   const void* src, size_t nbytes) {
-  sync<Scope>(dev, team);
+  const bool synced = sync<Scope>(dev, team);
   char* mine = static_cast<char*>(dest) + team.my_pe * nbytes;
   for (int k = 1; k <= team.size; ++k) {
     const int t = (team.my_pe + k) % team.size;
     detail::copy<Scope>(detail::peer(dev, mine, gshmem_team_world_pe(&team, t)),
                         static_cast<const char*>(src) + t * nbytes, nbytes);
   }
-  barrier<Scope>(dev, team);
+  return barrier<Scope>(dev, team) && synced;
 }
 
 template <class Scope, ReduceOp Op, class T>
-__device__ inline void all_reduce(const Device& dev, const Team& team, T* dest, const T* src,
+__device__ inline bool all_reduce(const Device& dev, const Team& team, T* dest, const T* src,
                                   size_t count) {
-  sync<Scope>(dev, team);
+  const bool synced = sync<Scope>(dev, team);
   size_t lo, hi;
   detail::share(dest, sizeof(T), count, team.my_pe, team.size, &lo, &hi);
   detail::reduce_range<Scope, Op>(dev, team, dest + lo, src + lo, hi - lo, true);
-  barrier<Scope>(dev, team);
+  return barrier<Scope>(dev, team) && synced;
 }
 
 template <class Scope, ReduceOp Op, class T>
-__device__ inline void reduce_scatter(const Device& dev, const Team& team, T* dest, const T* src,
+__device__ inline bool reduce_scatter(const Device& dev, const Team& team, T* dest, const T* src,
                                       size_t count) {
-  sync<Scope>(dev, team);
+  const bool synced = sync<Scope>(dev, team);
   detail::reduce_range<Scope, Op>(dev, team, dest, src + team.my_pe * count, count, false);
-  barrier<Scope>(dev, team);
+  return barrier<Scope>(dev, team) && synced;
 }
 
 }  // namespace gshmem
