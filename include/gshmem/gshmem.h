@@ -82,8 +82,8 @@ gshmem_result_t gshmem_comm_init(gshmem_comm_t* comm, const gshmem_unique_id_t* 
                                  int nranks, int device);
 
 /* Collective. Waits for this device's work and for the proxy path's pending operations, then for
- * all PEs, then releases the heap and all connections. Allocations still
- * live are released too. The handle is invalid afterwards. */
+ * all PEs, then releases the heap and all connections. Allocations still live are released too.
+ * The handle is invalid afterwards. */
 gshmem_result_t gshmem_comm_finalize(gshmem_comm_t comm);
 
 /* Not collective. Makes every bounded device wait of this comm give up and every on-stream wait
@@ -122,9 +122,9 @@ gshmem_result_t gshmem_barrier_host(gshmem_comm_t comm);
  * Symmetric heap. malloc, calloc and free are collective and must be made in the same order with
  * the same sizes on every PE; they then return the same offset on every PE (gshmem_ptr is local).
  * malloc meets the other PEs only through the GSHMEM_CHECK_ALLOC comparison and when the heap
- * grows; it does not wait for GPU work. When GSHMEM_CHECK_ALLOC is on
- * (the default) a hash of the allocation sequence is compared across PEs at each call and a
- * mismatch fails with GSHMEM_ERROR_HEAP naming the PEs that differ.
+ * grows; it does not wait for GPU work. When GSHMEM_CHECK_ALLOC is on (the default) a hash of
+ * the allocation sequence is compared across PEs at each call and a mismatch fails with
+ * GSHMEM_ERROR_HEAP naming the PEs that differ.
  * The heap grows on demand: earlier allocations stay valid at the same addresses.
  * -------------------------------------------------------------------------------------------*/
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from test_docs_links import PAGES, ROOT
+
 SOURCES = (".py", ".cpp", ".h", ".hpp", ".cu", ".cuh")
 NAME = re.compile(r"""["'](GSHMEM_[A-Z0-9_]*[A-Z0-9])["']""")  # a whole name, not a prefix
 
@@ -25,7 +26,6 @@ def test_every_setting_the_code_names_is_documented():
     names = named_in_code()
     assert len(names) > 40  # the scan finds the settings (GSHMEM_TIMEOUT, GSHMEM_HEAP_RESERVE, ...)
     assert {"GSHMEM_TIMEOUT", "GSHMEM_HEAP_RESERVE", "GSHMEM_ATTENTION_KERNEL"} <= set(names)
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    docs = "\n".join(page.read_text() for page in pages)
+    docs = "\n".join(page.read_text() for page in PAGES)
     missing = {name: str(path) for name, path in names.items() if name not in docs}
     assert not missing, f"settings named in the code but in no doc: {missing}"
