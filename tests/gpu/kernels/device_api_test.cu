@@ -428,7 +428,8 @@ extern "C" __global__ void ptr_check(gshmem::Device dev, gshmem::Team team, unsi
 // each) into src, runs the collective, then stores dest (dest_bytes) into saved[r] in rounds 0
 // and 1 and, in later rounds, counts the bytes of dest that differ from saved[r % 2]: a member
 // reading a src that is being rewritten, or writing a dest that is still being read, shows up
-// as a difference (the inputs alternate, so stale data is wrong data).
+// as a difference (the inputs alternate, so stale data is wrong data). A collective that
+// returns false (one of its waits gave up) counts one more error.
 template <class Scope, class Collective>
 __device__ void coll_rounds(char* dest, char* src, const char* inputs, size_t src_bytes,
                             char* saved, size_t dest_bytes, int iters,
@@ -436,7 +437,8 @@ __device__ void coll_rounds(char* dest, char* src, const char* inputs, size_t sr
   for (int r = 0; r < iters; ++r) {
     const char* input = inputs + (r % 2) * src_bytes;
     for (size_t i = Scope::rank(); i < src_bytes; i += Scope::size()) src[i] = input[i];
-    collective();
+    const bool done = collective();
+    if (!done && Scope::rank() == 0) atomicAdd(errors, 1ull);
     char* kept = saved + (r % 2) * dest_bytes;
     unsigned long long differ = 0;
     for (size_t i = Scope::rank(); i < dest_bytes; i += Scope::size()) {
@@ -456,16 +458,18 @@ __device__ void coll_rounds(char* dest, char* src, const char* inputs, size_t sr
 
 #define COLL_MOVE_KERNELS(NAME, SCOPE)                                                          \
   extern "C" __global__ void coll_broadcast_##NAME(COLL_PARAMS) {                               \
-    coll_rounds<SCOPE>(dest, src, inputs, n, saved, n, iters, errors,                           \
-                       [&] { gshmem::broadcast<SCOPE>(dev, team, dest, src, n, root); });       \
+    coll_rounds<SCOPE>(dest, src, inputs, n, saved, n, iters, errors, [&] {                     \
+      return gshmem::broadcast<SCOPE>(dev, team, dest, src, n, root);                           \
+    });                                                                                         \
   }                                                                                             \
   extern "C" __global__ void coll_all_gather_##NAME(COLL_PARAMS) {                              \
-    coll_rounds<SCOPE>(dest, src, inputs, n, saved, team.size * n, iters, errors,               \
-                       [&] { gshmem::all_gather<SCOPE>(dev, team, dest, src, n); });            \
+    coll_rounds<SCOPE>(dest, src, inputs, n, saved, team.size * n, iters, errors, [&] {         \
+      return gshmem::all_gather<SCOPE>(dev, team, dest, src, n);                                \
+    });                                                                                         \
   }                                                                                             \
   extern "C" __global__ void coll_all_to_all_##NAME(COLL_PARAMS) {                              \
     coll_rounds<SCOPE>(dest, src, inputs, team.size * n, saved, team.size * n, iters, errors,   \
-                       [&] { gshmem::all_to_all<SCOPE>(dev, team, dest, src, n); });            \
+                       [&] { return gshmem::all_to_all<SCOPE>(dev, team, dest, src, n); });     \
   }
 COLL_MOVE_KERNELS(thread, gshmem::Thread)
 COLL_MOVE_KERNELS(warp, gshmem::Warp)
@@ -475,14 +479,14 @@ COLL_MOVE_KERNELS(block, gshmem::Block)
   extern "C" __global__ void coll_all_reduce_##TNAME##_##ONAME##_##SNAME(COLL_PARAMS) {         \
     const size_t bytes = n * sizeof(T);                                                         \
     coll_rounds<SCOPE>(dest, src, inputs, bytes, saved, bytes, iters, errors, [&] {             \
-      gshmem::all_reduce<SCOPE, gshmem::ReduceOp::OP>(dev, team, reinterpret_cast<T*>(dest),    \
-                                                      reinterpret_cast<const T*>(src), n);      \
+      return gshmem::all_reduce<SCOPE, gshmem::ReduceOp::OP>(                                   \
+          dev, team, reinterpret_cast<T*>(dest), reinterpret_cast<const T*>(src), n);           \
     });                                                                                         \
   }                                                                                             \
   extern "C" __global__ void coll_reduce_scatter_##TNAME##_##ONAME##_##SNAME(COLL_PARAMS) {     \
     const size_t bytes = n * sizeof(T);                                                         \
     coll_rounds<SCOPE>(dest, src, inputs, team.size * bytes, saved, bytes, iters, errors, [&] { \
-      gshmem::reduce_scatter<SCOPE, gshmem::ReduceOp::OP>(                                      \
+      return gshmem::reduce_scatter<SCOPE, gshmem::ReduceOp::OP>(                               \
           dev, team, reinterpret_cast<T*>(dest), reinterpret_cast<const T*>(src), n);           \
     });                                                                                         \
   }
