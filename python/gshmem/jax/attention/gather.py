@@ -3,19 +3,23 @@ gshmem.attention.gather_schedule, shared with the PyTorch version; docs/jax.md).
 
 One SPMD program must have the same shapes on every rank, while the schedule's unmasked
 blocks differ in length from rank to rank (causal zigzag: rank p's front queries see p gathered
-halves, its back queries 2W-2-p). So every rank gathers the whole sequence's K/V, lays the 2W
+halves, its back queries 2W-2-p). So every rank gathers the whole sequence's K/V and lays the
 halves out in its own reader order (``reader_order``: the halves its queries see first, as a
-prefix, the rest after) and runs its two query halves against that buffer, one call per half,
-each with its own key length (``key_value_seq_lengths``: keys past it are masked, and a kernel
-that honours lengths skips them). Both calls read the one buffer: stacking the halves as one
-call of batch 2 would need the whole K/V twice. With the local shard's masked block that is
-three calls per pass at any W.
+prefix, the rest after), keeping the first L = ``key_halves`` of them (the most any query half
+of any rank sees). The unmasked blocks are then *one* cuDNN call per pass: the query halves as
+``entries`` batch entries (a free reshape of q: [B, T] -> [B * 2, T/2]; one entry where both
+halves see the same keys: contiguous or not causal), each against its own copy of the L halves
+with its own key length (``key_value_seq_lengths``: keys past it are masked, and cuDNN skips
+them). A call per half instead (the previous version) paid the slices of q, dO and the outputs,
+cuDNN's per-call work twice and two padded calls where a rank's halves see equally many keys
+(4 x H200, 8K tokens per GPU: ~1 ms a call more than PyTorch, whose ranks call exactly).
+With the local shard's masked block that is two calls per pass at any W.
 
 The gathering is W-1 split permutes (split.py; shift s brings rank me-s's K/V), started before
 the local block, which computes on K/V tied to the starts, and done after it: the copy engines
 move the K/V while the masked block runs. Backward: the local block's gradients overlap the
 return of the gathered keys' gradients, W-1 split permutes of fp32 slices (shift s sends rank
-me-s its share), summed on arrival; both halves' key gradients are summed in fp32 first, and
+me-s its share), summed on arrival; the entries' key gradients are summed in fp32 first, and
 everything is rounded once at the end.
 """
 
@@ -57,15 +61,27 @@ def half_lengths(world: int, layout: str, causal: bool) -> np.ndarray:
     return out
 
 
-def _prefix_halves(p, q, me):
-    """[(query slice, key lengths [B], whether those queries see no key)] of the front and the
-    back half of rank ``me``'s queries against its gathered K/V."""
+def entries(world: int, layout: str, causal: bool) -> int:
+    """Batch entries per query row of the unmasked call: 2 (front and back half apart) where
+    some rank's halves see different keys, else 1 (the whole shard as one entry)."""
+    lengths = half_lengths(world, layout, causal)
+    return 1 if np.array_equal(lengths[:, 0], lengths[:, 1]) else 2
+
+
+def key_halves(world: int, layout: str, causal: bool) -> int:
+    """L: the most gathered halves any query half of any rank attends to (each entry's keys)."""
+    return int(half_lengths(world, layout, causal).max())
+
+
+def _key_lengths(p, b: int, half: int, me):
+    """(key lengths [B * E] in tokens or None where every entry sees all L halves, [B * E]
+    whether an entry sees no key) of rank ``me``'s unmasked call."""
     import jax.numpy as jnp
 
-    b, half = q.shape[0], q.shape[1] // 2
-    lengths = jnp.asarray(half_lengths(p.world, p.layout, p.causal))[me] * half
-    return [(slice(i * half, (i + 1) * half), jnp.full((b,), lengths[i]), lengths[i] == 0)
-            for i in range(2)]  # fmt: skip
+    lengths = half_lengths(p.world, p.layout, p.causal)[:, : entries(p.world, p.layout, p.causal)]
+    seen = jnp.tile(jnp.asarray(lengths)[me], b)
+    full = bool((lengths == key_halves(p.world, p.layout, p.causal)).all())
+    return (None if full else seen * half), seen == 0
 
 
 def _shift_start(p, x, s: int, sign: int):
@@ -86,14 +102,27 @@ def _reader_index(p, me):
 
 
 def _lay_out(p, by_shift, me):
-    """(K, V) [B, 2W * T/2, Nkv, D] in rank ``me``'s reader order, from [2 (K/V), B, W (shift),
-    T, Nkv, D]: the shifts' halves are already in shift order along one axis, so one gather."""
+    """(K, V) [B * E, L * T/2, Nkv, D]: the first L halves of rank ``me``'s reader order, once
+    per entry, from [2 (K/V), B, W (shift), T, Nkv, D] (the shifts' halves already in shift
+    order along one axis, so one gather)."""
     import jax.numpy as jnp
 
     _, b, w, t, nk, d = by_shift.shape
-    g = jnp.take(by_shift.reshape(2, b, 2 * w, t // 2, nk, d), _reader_index(p, me), axis=2)
-    g = g.reshape(2, b, w * t, nk, d)
+    e, n = entries(p.world, p.layout, p.causal), key_halves(p.world, p.layout, p.causal)
+    index = jnp.tile(_reader_index(p, me)[:n], e)
+    g = jnp.take(by_shift.reshape(2, b, 2 * w, t // 2, nk, d), index, axis=2)
+    g = g.reshape(2, b * e, n * t // 2, nk, d)
     return g[0], g[1]
+
+
+def _as_entries(x, e: int):
+    """[B, T, ...] -> [B * E, T / E, ...]: each row's halves as batch entries (no copy)."""
+    return x.reshape(x.shape[0] * e, x.shape[1] // e, *x.shape[2:])
+
+
+def _as_rows(x, b: int):
+    """The inverse of ``_as_entries``."""
+    return x.reshape(b, -1, *x.shape[2:])
 
 
 def forward(p, q, k, v):
@@ -110,12 +139,12 @@ def forward(p, q, k, v):
     me = jax.lax.axis_index(p.axis_name)
     by_shift = jnp.stack([kv, *(ppermute_done(st, out, lse) for st in starts)], axis=2)
     gk, gv = _lay_out(p, by_shift, me)
-    merged = []
-    for rows, kv_len, empty in _prefix_halves(p, q, me):
-        o2, lse2 = block(q[:, rows], gk, gv, False, p.scale, p.implementation, kv_len)
-        o2, lse2 = jnp.where(empty, 0, o2), jnp.where(empty, -jnp.inf, lse2)
-        merged.append(merge(out[:, rows], lse[:, rows], o2, lse2))
-    out, lse = (jnp.concatenate(x, axis=1) for x in zip(*merged, strict=True))
+    b, e = q.shape[0], entries(p.world, p.layout, p.causal)
+    kv_len, empty = _key_lengths(p, b, q.shape[1] // 2, me)
+    o2, lse2 = block(_as_entries(q, e), gk, gv, False, p.scale, p.implementation, kv_len)
+    empty = empty[:, None, None]
+    o2, lse2 = jnp.where(empty[..., None], 0, o2), jnp.where(empty, -jnp.inf, lse2)
+    out, lse = merge(out, lse, _as_rows(o2, b), _as_rows(lse2, b))
     return out.astype(q.dtype), lse, (gk, gv)
 
 
@@ -128,24 +157,27 @@ def backward(p, q, k, v, out, lse, gathered, do):
 
     w, (b, t, nk, d) = p.world, k.shape
     me = jax.lax.axis_index(p.axis_name)
-    dq2, dg = [], 0.0
-    for rows, kv_len, empty in _prefix_halves(p, q, me):
-        dq_h, dk_h, dv_h = block_grads(q[:, rows], *gathered, False, p.scale, p.implementation,
-                                       do[:, rows], out[:, rows], lse[:, rows], kv_len)  # fmt: skip
-        dq2.append(jnp.where(empty, 0, dq_h.astype(jnp.float32)))
-        dg = dg + jnp.stack([dk_h.astype(jnp.float32), dv_h.astype(jnp.float32)])
-    # both halves' key gradients (fp32), from reader order to shift order: [2 (K/V), B, W, T, ...]
-    dg = jnp.take(dg.reshape(2, b, 2 * w, t // 2, nk, d), jnp.argsort(_reader_index(p, me)), axis=2)
-    dg = dg.reshape(2, b, w, t, nk, d)
+    e = entries(w, p.layout, p.causal)
+    kv_len, empty = _key_lengths(p, b, t // 2, me)
+    rows = [_as_entries(x, e) for x in (q, do, out, lse)]
+    dq2, dk2, dv2 = block_grads(rows[0], *gathered, False, p.scale, p.implementation, *rows[1:],
+                                kv_len)  # fmt: skip
+    dq2 = _as_rows(jnp.where(empty[:, None, None, None], 0, dq2.astype(jnp.float32)), b)
+    # the entries' key gradients summed (fp32), then from reader order to shift order, the
+    # halves past L (never read unmasked: zero) appended: [2 (K/V), B, W, T, ...]
+    n = key_halves(w, p.layout, p.causal)
+    dg = jnp.stack([dk2, dv2]).astype(jnp.float32).reshape(2, b, e, n, t // 2, nk, d).sum(2)
+    dg = jnp.concatenate([dg, jnp.zeros((2, b, 2 * w - n, t // 2, nk, d), dg.dtype)], axis=2)
+    dg = jnp.take(dg, jnp.argsort(_reader_index(p, me)), axis=2).reshape(2, b, w, t, nk, d)
     starts = [_shift_start(p, dg[:, :, s], s, -1) for s in range(1, w)]  # back to rank me - s
     held, starts = hold_all((q, k, v, do, out, lse), starts)
     dq, dk, dv = block_grads(*held[:3], p.causal, p.scale, p.implementation, *held[3:])
     mine = dg[:, :, 0]  # this rank's own halves: never read unmasked (zero), kept for the shapes
     for st in starts:  # each from rank me + s: its share of this rank's shard
         mine = mine + ppermute_done(st, dq, dk, dv)
-    dq = (dq.astype(jnp.float32) + jnp.concatenate(dq2, axis=1)).astype(q.dtype)
+    dq = (dq.astype(jnp.float32) + dq2).astype(q.dtype)
     return (dq, (dk.astype(jnp.float32) + mine[0]).astype(k.dtype),
             (dv.astype(jnp.float32) + mine[1]).astype(v.dtype))  # fmt: skip
 
 
-__all__ = ["backward", "forward", "half_lengths", "reader_order"]
+__all__ = ["backward", "entries", "forward", "half_lengths", "key_halves", "reader_order"]

@@ -174,7 +174,7 @@ def ring_attention(q, k, v, axis_name, *, causal: bool = True, layout: str = "zi
     K/V are not expanded), this device's shard in ``layout`` ("zigzag": halves i and 2W-1-i of
     the sequence cut in 2W, balanced under a causal mask; "contiguous": block i), as
     ``shard`` makes it. ``implementation`` goes to ``jax.nn.dot_product_attention``.
-    ``algorithm``: "ring", "allgather" (gather.py: the whole sequence's K/V gathered once, three
+    ``algorithm``: "ring", "allgather" (gather.py: the whole sequence's K/V gathered once, two
     kernel calls per pass) or "auto" (as gshmem.attention.ring_attention decides it, with
     ``GSHMEM_ATTENTION_ALGORITHM``, except that two devices take the ring: GATHER_FROM).
     Collective over the axis: every device calls it with the same shapes."""
@@ -190,7 +190,8 @@ def ring_attention(q, k, v, axis_name, *, causal: bool = True, layout: str = "zi
     p = Problem(axis_name, world, causal, layout, q.shape[-1] ** -0.5 if scale is None else scale,
                 implementation, mesh)  # fmt: skip
 
-    kv_bytes = 2 * k.size * k.dtype.itemsize
+    # a reader's gathered K/V, once per batch entry of the gather's unmasked call (gather.py)
+    kv_bytes = 2 * k.size * k.dtype.itemsize * gather.entries(world, layout, causal)
     run_forward, run_backward = forward, backward  # the ring's
     if (
         choose(algorithm, world, q.shape[SEQ], False, kv_bytes, gather_from=GATHER_FROM)
