@@ -226,6 +226,27 @@ def test_allgather_transfers_are_split_around_the_local_block(monkeypatch) -> No
     _check_starts_and_ties(text, starts)
 
 
+def test_auto_counts_the_gathered_kv_once_per_batch_entry(monkeypatch) -> None:
+    """auto's memory bound (W - 1 shards of K/V, GATHER_MAX_BYTES) counts the all-gather's
+    copies: 32K tokens per device of 8 bf16 KV heads (128 MiB of K/V, 384 MiB gathered) fit it
+    non-causal (one batch entry) but not causal zigzag (two entries: 768 MiB), which takes the
+    ring (the forward's K/V: 3 stacked starts gathered, 6 rotated one array a call)."""
+    pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
+    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
+    for name in ("GSHMEM_JAX_BACKEND", "GSHMEM_JAX_PPERMUTE_BACKEND", "GSHMEM_ATTENTION_ALGORITHM"):
+        monkeypatch.delenv(name, raising=False)
+    q = jax.ShapeDtypeStruct((1, 4 * 32768, 8, 128), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((1, 4 * 32768, 8, 128), jnp.bfloat16)
+    spec = P(None, "cp")
+    for causal, starts in ((False, 3), (True, 6)):
+        f = jax.shard_map(lambda x, y, z, c=causal: ring_attention(x, y, z, "cp", causal=c,
+                                                                   implementation="xla"),
+                          in_specs=spec, out_specs=spec, check_vma=False)  # fmt: skip
+        with jax.set_mesh(MESH):
+            text = jax.jit(f).lower(q, kv, kv).as_text()
+        assert text.count("@gshmem_ppermute_start") == starts, causal
+
+
 def test_ring_rotations_lower_under_checkpoint(monkeypatch) -> None:
     """The models remat their layers: the custom calls carry no JAX effect that jax.checkpoint
     would refuse, and the rotations are all there."""
