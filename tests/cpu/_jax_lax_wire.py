@@ -54,18 +54,25 @@ class LaxWire:
         return jax.lax.all_to_all(x, ax.name, 0, 0, tiled=True)
 
 
-def use_lax_wire(monkeypatch, mesh) -> LaxWire:
+def as_initialised(monkeypatch, mesh) -> None:
     """For the calling test: gshmem.jax as if initialised with one PE per device of ``mesh`` (in
-    the mesh's order), its transfers through a new ``LaxWire`` (returned), the backend rule at
-    its defaults (no GSHMEM_JAX_* override from the environment)."""
+    the mesh's order), the backend rule at its defaults (no GSHMEM_JAX_* override from the
+    environment); the transfers stay gshmem's custom calls (lowering only)."""
     import os
 
-    from gshmem.jax import ops, runtime
+    from gshmem.jax import runtime
 
     pe_of = {d.id: i for i, d in enumerate(mesh.devices.flat)}
     monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, mesh.size, 0))
-    wire = LaxWire()
-    monkeypatch.setattr(ops, "wire", wire)
     for var in [v for v in os.environ if v.startswith("GSHMEM_JAX_")]:
         monkeypatch.delenv(var)
+
+
+def use_lax_wire(monkeypatch, mesh) -> LaxWire:
+    """``as_initialised``, with the transfers through a new ``LaxWire`` (returned)."""
+    from gshmem.jax import ops
+
+    as_initialised(monkeypatch, mesh)
+    wire = LaxWire()
+    monkeypatch.setattr(ops, "wire", wire)
     return wire

@@ -18,12 +18,11 @@ if importlib.util.find_spec("jax") is None:
 
 import jax
 import jax.numpy as jnp
-from _jax_lax_wire import need_cpu_devices, use_lax_wire
+from _jax_lax_wire import as_initialised, need_cpu_devices, use_lax_wire
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from gshmem._errors import UsageError
-from gshmem.jax import runtime
 from gshmem.jax.attention import ring_attention, shard, unshard
 from gshmem.jax.attention.local import block, block_grads
 from gshmem.jax.attention.merge import merge
@@ -150,12 +149,8 @@ def _lowered_ring_grad(monkeypatch, backend: str | None, remat: bool = False,
                        algorithm: str = "ring") -> str:  # fmt: skip
     """The StableHLO of the ring's gradient with the real custom calls (ops.FfiWire); ``remat``:
     under jax.checkpoint, as the models run their layers."""
-    pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
-    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
-    monkeypatch.delenv("GSHMEM_JAX_BACKEND", raising=False)
-    if backend is None:
-        monkeypatch.delenv("GSHMEM_JAX_PPERMUTE_BACKEND", raising=False)
-    else:
+    as_initialised(monkeypatch, MESH)
+    if backend is not None:
         monkeypatch.setenv("GSHMEM_JAX_PPERMUTE_BACKEND", backend)
     q, k, v, _ = _qkv(3, 32)
     spec = P(None, "cp")
@@ -231,10 +226,8 @@ def test_auto_counts_the_gathered_kv_once_per_batch_entry(monkeypatch) -> None:
     copies: 32K tokens per device of 8 bf16 KV heads (128 MiB of K/V, 384 MiB gathered) fit it
     non-causal (one batch entry) but not causal zigzag (two entries: 768 MiB), which takes the
     ring (the forward's K/V: 3 stacked starts gathered, 6 rotated one array a call)."""
-    pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
-    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
-    for name in ("GSHMEM_JAX_BACKEND", "GSHMEM_JAX_PPERMUTE_BACKEND", "GSHMEM_ATTENTION_ALGORITHM"):
-        monkeypatch.delenv(name, raising=False)
+    as_initialised(monkeypatch, MESH)
+    monkeypatch.delenv("GSHMEM_ATTENTION_ALGORITHM", raising=False)
     q = jax.ShapeDtypeStruct((1, 4 * 32768, 8, 128), jnp.bfloat16)
     kv = jax.ShapeDtypeStruct((1, 4 * 32768, 8, 128), jnp.bfloat16)
     spec = P(None, "cp")

@@ -15,7 +15,7 @@ if importlib.util.find_spec("jax") is None:
 
 import jax
 import jax.numpy as jnp
-from _jax_lax_wire import need_cpu_devices, use_lax_wire
+from _jax_lax_wire import as_initialised, need_cpu_devices, use_lax_wire
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -170,8 +170,7 @@ def test_direct_ppermute_host_table() -> None:
 def test_lowering_of_the_copy_engine_ppermutes(monkeypatch) -> None:
     """Above the kernel's sizes, one process (as here) takes the direct target, which puts into
     the receiver's output; GSHMEM_JAX_PPERMUTE_DIRECT=0 keeps the staged one."""
-    pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
-    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
+    as_initialised(monkeypatch, MESH)
     monkeypatch.setenv("GSHMEM_JAX_PPERMUTE_KERNEL_MAX", "8")
     x = jnp.zeros((4, 4), jnp.float32)  # 16 bytes per device
 
@@ -191,8 +190,7 @@ def test_lowering_of_the_copy_engine_ppermutes(monkeypatch) -> None:
 
 
 def test_lowering_shows_custom_calls_by_the_rule(monkeypatch) -> None:
-    pe_of = {d.id: i for i, d in enumerate(MESH.devices.flat)}
-    monkeypatch.setattr(runtime, "_state", runtime.State([], [], pe_of, 4, 0))
+    as_initialised(monkeypatch, MESH)
     monkeypatch.setenv("GSHMEM_JAX_MAX_BYTES", "4K")
 
     def f(x, big):

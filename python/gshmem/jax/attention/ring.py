@@ -25,10 +25,10 @@ from gshmem.jax.attention.merge import merge
 from gshmem.jax.attention.schedule import SELECT, part_range, source_before, step_blocks
 
 SEQ = 1  # q, k, v: [batch, seq, heads, dim], JAX's attention layout
-# "auto" gathers from this many devices on. At two, the one-program all-gather (two batch-2
-# calls against a reordered copy of the whole K/V, gather.py) lost to the ring at every size
-# measured (2 x H100, causal 2K/4K/8K per GPU: 55.9/72.9/79.1 % against 58.4/76.3/83.2 %);
-# at four it won (57.9/71.5/90.6 % against 48.5/68.3/87.0 %).
+# "auto" gathers from this many devices on. At two, the one-program all-gather (gather.py's
+# first version: two batch-2 calls against a reordered copy of the whole K/V) lost to the ring
+# at every size measured (2 x H100, causal 2K/4K/8K per GPU: 55.9/72.9/79.1 % against
+# 58.4/76.3/83.2 %); at four it won (57.9/71.5/90.6 % against 48.5/68.3/87.0 %).
 GATHER_FROM = 3
 
 
