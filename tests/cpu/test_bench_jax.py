@@ -19,9 +19,11 @@ def test_options() -> None:
     assert d.maxbytes == 256 << 20 and d.tokens == [2048, 8192, 32768]
 
 
-@pytest.mark.parametrize(
-    "bad", [["--ops", "pmax"], ["--calls", "0"], ["--layout", "two"], ["--tokens", "lots"]]
-)
+BAD = [["--ops", "pmax"], ["--calls", "0"], ["--inflight", "0"], ["--layout", "two"],
+       ["--tokens", "lots"]]  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", BAD)
 def test_bad_options_exit_2(bad) -> None:
     with pytest.raises(SystemExit) as e:
         jax_suite.parse_args(bad)
@@ -49,6 +51,32 @@ def test_attention_timing_chains_calls(monkeypatch, took, want_calls) -> None:
     warm = min(2, want_calls)
     reps = max(1, min(3, int(10.0 / (took * want_calls))))
     assert len(calls) == 2 + warm + reps * want_calls  # compile, estimate, warm-up, timed
+
+
+@pytest.mark.parametrize("inflight", [1, 4])
+def test_chained_calls_are_timed_in_flight(monkeypatch, inflight) -> None:
+    """The ppermute/psum rows dispatch ``inflight`` executions before waiting for the last, and
+    divide the time by every call they made: waiting after each would add each execution's host
+    work to the GPU's."""
+    clock = {"now": 0.0}
+    monkeypatch.setattr(jax_suite.time, "perf_counter", lambda: clock["now"])
+    events = []
+
+    class Result:
+        def block_until_ready(self) -> None:
+            events.append("wait")
+
+    def fn(x):
+        events.append("run")
+        clock["now"] += 0.002  # 200 calls of 10 us
+        return Result()
+
+    assert jax_suite._timed(fn, None, warmup=1, repeats=3, calls=200, inflight=inflight) == (
+        pytest.approx(10e-6)
+    )
+    timed = (["run"] * inflight + ["wait"]) * 3
+    assert events == ["run", "wait"] + timed
+    assert jax_suite.parse_args([]).inflight == 4
 
 
 def test_value_check_catches_wrong_results() -> None:

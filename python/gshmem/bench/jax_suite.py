@@ -6,8 +6,11 @@ slowest process's time counts).
 
 Time per call: one jitted function chains ``--calls`` calls (unrolled: an XLA while loop costs
 a host round trip per iteration), each one's output the next one's input (psum's scaled by 1/N
-to stay finite, for both columns alike), timed from dispatch to ``block_until_ready`` after
-``--warmup`` runs; the median of ``--repeats`` divided by the calls. ppermute sends every
+to stay finite, for both columns alike); ``--inflight`` executions of it are dispatched back to
+back, as a training loop dispatches its steps, and timed from the first dispatch to the last
+one's ``block_until_ready`` after ``--warmup`` runs; the median of ``--repeats`` divided by the
+calls. With ``--inflight 1`` each execution's host work (XLA's dispatch and its launch of the
+command buffer) adds to the GPU's instead of overlapping it. ppermute sends every
 device's block to the next device of a ring. Before each size is timed, one gshmem call on a
 probe input is checked against a host reference (jax_values.py); a wrong value is printed and
 the run exits 1.
@@ -40,8 +43,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("-b", "--minbytes", type=parse_size, default=8, help="smallest size per device")
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"), help="largest")
     p.add_argument("-f", "--factor", type=int, default=8, help="size step factor (default 8)")
-    # 200: one dispatch and one block_until_ready (~100 us together) cost < 1 us per call
+    # 200: an execution's fixed host work (~100 us) costs < 1 us per call even where it does
+    # not overlap the GPU's (--inflight 1)
     p.add_argument("--calls", type=int, default=200, help="calls chained in one jitted loop")
+    p.add_argument("--inflight", type=int, default=4,
+                   help="executions dispatched before waiting for the last")  # fmt: skip
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--layout", choices=("one", "per-gpu"), default="one",
@@ -55,8 +61,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         ns.tokens = [parse_size(t.strip()) for t in ns.tokens.split(",") if t.strip()]
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
-    if ns.calls < 1 or ns.repeats < 1 or ns.warmup < 0:
-        p.error("--calls and --repeats must be positive, --warmup at least 0")
+    if ns.calls < 1 or ns.repeats < 1 or ns.inflight < 1 or ns.warmup < 0:
+        p.error("--calls, --inflight and --repeats must be positive, --warmup at least 0")
     if ns.nprocs is None:
         from gshmem.bench.__main__ import gpu_count
 
@@ -86,15 +92,17 @@ def _process_max(value: float) -> float:
     return float(np.max(multihost_utils.process_allgather(np.array([value]))))
 
 
-def _timed(fn: Callable, x, warmup: int, repeats: int, calls: int) -> float:
-    """Median seconds per chained call."""
+def _timed(fn: Callable, x, warmup: int, repeats: int, calls: int, inflight: int) -> float:
+    """Median seconds per chained call, ``inflight`` executions of ``calls`` calls in a row."""
     for _ in range(warmup):
         fn(x).block_until_ready()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        fn(x).block_until_ready()
-        times.append((time.perf_counter() - t0) / calls)
+        for _ in range(inflight):
+            out = fn(x)
+        out.block_until_ready()
+        times.append((time.perf_counter() - t0) / (calls * inflight))
     return median(times)
 
 
@@ -127,7 +135,7 @@ def run(o: argparse.Namespace) -> int:
     rows = []
     layout = "one process" if o.layout == "one" else "one process per GPU"
     say(f"gshmem.bench jax: {n} x {devices[0].device_kind}, {layout}, jit + shard_map, "
-          f"{o.calls} chained calls per timing")  # fmt: skip
+          f"{o.calls} chained calls per execution, {o.inflight} executions in flight")  # fmt: skip
     comm_ops = [op for op in o.ops if op != "attention"]
     if comm_ops:
         say(f"{'op':9s} {'size':>8s} {'gshmem us':>10s} {'jax.lax us':>11s} {'ratio':>6s} "
@@ -160,7 +168,9 @@ def run(o: argparse.Namespace) -> int:
                     fn = jax.jit(
                         jax.shard_map(loop, in_specs=P("x"), out_specs=P("x"), check_vma=False)
                     )
-                    seconds[impl] = _process_max(_timed(fn, x, o.warmup, o.repeats, o.calls))
+                    seconds[impl] = _process_max(
+                        _timed(fn, x, o.warmup, o.repeats, o.calls, o.inflight)
+                    )
             g, xl = seconds["gshmem"], seconds["xla"]
             path = gj.explain(op, count * 4)
             rows.append({"op": op, "bytes": count * 4, "gshmem_us": g * 1e6, "xla_us": xl * 1e6,
