@@ -3,11 +3,12 @@
 // LL packet (8 data bytes and the epoch twice in one 16-byte store, as protocol.cuh's), both
 // graphs replayed at once; µs per call for the pieces of gshmem's permute protocol added one at a
 // time (a credit stored back to the sender, the sender waiting for it, 512 threads and a barrier),
-// beside a kernel that touches no peer. Raw PTX, no gshmem: it says what the protocol itself
-// costs, against which gshmem's permute kernel in the same chain is measured. Results: docs/
-// benchmarks.md ("The floor of a small permute").
+// beside a kernel that touches no peer. gshmem's packet stores and loads (device/packet.cuh), no
+// other part of gshmem: it says what the protocol itself costs, against which gshmem's permute
+// kernel in the same chain is measured. Results: docs/benchmarks.md ("The floor of a small
+// permute").
 //
-//   nvcc -std=c++17 -O2 -arch=sm_90 -o /tmp/permute_floor benchmarks/permute_floor.cu
+//   nvcc -std=c++17 -O2 -arch=sm_90 -Iinclude -o /tmp/permute_floor benchmarks/permute_floor.cu
 //   /tmp/permute_floor             # needs two peer-capable GPUs
 //
 // Each GPU starts with its own value; 200 swaps per replay leave every GPU its own value again,
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "gshmem/device/packet.cuh"
 #include "raw_cuda.cuh"
 
 namespace {
@@ -36,20 +38,6 @@ struct Side {
   u64* data;     // [2] the value, in and out by turns
 };
 
-__device__ __forceinline__ void st_packet(uint4* p, u64 v, unsigned e) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p),
-               "r"(static_cast<unsigned>(v)), "r"(e), "r"(static_cast<unsigned>(v >> 32)), "r"(e)
-               : "memory");
-}
-__device__ __forceinline__ uint4 ld_packet(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-
 __global__ void swap_kernel(Side me, uint4* peer_slot, u64* peer_credit, int flags, int in_idx,
                             Big big) {
   if (flags & kBloat) {  // a large cold path ahead of the hot one (never taken: w[0] is 0)
@@ -67,10 +55,10 @@ __global__ void swap_kernel(Side me, uint4* peer_slot, u64* peer_credit, int fla
       }
     }
     const u64 v = me.data[in_idx];
-    st_packet(peer_slot + (j & 1), v, e);
+    gshmem::detail::store_packet(peer_slot + (j & 1), v, e);
     uint4 p;
     do {
-      p = ld_packet(me.slot + (j & 1));
+      p = gshmem::detail::look_at_packet(me.slot + (j & 1));
     } while (p.y != e || p.w != e);
     me.data[1 - in_idx] = static_cast<u64>(p.x) | (static_cast<u64>(p.z) << 32);
     if (flags & kCredit) {
