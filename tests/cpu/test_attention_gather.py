@@ -19,7 +19,7 @@ from gshmem.attention import gather, layout, ring  # noqa: E402
 from gshmem.attention import gather_schedule as gs  # noqa: E402
 from gshmem.attention.algorithm import GATHER_MAX_BYTES, choose  # noqa: E402
 from gshmem.attention.local import Dense  # noqa: E402
-from gshmem.attention.schedule import halves, part_range  # noqa: E402
+from gshmem.attention.schedule import ALL, FRONT, halves, part_range  # noqa: E402
 
 
 def gathered_tokens(reader, world, kind, causal, pos):
@@ -72,14 +72,19 @@ def test_each_writer_sends_one_run_per_reader_and_slots_are_runs(world, kind, ca
     regs = gs.regions(world, kind, causal)
     pairs = [(r.owner, r.reader) for r in regs]
     assert len(pairs) == len(set(pairs)) and all(o != rd for o, rd in pairs)
+    pos = [list(layout.token_index(4 * world, world, r, kind)) for r in range(world)]
+    per_half = len(pos[0]) // 2
+    keys = [gathered_tokens(r, world, kind, causal, pos) for r in range(world)]
     for owner in range(world):
-        # brute force: every unmasked block of every reader that reads part of owner's shard
+        # from the tokens: every unmasked block whose keys hold some of owner's shard, and
+        # which part of it they hold (all of it, its front half, or anything else: a defect)
+        shard = frozenset(pos[owner])
+        front = frozenset(pos[owner][slice(*part_range(FRONT, len(pos[owner])))])
         want = sorted(
-            (r.reader, n, r.part)
-            for r in regs
-            if r.owner == owner
-            for _, n in gs.prefix_blocks(r.reader, world, kind, causal)
-            if n > r.at
+            (reader, n, {shard: ALL, front: FRONT}.get(seen, f"split {sorted(seen)}"))
+            for reader in range(world)
+            for _, n in gs.prefix_blocks(reader, world, kind, causal)
+            if (seen := shard.intersection(keys[reader][: n * per_half]))
         )
         got = gs.contributions(owner, world, kind, causal)
         assert sorted(got) == want
