@@ -13,8 +13,9 @@ has() { "$PY" -c "import $1" 2>/dev/null; }
 install() {
   local want=() mod
   declare -A pkg=([nanobind]=nanobind [scikit_build_core]=scikit-build-core [numpy]=numpy
-                  [pytest]=pytest [hypothesis]=hypothesis [ruff]=ruff)
-  for mod in nanobind scikit_build_core numpy ${1:+pytest hypothesis ruff}; do
+                  [pytest]=pytest [hypothesis]=hypothesis [ruff]=ruff [matplotlib]=matplotlib)
+  # matplotlib: the attention bench's plot, drawn in a CPU test
+  for mod in nanobind scikit_build_core numpy ${1:+pytest hypothesis ruff matplotlib}; do
     has "$mod" || want+=("${pkg[$mod]}")
   done
   has torch || want+=("torch==2.13.0")      # the CPU wheel where there is no GPU stack
