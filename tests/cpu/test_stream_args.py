@@ -169,23 +169,28 @@ def test_bad_kernel_threshold_is_a_usage_error(monkeypatch, bad):
 
 def test_copy_rows_moves_each_element_to_its_place():
     """put_2d's geometry: slices of heads or of tokens of [batch, heads, seq, dim] tensors (and
-    of their sequence-major transposes) are one 2-D copy; simulating that copy on the bytes
-    puts every element where ``dst.copy_(src)`` would."""
+    of their sequence-major transposes) are one 2-D copy; simulating that copy on the bytes of
+    the whole destination buffer puts every element where ``dst.copy_(src)`` would and writes
+    nothing else."""
     import torch
+
+    def storage_bytes(t):  # a copy of the bytes of t's whole buffer
+        return torch.frombuffer(bytearray(t.untyped_storage()), dtype=torch.uint8)
 
     def simulate(dst, src):
         d_pitch, s_pitch, width, height = copy_rows(dst, src, "put_2d")
-        out = dst.untyped_storage().nbytes()
-        d_bytes = torch.frombuffer(bytearray(out), dtype=torch.uint8)
-        d_bytes.copy_(torch.frombuffer(bytearray(dst.untyped_storage()), dtype=torch.uint8))
-        s_bytes = torch.frombuffer(bytearray(src.untyped_storage()), dtype=torch.uint8)
+        d_bytes, s_bytes = storage_bytes(dst), storage_bytes(src)
         d0 = dst.storage_offset() * dst.element_size()
         s0 = src.storage_offset() * src.element_size()
         for r in range(height):
             a, b = d0 + r * d_pitch, s0 + r * s_pitch
             d_bytes[a : a + width] = s_bytes[b : b + width]
-        typed = d_bytes.view(dst.dtype)
-        return typed.as_strided(dst.shape, dst.stride(), dst.storage_offset())
+        return d_bytes
+
+    def expected(dst, src):
+        want = storage_bytes(dst)
+        want.view(dst.dtype).as_strided(dst.shape, dst.stride(), dst.storage_offset()).copy_(src)
+        return want
 
     torch.manual_seed(0)
     x = torch.randn(2, 8, 6, 4).to(torch.bfloat16)  # [batch, heads, seq, dim]
@@ -199,10 +204,12 @@ def test_copy_rows_moves_each_element_to_its_place():
         (gs[1].transpose(0, 1)[:, 6:9], seq[1, 3:6, 4:8].transpose(0, 1)),  # as BHSD views
         (g[1, 2, 0:6], x[1, 5].clone()),  # contiguous both
     ]
+    # the first by hand: rows of 3 tokens x 4 dims (24 bytes), one per head, 96 bytes apart in
+    # g and 48 in x
+    assert copy_rows(*cases[0], "put_2d") == (96, 48, 24, 4)
     for dst, src in cases:
-        want = dst.clone()
-        want.copy_(src)
-        assert torch.equal(simulate(dst, src), want)
+        dst.fill_(float("nan"))  # poisoned: an element the copy misses keeps its NaN
+        assert torch.equal(simulate(dst, src), expected(dst, src))
 
 
 def test_copy_rows_refuses_what_one_copy_cannot_do():

@@ -102,4 +102,6 @@ def test_team_bytes_are_the_c_struct():
     assert bytes(t) == (2).to_bytes(4, "little") + (3).to_bytes(4, "little") + (4).to_bytes(
         4, "little"
     ) + (1).to_bytes(4, "little")
-    assert t.numpy().tobytes() == bytes(t)
+    a = t.numpy()  # the record a kernel argument array holds: named fields, the same values
+    assert a.shape == (1,) and a.dtype.names == ("start", "stride", "size", "my_pe")
+    assert [int(a[f][0]) for f in a.dtype.names] == [2, 3, 4, 1]
