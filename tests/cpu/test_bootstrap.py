@@ -18,7 +18,7 @@ import pytest
 from _netns import two_hosts_fixture  # noqa: F401  (the two_hosts fixture)
 from bootstrap_worker import big_payload
 
-from gshmem import _C, BootstrapError, HeapError, TimeoutError, UsageError
+from gshmem import _C, BootstrapError, Error, HeapError, TimeoutError, UsageError
 
 WORKER = str(Path(__file__).with_name("bootstrap_worker.py"))
 SECRET = slice(24, 40)  # where the 128-bit secret sits inside a unique id
@@ -355,7 +355,7 @@ def test_a_port_on_paper_is_drawn_below_the_ephemeral_range():
 
 
 def test_bootstrap_error_is_a_gshmem_error():
-    assert issubclass(TimeoutError, BootstrapError)
+    assert issubclass(BootstrapError, Error) and issubclass(TimeoutError, BootstrapError)
 
 
 def test_local_channel_rejects_a_peer_that_grows_differently():

@@ -431,10 +431,13 @@ def test_torch_distributed(tmp_path: Path, local_from: str) -> None:
     jobs = []
     for r in range(2):
         extra = {}
-        if local_from == "env":
-            extra = dict(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2")
+        if local_from == "env":  # as if each rank were alone on its host: what the hostnames
+            # cannot give, so the result shows the environment was read
+            extra = dict(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                         GSHMEM_BOOTSTRAP_ADDR="127.0.0.1")  # fmt: skip
         jobs.append((["torch", str(r), "2", str(port)], _env(**extra)))
-    _check(_run_ranks(tmp_path, jobs), 2, "torch.distributed")
+    local = [(0, 1), (0, 1)] if local_from == "env" else None
+    _check(_run_ranks(tmp_path, jobs), 2, "torch.distributed", local=local)
 
 
 # -- jax.distributed ------------------------------------------------------------------------------
@@ -510,6 +513,8 @@ def test_mpi_with_fake_mpi4py(tmp_path: Path, local_from: str) -> None:
     n = 4
     hosts = [0, 0, 1, 1] if local_from == "split-type-two-hosts" else [0] * n
     local = [(hosts[:r].count(hosts[r]), hosts.count(hosts[r])) for r in range(n)]
+    if local_from == "ompi-env":  # two to a host by the environment, one host by Split_type:
+        local = [(r % 2, 2) for r in range(n)]  # the result shows which was read
     jobs = []
     for r in range(n):
         env = _env(
@@ -520,8 +525,8 @@ def test_mpi_with_fake_mpi4py(tmp_path: Path, local_from: str) -> None:
             PMIX_RANK=str(r),
         )
         if local_from == "ompi-env":
-            env.update(OMPI_COMM_WORLD_LOCAL_RANK=str(r), OMPI_COMM_WORLD_LOCAL_SIZE=str(n))
-        if local_from == "split-type-two-hosts":
+            env.update(OMPI_COMM_WORLD_LOCAL_RANK=str(r % 2), OMPI_COMM_WORLD_LOCAL_SIZE="2")
+        if local_from != "split-type-one-host":
             env.update(GSHMEM_BOOTSTRAP_ADDR="127.0.0.1")
         jobs.append((["plain"], env))
     _check(_run_ranks(tmp_path, jobs), n, "mpi", local=local)
