@@ -11,16 +11,39 @@ PACKAGE = Path(__file__).resolve().parents[2] / "python" / "gshmem"
 APPLICATIONS = ("attention", "moe", "jax", "torch", "train", "bench", "demo")
 
 
+def absolute(path: Path, node: ast.ImportFrom) -> str:
+    """The absolute module an import-from names (``from .comm import Comm`` in gshmem/x.py is
+    gshmem.comm), so relative imports cannot slip past the checks."""
+    if node.level == 0:
+        return node.module or ""
+    parts = ["gshmem", *path.relative_to(PACKAGE).parent.parts]
+    base = parts[: len(parts) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imported_modules(path: Path) -> set[str]:
     """Every module `path` imports, at any depth (TYPE_CHECKING and function bodies too)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute(path, node)
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
     return found
+
+
+def test_relative_imports_resolve_to_the_package():
+    """``from .comm import Comm`` counts as importing gshmem.comm wherever it is written."""
+    for where, line in [("buffer.py", "from .comm import Comm"),
+                        ("moe/buffer.py", "from ..comm import Comm"),
+                        ("moe/buffer.py", "from .. import comm")]:  # fmt: skip
+        node = ast.parse(line).body[0]
+        assert isinstance(node, ast.ImportFrom)
+        module = absolute(PACKAGE / where, node)
+        names = {module} | {f"{module}.{a.name}" for a in node.names}
+        assert "gshmem.comm" in names, (where, line, names)
 
 
 def sources() -> list[Path]:
