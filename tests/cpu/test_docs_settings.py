@@ -10,16 +10,28 @@ from test_docs_links import PAGES, ROOT
 
 SOURCES = (".py", ".cpp", ".h", ".hpp", ".cu", ".cuh")
 NAME = re.compile(r"""["'](GSHMEM_[A-Z0-9_]*[A-Z0-9])["']""")  # a whole name, not a prefix
+# the start of a name built from a variable: f"GSHMEM_JAX_{op}..." or "GSHMEM_COLL_" + op
+PREFIX = re.compile(r"""["'](GSHMEM_[A-Z0-9_]*_)(?:\{|["']\s*\+)""")
 
 
-def named_in_code() -> dict[str, Path]:
+def named_in_code(pattern: re.Pattern = NAME) -> dict[str, Path]:
     names: dict[str, Path] = {}
     for top in ("src", "include", "python"):
         for path in sorted((ROOT / top).rglob("*")):
             if path.suffix in SOURCES and path.is_file():
-                for name in NAME.findall(path.read_text(errors="replace")):
+                for name in pattern.findall(path.read_text(errors="replace")):
                     names.setdefault(name, path.relative_to(ROOT))
     return names
+
+
+def test_every_family_of_settings_the_code_builds_is_documented():
+    """A name the code builds from a variable is documented as the family it belongs to,
+    ``GSHMEM_JAX_<OP>_BACKEND``: its prefix followed by ``<``."""
+    prefixes = named_in_code(PREFIX)
+    assert {"GSHMEM_JAX_", "GSHMEM_COLL_"} <= set(prefixes)
+    docs = "\n".join(page.read_text() for page in PAGES)
+    missing = {p: str(path) for p, path in prefixes.items() if f"{p}<" not in docs}
+    assert not missing, f"families of settings built in the code but in no doc: {missing}"
 
 
 def test_every_setting_the_code_names_is_documented():
