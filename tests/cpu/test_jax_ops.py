@@ -99,6 +99,22 @@ def test_values_and_gradients_match_jax_lax(lax_wire, case) -> None:
     np.testing.assert_allclose(mine, grad(theirs), rtol=1e-5, atol=1e-5)
 
 
+def test_ppermute_moves_blocks_where_a_hand_count_puts_them(lax_wire) -> None:
+    """Over two axes the group's index is 2 * dp + cp: blocks 0 -> 2, 1 -> 3, 2 -> 1, and block
+    0, which nobody sends to, is zeros (the reference above is jax.lax's own ppermute)."""
+    x = jax.random.normal(jax.random.key(3), (6, 8, 6), jnp.float32)
+    perm = [(0, 2), (1, 3), (2, 1)]
+    got, xs = np.asarray(_run(lambda y: ops.ppermute(y, ("dp", "cp"), perm), x)), np.asarray(x)
+
+    def block(a, k):  # device (dp, cp) = divmod(k, 2) holds rows 3 dp.., columns 4 cp..
+        dp, cp = divmod(k, 2)
+        return a[3 * dp : 3 * dp + 3, 4 * cp : 4 * cp + 4]
+
+    np.testing.assert_array_equal(block(got, 0), 0)
+    for src, dst in perm:
+        np.testing.assert_array_equal(block(got, dst), block(xs, src))
+
+
 def test_bad_arguments_get_clear_errors(lax_wire) -> None:
     x = jnp.zeros((6, 8, 6))
     for fn, match in [
