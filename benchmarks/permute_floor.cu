@@ -130,19 +130,24 @@ int run(const Variant& v, Side side[2], cudaStream_t stream[2], int calls, float
   return 0;
 }
 
-// Sets each GPU's value to its own (1000 * (g + 1)) or reads how many GPUs hold another.
-int values(Side side[2], bool set, int* wrong) {
-  *wrong = 0;
+// Gives each GPU its own value (1000 * (g + 1)).
+int give_own_values(Side side[2]) {
   for (int g = 0; g < 2; ++g) {
     RAW_CUDA_CHECK(cudaSetDevice(g));
     const u64 own = 1000ull * (g + 1);
-    u64 v = own;
-    if (set) {
-      RAW_CUDA_CHECK(cudaMemcpy(side[g].data, &v, sizeof v, cudaMemcpyHostToDevice));
-    } else {
-      RAW_CUDA_CHECK(cudaMemcpy(&v, side[g].data, sizeof v, cudaMemcpyDeviceToHost));
-      *wrong += v != own;
-    }
+    RAW_CUDA_CHECK(cudaMemcpy(side[g].data, &own, sizeof own, cudaMemcpyHostToDevice));
+  }
+  return 0;
+}
+
+// How many GPUs hold a value other than their own, in *wrong.
+int count_foreign_values(Side side[2], int* wrong) {
+  *wrong = 0;
+  for (int g = 0; g < 2; ++g) {
+    RAW_CUDA_CHECK(cudaSetDevice(g));
+    u64 v = 0;
+    RAW_CUDA_CHECK(cudaMemcpy(&v, side[g].data, sizeof v, cudaMemcpyDeviceToHost));
+    *wrong += v != 1000ull * (g + 1);
   }
   return 0;
 }
@@ -183,10 +188,11 @@ int main() {
   std::printf("%-48s %10s %6s\n", "kernel (200 per graph, both GPUs at once)", "us/call", "wrong");
   for (const Variant& v : variants) {
     int wrong = 0;
-    if (values(side, true, &wrong)) return 1;
     float us = 0;
-    if (run(v, side, stream, calls, &us)) return 1;
-    if (values(side, false, &wrong)) return 1;
+    if (give_own_values(side) || run(v, side, stream, calls, &us) ||
+        count_foreign_values(side, &wrong)) {
+      return 1;
+    }
     std::printf("%-48s %10.3f %6s\n", v.name, us, v.local ? "-" : (wrong ? "WRONG" : "0"));
   }
   return 0;
