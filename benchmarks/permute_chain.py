@@ -8,6 +8,7 @@ small permute"). Run on a GPU host:
 
     python benchmarks/permute_chain.py          # GPUs 0 and 1
     DEVICES=0,0 python benchmarks/permute_chain.py   # both PEs on GPU 0 (no NVLink)
+    SIZES=8,65536 python benchmarks/permute_chain.py   # these message sizes (bytes)
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ def main() -> None:
     devices = [int(d) for d in os.environ.get("DEVICES", "0,1").split(",")]
     if len(devices) != 2:
         raise SystemExit("DEVICES names two GPUs (the same one twice for two PEs on it)")
+    sizes = [int(b) for b in os.environ["SIZES"].split(",")] if "SIZES" in os.environ else SIZES
     comms = gshmem.init_local(devices)
-    words = max(SIZES) // 4
+    words = max(sizes) // 4
     bufs = gshmem.for_each(comms, lambda c: (c.empty(words, torch.float32),
                                              c.empty(words, torch.float32)))  # fmt: skip
     streams = []
@@ -36,7 +38,7 @@ def main() -> None:
         with torch.cuda.device(d):
             streams.append(torch.cuda.Stream())
     print(f"{'bytes':>8s} {'us/call':>8s} {'min':>8s}  values")
-    for size in SIZES:
+    for size in sizes:
         n = max(1, size // 4)
 
         def call(r: int, n: int = n) -> None:

@@ -1,6 +1,8 @@
 // The permute (kernels.h: permute): one point-to-point exchange stored straight into the
 // receiver, by one of two protocols (permute_sync.h), each one kernel of one CTA per region of a
-// chunk (at most kPermuteCtas of packets, kPermuteBulkCtas of bulk):
+// chunk (at most kPermuteCtas of packets, kPermuteBulkCtas of bulk); a message of packets that
+// fits one chunk, between two other PEs, takes permute_chunk_kernel, the same protocol with a
+// shorter path:
 // - packets: LL packets (protocol.cuh's 16-byte packets, 8 data bytes and two epoch words) that
 //   the receiver polls; no signal phase, so a small message costs one NVLink crossing, but half
 //   of every packet is flags (~89 GB/s);
@@ -49,18 +51,25 @@ __device__ inline unsigned long long* cta_entry(uint64_t* array, const PermuteSy
 // kAcquire: the CTA's loads after the next barrier see what `from` stored before its release.
 // Without it the poll is relaxed, enough for a credit: the stores that reuse the slot come after
 // the barrier that follows, and a GPU does not store speculatively.
+// The calling thread: the same, starting from `seen`, a look at *flag it has already taken.
+template <bool kAcquire>
+__device__ inline void poll_at_least(const Device& dev, const unsigned long long* flag, int from,
+                                     unsigned long long want, unsigned long long seen) {
+  const gshmem::detail::Waited what{GSHMEM_WAIT_COLLECTIVE, from, static_cast<int>(Cmp::GE), flag,
+                                    want};
+  gshmem::Deadline deadline;
+  while (seen < want) {
+    if (deadline.expired(dev, what, seen)) break;
+    seen = kAcquire ? gshmem::detail::ld_acquire(flag) : gshmem::detail::ld_relaxed(flag);
+  }
+}
 template <bool kAcquire>
 __device__ inline void wait_at_least(const Device& dev, const unsigned long long* flag, int from,
                                      unsigned long long want) {
   if (threadIdx.x != 0) return;
-  const gshmem::detail::Waited what{GSHMEM_WAIT_COLLECTIVE, from, static_cast<int>(Cmp::GE), flag,
-                                    want};
-  gshmem::Deadline deadline;
-  unsigned long long seen;
-  while ((seen = kAcquire ? gshmem::detail::ld_acquire(flag) : gshmem::detail::ld_relaxed(flag)) <
-         want) {
-    if (deadline.expired(dev, what, seen)) break;
-  }
+  poll_at_least<kAcquire>(
+      dev, flag, from, want,
+      kAcquire ? gshmem::detail::ld_acquire(flag) : gshmem::detail::ld_relaxed(flag));
 }
 
 // This PE's packet slot that world PE `src` fills with its message j (by j's parity).
@@ -110,6 +119,11 @@ __global__ void __launch_bounds__(kThreads)
   const bool zeros = receiver && src < 0;  // nobody sends here, as jax.lax.ppermute
   const unsigned long long sent = sends ? *cta_entry(s.sent, s, b, dst) : 0;
   const unsigned long long got = receives ? *cta_entry(s.got, s, b, src) : 0;
+  // Where the two peers' copies are, loaded with the counts: taken after a wait, each load of
+  // local_index stood between the wait and the store after it (8 B 3.16 against 3.24-3.29 us,
+  // 4 KiB 3.73 against 4.03-4.06: benchmarks/permute_chain.py, 2 x H200).
+  const long long to_dst = sends ? gshmem::detail::peer_shift(dev, dst) : 0;
+  const long long to_src = receives ? gshmem::detail::peer_shift(dev, src) : 0;
   const size_t region = b * g.cta_bytes;  // this CTA's region of a chunk and of a slot
   unsigned long long n = 0;               // this CTA's chunks so far
   for (size_t chunk = 0; chunk < bytes; chunk += g.chunk_bytes, ++n) {
@@ -121,17 +135,17 @@ __global__ void __launch_bounds__(kThreads)
       if (j >= 2) wait_at_least<false>(dev, cta_entry(s.credits, s, b, dst), dst, j - 1);
       __syncthreads();  // every thread's stores come after the credit
       if constexpr (kBulkProtocol) {
-        copy(gshmem::detail::peer(dev, bulk_slot_of(s, j, dev.my_pe) + region, dst), in + p.lo,
+        copy(gshmem::detail::shifted(bulk_slot_of(s, j, dev.my_pe) + region, to_dst), in + p.lo,
              p.hi - p.lo);
         // Every thread's stores happen-before thread 0's release, which is cumulative over them:
         // no separate fence (protocol.cuh arrive_and_wait).
         __syncthreads();
         if (threadIdx.x == 0) {
           gshmem::detail::st_release(
-              gshmem::detail::peer(dev, cta_entry(s.arrived, s, b, dev.my_pe), dst), j + 1);
+              gshmem::detail::shifted(cta_entry(s.arrived, s, b, dev.my_pe), to_dst), j + 1);
         }
       } else {
-        send_packets(gshmem::detail::peer(dev, packet_slot_of(s, j, dev.my_pe), dst), in, bytes,
+        send_packets(gshmem::detail::shifted(packet_slot_of(s, j, dev.my_pe), to_dst), in, bytes,
                      p, j);
       }
     }
@@ -148,9 +162,8 @@ __global__ void __launch_bounds__(kThreads)
       // credit needs no fence: the sender's later overwrite cannot change what was read.
       __syncthreads();
       if (threadIdx.x == 0) {
-        gshmem::detail::st_relaxed(gshmem::detail::peer(dev, cta_entry(s.credits, s, b, dev.my_pe),
-                                                        src),
-                                   k + 1);
+        gshmem::detail::st_relaxed(
+            gshmem::detail::shifted(cta_entry(s.credits, s, b, dev.my_pe), to_src), k + 1);
       }
     } else if (self) {
       copy(out + p.lo, in + p.lo, p.hi - p.lo);
@@ -167,6 +180,54 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// A message of one chunk (at most kPermuteChunkWords words) to or from peers: permute_kernel's
+// packets for a message of one chunk (the same slots, epochs, counts and credits, so the two
+// kernels' calls interleave), written for the shortest path from the kernel's start to its
+// packet stores and from the packets' arrival to its end. CTA b moves region b, one word a
+// thread (blockDim.x == kPermuteCtaWords), and each thread loads what it needs itself, all at
+// once: the counts, its word, the peer's address and a first look at the credit (no barrier
+// hands the counts out); it then awaits the credit itself (its store follows its own look: no
+// barrier before it). One barrier at the end: every thread has read the counts and the slot
+// before thread 0 advances the counts and returns the credit.
+__global__ void __launch_bounds__(kPermuteCtaWords)
+    permute_chunk_kernel(Device dev, PermuteSync s, const char* in, char* out, size_t bytes,
+                         int dst, int src) {
+  const int b = static_cast<int>(blockIdx.x);
+  const size_t i = static_cast<size_t>(b) * kPermuteCtaWords + threadIdx.x;  // this thread's word
+  const bool sends = dst >= 0, receives = src >= 0;
+  unsigned long long* sent_at = cta_entry(s.sent, s, b, sends ? dst : 0);
+  unsigned long long* got_at = cta_entry(s.got, s, b, receives ? src : 0);
+  const long long to_src = threadIdx.x == 0 && receives ? gshmem::detail::peer_shift(dev, src) : 0;
+  unsigned long long j = 0, k = 0;
+  if (i < (bytes + 7) / 8) {
+    if (sends) {
+      j = *sent_at;
+      const unsigned long long data = load8(in, i, bytes);
+      const long long to_dst = gshmem::detail::peer_shift(dev, dst);
+      const unsigned long long* credit = cta_entry(s.credits, s, b, dst);
+      const unsigned long long seen = gshmem::detail::ld_relaxed(credit);
+      if (j >= 2) poll_at_least<false>(dev, credit, dst, j - 1, seen);
+      store_packet(gshmem::detail::shifted(packet_slot_of(s, j, dev.my_pe), to_dst) + i, data,
+                   epoch_of(j));
+    }
+    if (receives) {
+      k = *got_at;
+      store8(out, i, bytes, load_packet(dev, packet_slot_of(s, k, src) + i, epoch_of(k), src));
+    } else {  // nobody sends here, as jax.lax.ppermute
+      store8(out, i, bytes, 0ull);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (receives) {
+      gshmem::detail::st_relaxed(
+          gshmem::detail::shifted(cta_entry(s.credits, s, b, dev.my_pe), to_src), k + 1);
+      *got_at = k + 1;
+    }
+    if (sends) *sent_at = j + 1;
+  }
+}
+
 }  // namespace
 
 void permute(const PermuteLaunch& l, const void* in, void* out, size_t bytes, int dst, int src,
@@ -178,10 +239,13 @@ void permute(const PermuteLaunch& l, const void* in, void* out, size_t bytes, in
     const int grid = in == out ? ctas : 2 * ctas;
     permute_kernel<true><<<grid, kThreads, 0, l.stream>>>(l.dev, l.sync, from, to, bytes, dst, src,
                                                           ctas);
+  } else if (bytes <= kPackets.chunk_bytes && dst != l.dev.my_pe) {
+    permute_chunk_kernel<<<permute_ctas(bytes, kPackets), kPermuteCtaWords, 0, l.stream>>>(
+        l.dev, l.sync, from, to, bytes, dst, src);
   } else {
     const int ctas = permute_ctas(bytes, kPackets);
-    permute_kernel<false><<<ctas, kThreads, 0, l.stream>>>(l.dev, l.sync, from, to, bytes, dst, src,
-                                                           ctas);
+    permute_kernel<false><<<ctas, kPermuteCtaWords, 0, l.stream>>>(l.dev, l.sync, from, to, bytes,
+                                                                   dst, src, ctas);
   }
   cuda::check_launch("launching the permute kernel");
 }
@@ -189,6 +253,7 @@ void permute(const PermuteLaunch& l, const void* in, void* out, size_t bytes, in
 void preload_permute() {
   cuda::preload(permute_kernel<false>, "loading the collective kernels");
   cuda::preload(permute_kernel<true>, "loading the collective kernels");
+  cuda::preload(permute_chunk_kernel, "loading the collective kernels");
 }
 
 }  // namespace gshmem::coll::kernels

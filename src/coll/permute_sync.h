@@ -31,10 +31,14 @@
 
 namespace gshmem::coll {
 
-// 32 regions of 8 KiB: a CTA's chunk waits for the credit of its chunk two before, so the data in
-// flight is 2 x 8 KiB per CTA; with 8 CTAs (a 64 KiB chunk) large messages moved at ~24 GB/s.
-constexpr int kPermuteCtas = 32;
-constexpr uint64_t kPermuteCtaWords = 1024;  // 8-byte words: 8 KiB of data per CTA and chunk
+// 256 regions of 1 KiB (a 256 KiB chunk), one CTA of 128 threads each, one word a thread: a
+// CTA's stores reach NVLink slowly (bulk, below), so a small message's latency grows with the
+// bytes one CTA stores. Two PEs in one process, graphs of 200 permutes (benchmarks/
+// permute_chain.py, 2 x H200, 2026-11-28): 4 KiB 2.9 us, 32 KiB 3.1, 64 KiB 3.3, 256 KiB 4.5,
+// against 3.6 / 4.7 / 4.8 / 5.8 with 32 regions of 8 KiB; 128 regions (128 KiB chunks) were as
+// fast to 128 KiB and 6.0 us at 256 KiB (two chunks a CTA).
+constexpr int kPermuteCtas = 256;
+constexpr uint64_t kPermuteCtaWords = 128;  // 8-byte words: 1 KiB of data per CTA and chunk
 constexpr uint64_t kPermuteChunkWords = kPermuteCtas * kPermuteCtaWords;  // 256 KiB of data
 constexpr uint64_t kPermuteSlotBytes = kPermuteChunkWords * 16;           // as packets: 512 KiB
 // Bulk: 64 regions of 32 KiB (2 MiB chunks). A CTA's stores reach NVLink at ~7 GB/s, so the

@@ -8,15 +8,26 @@
 namespace gshmem {
 namespace detail {
 
+// Bytes from this PE's address of a symmetric object to PE `pe`'s (0 for this PE): a load of
+// local_index. A kernel that addresses one peer again and again takes this once, early, so that
+// the load is not on the path between a wait and the store after it.
+__device__ inline long long peer_shift(const Device& dev, int pe) {
+  if (pe == dev.my_pe) return 0;
+  const int slot = reinterpret_cast<const int32_t*>(dev.local_index)[pe];
+  return static_cast<long long>(slot - dev.my_slot) * static_cast<long long>(dev.slot_size);
+}
+
+// `p` moved by a peer_shift.
+template <class T>
+__device__ inline T* shifted(T* p, long long shift) {
+  return reinterpret_cast<T*>(reinterpret_cast<unsigned long long>(p) + shift);
+}
+
 // PE `pe`'s address of symmetric `p`. `pe` must be load/store-reachable (local_index != -1):
 // every RMA, signal, atomic and barrier call goes through here and does not check.
 template <class T>
 __device__ inline T* peer(const Device& dev, T* p, int pe) {
-  if (pe == dev.my_pe) return p;
-  const int slot = reinterpret_cast<const int32_t*>(dev.local_index)[pe];
-  const long long shift = static_cast<long long>(slot - dev.my_slot) *
-                          static_cast<long long>(dev.slot_size);
-  return reinterpret_cast<T*>(reinterpret_cast<unsigned long long>(p) + shift);
+  return shifted(p, peer_shift(dev, pe));
 }
 
 }  // namespace detail
