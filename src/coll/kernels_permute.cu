@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kThreads)
   const unsigned long long got = receives ? *cta_entry(s.got, s, b, src) : 0;
   // Where the two peers' copies are, loaded with the counts: taken after a wait, each load of
   // local_index stood between the wait and the store after it (8 B 3.16 against 3.24-3.29 us,
-  // 4 KiB 3.73 against 4.03-4.06: benchmarks/permute_chain.py, 2 x H200).
+  // 4 KiB 3.73 against 4.03-4.06: benchmarks/graph_chain.py, 2 x H200).
   const long long to_dst = sends ? gshmem::detail::peer_shift(dev, dst) : 0;
   const long long to_src = receives ? gshmem::detail::peer_shift(dev, src) : 0;
   const size_t region = b * g.cta_bytes;  // this CTA's region of a chunk and of a slot

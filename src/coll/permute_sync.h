@@ -34,7 +34,7 @@ namespace gshmem::coll {
 // 256 regions of 1 KiB (a 256 KiB chunk), one CTA of 128 threads each, one word a thread: a
 // CTA's stores reach NVLink slowly (bulk, below), so a small message's latency grows with the
 // bytes one CTA stores. Two PEs in one process, graphs of 200 permutes (benchmarks/
-// permute_chain.py, 2 x H200, 2026-11-28): 4 KiB 2.9 us, 32 KiB 3.1, 64 KiB 3.3, 256 KiB 4.5,
+// graph_chain.py, 2 x H200, 2026-11-28): 4 KiB 2.9 us, 32 KiB 3.1, 64 KiB 3.3, 256 KiB 4.5,
 // against 3.6 / 4.7 / 4.8 / 5.8 with 32 regions of 8 KiB; 128 regions (128 KiB chunks) were as
 // fast to 128 KiB and 6.0 us at 256 KiB (two chunks a CTA).
 constexpr int kPermuteCtas = 256;
