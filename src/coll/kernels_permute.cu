@@ -189,6 +189,8 @@ __global__ void __launch_bounds__(kThreads)
 // hands the counts out); it then awaits the credit itself (its store follows its own look: no
 // barrier before it). One barrier at the end: every thread has read the counts and the slot
 // before thread 0 advances the counts and returns the credit.
+static_assert(kPermuteCtaWords >= 32 && kPermuteCtaWords <= 1024 && kPermuteCtaWords % 32 == 0,
+              "permute_chunk_kernel runs a thread per word of a region");
 __global__ void __launch_bounds__(kPermuteCtaWords)
     permute_chunk_kernel(Device dev, PermuteSync s, const char* in, char* out, size_t bytes,
                          int dst, int src) {
