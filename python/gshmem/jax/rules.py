@@ -42,7 +42,7 @@ def choose(op: str, nbytes: int, env: dict[str, str] | None = None) -> tuple[str
 
 # GSHMEM_JAX_PPERMUTE_KERNEL_MAX's default: where the kernel's bulk protocol (~225 GB/s: 80.8 us
 # at 16 MiB on 4 x H200, comm.permute) meets the staged copy-engine path (~33 us of flags and
-# stream operations, then the copy engine and a local copy out of the slot); docs/jax.md.
+# stream operations, then the copy engine and a local copy out of the slot); docs/jax-measured.md.
 DEFAULT_KERNEL_MAX = 16 << 20
 
 
