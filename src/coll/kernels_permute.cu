@@ -47,11 +47,8 @@ __device__ inline unsigned long long* cta_entry(uint64_t* array, const PermuteSy
   return reinterpret_cast<unsigned long long*>(array) + static_cast<size_t>(b) * s.n_pes + q;
 }
 
-// Thread 0: waits until *flag >= want, a flag that PE `from` writes (bounded; see deadline.cuh).
-// kAcquire: the CTA's loads after the next barrier see what `from` stored before its release.
-// Without it the poll is relaxed, enough for a credit: the stores that reuse the slot come after
-// the barrier that follows, and a GPU does not store speculatively.
-// The calling thread: the same, starting from `seen`, a look at *flag it has already taken.
+// The calling thread waits until *flag >= want, a flag that PE `from` writes (bounded; see
+// deadline.cuh), starting from `seen`, a look at *flag it has already taken.
 template <bool kAcquire>
 __device__ inline void poll_at_least(const Device& dev, const unsigned long long* flag, int from,
                                      unsigned long long want, unsigned long long seen) {
@@ -63,6 +60,11 @@ __device__ inline void poll_at_least(const Device& dev, const unsigned long long
     seen = kAcquire ? gshmem::detail::ld_acquire(flag) : gshmem::detail::ld_relaxed(flag);
   }
 }
+
+// Thread 0: the same, from its first look. kAcquire: the CTA's loads after the next barrier see
+// what `from` stored before its release. Without it the poll is relaxed, enough for a credit:
+// the stores that reuse the slot come after the barrier that follows, and a GPU does not store
+// speculatively.
 template <bool kAcquire>
 __device__ inline void wait_at_least(const Device& dev, const unsigned long long* flag, int from,
                                      unsigned long long want) {

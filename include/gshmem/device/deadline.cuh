@@ -15,7 +15,8 @@
 // once per kHostCheckNs of waiting. Reading them at every check kept per-process JAX permutes of
 // 256 KiB at ~600 us per call instead of ~8, a state that held call after call (a wait long
 // enough to read host memory outlasted the partner's, whose next wait then did the same:
-// docs/jax-measured.md); once per millisecond removed it, and an abort still lands within about one.
+// docs/jax-measured.md); once per millisecond removed it, and an abort still lands within about
+// one.
 #pragma once
 
 #include "ptx.cuh"
