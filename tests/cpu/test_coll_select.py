@@ -16,8 +16,8 @@ from gshmem.coll_select import choose
 KiB, MiB = 1024, 1 << 20
 OPS = coll_select.OPS
 SIZES = [0, 8, 8 * KiB, 64 * KiB, 64 * KiB + 1, 256 * KiB, 256 * KiB + 1, MiB, 8 * MiB,
-         8 * MiB + 1, 16 * MiB, 16 * MiB + 1, 64 * MiB, 64 * MiB + 1, 256 * MiB, 256 * MiB + 1,
-         1 << 30]  # fmt: skip
+         8 * MiB + 1, 16 * MiB, 16 * MiB + 1, 32 * MiB, 32 * MiB + 1, 64 * MiB, 64 * MiB + 1,
+         256 * MiB, 256 * MiB + 1, 1 << 30]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +65,9 @@ def test_thresholds_shrink_beyond_the_anchors_pe_count():
     assert choose("all_reduce", 110 * KiB, 8, False)[1] == "two_shot"
     assert choose("all_reduce", 64 * KiB + 1, 3, False)[1] == "one_shot"  # not grown below 4
     assert choose("all_gather", 28 * KiB, 8, False)[1] == "one_shot"  # every op's packet range
-    assert choose("all_to_all", 109 * KiB, 8, False)[1] == "packet"
+    assert choose("all_to_all", 109 * KiB, 8, False)[1] == "packet"  # 256 KiB * 3/7 -> 109 KiB
+    assert choose("all_to_all", 110 * KiB, 8, False)[1] == "one_shot"
+    assert choose("all_to_all", 110 * KiB, 4, False)[1] == "packet"
     assert choose("all_reduce", 1 << 30, 1, True)[:2] == ("nccl", "nccl")
     assert choose("all_reduce", MiB, 1, False)[1:] == ("one_shot", "one PE: a local copy")
 
@@ -115,6 +117,8 @@ def test_pull_needs_symmetric_inputs_and_outputs(monkeypatch):
     assert choose("all_reduce", 128 * KiB, 4, True, **both)[1] == "one_shot"  # two-shot only
     assert choose("all_reduce", 8 * KiB, 4, True, **both)[1] == "packet"
     assert choose("all_gather", 4 * MiB, 4, True, **both)[1] == "one_shot"  # all_reduce only
+    # nor do other ops take the pulled NCCL threshold: reduce_scatter's is 16 MiB either way
+    assert choose("reduce_scatter", 32 * MiB, 4, True, **both)[0] == "nccl"
     # NCCL's threshold for pulled calls: 64 MiB (8 MiB pushed)
     assert choose("all_reduce", 64 * MiB, 4, True, **both)[:2] == ("gshmem", "two_shot pull")
     b, a, why = choose("all_reduce", 64 * MiB + 1, 4, True, **both)
@@ -163,7 +167,8 @@ def test_permute_path(monkeypatch):
             path(MiB, True)
         monkeypatch.delenv(var)
     # a comm with a proxy path: the copy engine (or the proxy) at every size, the variable unread
-    monkeypatch.setenv("GSHMEM_PERMUTE_COPY_MIN", "never")
+    # (a value it would refuse passes)
+    monkeypatch.setenv("GSHMEM_PERMUTE_COPY_MIN", "lots")
     assert path(1, True, proxy=True) == "copy_engine"
     assert path(1, False, proxy=True) == path(1, True, in_place=True, proxy=True) == "packets"
 
@@ -175,7 +180,7 @@ def test_always_one_sided(op):
             assert choose(op, size, npes, True)[:2] == ("gshmem", "one_shot")
 
 
-def test_every_op_size_and_pe_count_gives_a_choice_and_explains_it():
+def test_explain_states_the_choice_for_every_op_size_and_pe_count():
     for op in OPS:
         for size in SIZES:
             for npes in (1, 2, 3, 4, 8, 16):
@@ -251,6 +256,7 @@ def test_threshold_overrides(monkeypatch):
     assert choose("all_gather", 1, 4, True)[0] == "nccl"
     monkeypatch.setenv("GSHMEM_COLL_ALL_GATHER_PACKET_MAX", "4K")
     assert choose("all_gather", 4 * KiB, 4, False)[1] == "packet"
+    assert choose("all_gather", 4 * KiB + 1, 4, False)[1] == "one_shot"  # 64 KiB by default
 
 
 @pytest.mark.parametrize(
