@@ -61,7 +61,7 @@ def test_expert_slots_are_expert_major_then_by_sender_token_choice(world, expert
     per = experts // world
     idxs = [random_routing(0 if s == world - 1 and world > 1 else 23 + s, k, experts, s)[0]
             for s in range(world)]  # fmt: skip
-    idxs[0][0, :2] = idxs[0][0, 0]  # one expert chosen twice by a token: two pairs
+    idxs[0][0, :2] = 0  # one expert chosen twice by a token: two pairs
     all_counts = torch.stack([routing.plan(i, experts, world).counts for i in idxs])
     got = {r: {} for r in range(world)}
     for s, idx in enumerate(idxs):
@@ -71,11 +71,32 @@ def test_expert_slots_are_expert_major_then_by_sender_token_choice(world, expert
                 e = int(idx[t, j])
                 assert (int(slots[t, j]) < 0) == (e < 0)
                 if e >= 0:
+                    assert int(slots[t, j]) not in got[e // per]  # no slot twice
                     got[e // per][int(slots[t, j])] = (e % per, s, t, j)
     for r in range(world):
+        routed = sum(int(((i >= 0) & (i // per == r)).sum()) for i in idxs)
+        assert len(got[r]) == routed  # every pair routed to r has a slot there
         want = sorted(got[r].values())
         assert sorted(got[r]) == list(range(len(want)))  # no slot twice, none missing
         assert [got[r][i] for i in range(len(want))] == want
+
+
+def test_reduce_rows_sums_in_fp32_and_rounds_once():
+    """bf16 rows: summed in fp32, rounded to bf16 once (a bf16 running sum loses the small
+    terms); unweighted, the weights are not applied."""
+    local = torch.tensor([[0, 1, 2, 3]], dtype=torch.int32)  # one row, four pairs
+    ones = torch.ones(1, 4)
+    y = torch.tensor([[1.0], [2**-8], [2**-8], [2**-8]], dtype=torch.bfloat16)
+    want = torch.tensor([[1 + 3 * 2**-8]]).bfloat16()  # 1.01171875 -> 1.015625
+    running = y[0]
+    for v in y[1:]:
+        running = running + v
+    assert not torch.equal(running, want[0])  # bf16 accumulation gives 1.0
+    got = arrange.reduce_rows(y, arrange.pairs(local, ones, 4, 4))
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    halves = arrange.pairs(local, ones * 0.5, 4, 4)
+    assert torch.equal(arrange.reduce_rows(y, halves), (want.float() * 0.5).bfloat16())
+    assert torch.equal(arrange.reduce_rows(y, halves, weighted=False), want)
 
 
 def test_pairs_are_expert_major_and_slots_invert_them():
@@ -202,6 +223,9 @@ def test_dispatch_experts_combine_equals_a_dense_moe_layer(world, experts, k):
     for r, (rx, p, _src) in enumerate(got):
         assert not torch.isnan(rx).any()
         assert sum(p.per_expert.tolist()) == rx.shape[0]
+        experts_of_r = range(r * sim.per, (r + 1) * sim.per)
+        brute = [sum(int((i == e).sum()) for i in idxs) for e in experts_of_r]
+        assert routing.pairs_per_expert(counts, r, world, experts).tolist() == brute
         e = torch.repeat_interleave(torch.arange(sim.per) + r * sim.per, p.per_expert)
         ys.append(torch.tanh(rx) * scale[e][:, None])
     outs = sim.combine(plans, counts, ys, [g[1] for g in got])

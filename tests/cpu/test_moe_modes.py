@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gshmem._errors import UsageError
-from gshmem.moe.high_throughput import PULL_FROM_WORLD, combine_mode
+from gshmem.moe.high_throughput import combine_mode
 
 
 @pytest.mark.parametrize(
@@ -15,8 +15,8 @@ from gshmem.moe.high_throughput import PULL_FROM_WORLD, combine_mode
     [
         (None, {}, 1, "push"),
         (None, {}, 2, "push"),
-        (None, {}, PULL_FROM_WORLD - 1, "push"),
-        (None, {}, PULL_FROM_WORLD, "pull"),
+        (None, {}, 3, "push"),  # measured: push below 4 ranks, pull from 4 (docs/moe.md)
+        (None, {}, 4, "pull"),
         (None, {}, 8, "pull"),
         (None, {"GSHMEM_MOE_COMBINE": "pull"}, 2, "pull"),
         (None, {"GSHMEM_MOE_COMBINE": " Push "}, 8, "push"),  # the variable beats the size
