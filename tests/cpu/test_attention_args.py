@@ -23,6 +23,11 @@ def qkv(b=1, hq=4, hk=2, s=8, d=16, dtype=torch.bfloat16):
         (lambda q, k, v: (q, k.half(), v.half()), "q's dtype"),
         (lambda q, k, v: (q, k, v[:, :1]), "one shape"),
         (lambda q, k, v: (q, k[:, :, :4], v[:, :, :4]), "must share batch, seq and dim"),
+        (
+            lambda q, k, v: (q, k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1)),
+            "must share batch, seq and dim",
+        ),
+        (lambda q, k, v: (q, k[..., :8], v[..., :8]), "must share batch, seq and dim"),
         (lambda q, k, v: (q[:, :3], k, v), "kv heads must divide q heads"),
         (lambda q, k, v: (q, k, v), "the comm's GPU is cuda:0"),  # CPU tensors
     ],
@@ -38,6 +43,8 @@ def test_bad_documents_are_named():
         ops._check(*qkv(b=2), 0, cu, 2)
     with pytest.raises(UsageError, match="1-D int32"):
         ops._check(*qkv(), 0, cu.long(), 2)
+    with pytest.raises(UsageError, match="1-D int32"):
+        ops._check(*qkv(), 0, cu[None], 2)
     with pytest.raises(UsageError, match="multiple of 2 x 2"):  # 6 is not a multiple of 4
         ops._check(*qkv(s=8), 0, torch.tensor([0, 6, 16], dtype=torch.int32), 2)
     with pytest.raises(UsageError, match="covers 12 tokens"):
@@ -70,6 +77,8 @@ def test_ring_neighbours_follow_the_team():
 def test_backend_choice():
     members = [0, 1, 2, 3]
     assert transport.resolve_backend(FakeComm(1, {0, 2}), members, "auto") == "gshmem"
+    # a strided team: PE 5 is member 2, its neighbours PEs 3 and 7 (not world ranks 1 and 5)
+    assert transport.resolve_backend(FakeComm(5, {3, 7}), [1, 3, 5, 7], "gshmem") == "gshmem"
     assert transport.resolve_backend(FakeComm(1, {0, 2}), members, "gshmem") == "gshmem"
     with pytest.raises(UsageError, match="load/store reachable"):
         transport.resolve_backend(FakeComm(1, {0}), members, "gshmem")

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _ring_threads import run_ring  # noqa: E402
-from test_attention_math import assert_matches, reference  # noqa: E402
+from test_attention_math import SCALE, assert_matches, reference  # noqa: E402
 
 from gshmem import UsageError  # noqa: E402
 from gshmem.attention import gather, layout, ring  # noqa: E402
@@ -161,7 +161,7 @@ def test_gather_forward_backward_matches_exact_attention(world, kind, causal, hq
     dout = torch.randn(batch, hq, n, 16)
     want, leaves = reference(q, k, v, causal)
     want.backward(dout.double())
-    p = ring.Problem(causal, 16**-0.5, kind, Dense("cpu"), gather=True)
+    p = ring.Problem(causal, SCALE, kind, Dense("cpu"), gather=True)
 
     def rank(rg):
         mine = [layout.shard(t, world, rg.index, kind) for t in (q, k, v, dout)]

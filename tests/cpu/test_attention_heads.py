@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _ring_threads import run_ring  # noqa: E402
-from test_attention_math import assert_matches, reference  # noqa: E402
+from test_attention_math import SCALE, assert_matches, reference  # noqa: E402
 
 from gshmem import UsageError  # noqa: E402
 from gshmem.attention import heads, layout, ring  # noqa: E402
@@ -84,7 +84,7 @@ def test_heads_forward_backward_matches_exact_attention(world, kind, causal, hq,
     q, k, v, dout = make(hq), make(hk), make(hk), make(hq)
     want, leaves = reference(q, k, v, causal)
     want.backward(dout.double())
-    p = ring.Problem(causal, 16**-0.5, kind, Dense("cpu"), heads=True, seq_major=seq_major,
+    p = ring.Problem(causal, SCALE, kind, Dense("cpu"), heads=True, seq_major=seq_major,
                      chunks=chunks)  # fmt: skip
 
     def rank(rg):
