@@ -7,6 +7,7 @@ sequence."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -33,7 +34,14 @@ def test_flops_against_parameter_count() -> None:
     attention = 3 * 2 * 2 * seq * seq * cfg.heads * cfg.head_dim * cfg.layers / 2
     assert train_flops(cfg, 1, seq) == pytest.approx(by_params + attention, rel=1e-12)
     assert 7.4e9 < cfg.matmul_params() < 7.6e9  # Llama-3-8B: 8.0B with the 0.5B embedding
-    assert train_flops(cfg, 2, seq, causal=False) > 2 * train_flops(cfg, 1, seq)
+    # two sequences, no mask: twice the weights' FLOPs, four times the causal attention
+    assert train_flops(cfg, 2, seq, causal=False) == pytest.approx(
+        2 * by_params + 4 * attention, rel=1e-12
+    )
+    # heads x head_dim other than hidden (matmul_params is checked against the model's weights)
+    wide, s = replace(tiny(), head_dim=16), 64
+    att = 3 * 2 * 2 * s * s * wide.heads * wide.head_dim * wide.layers / 2
+    assert train_flops(wide, 1, s) == pytest.approx(6 * s * wide.matmul_params() + att, rel=1e-12)
 
 
 def test_model_shapes_and_parameter_count() -> None:
@@ -44,6 +52,12 @@ def test_model_shapes_and_parameter_count() -> None:
     tokens = torch.randint(0, cfg.vocab, (2, 16))
     h = model(tokens, torch.arange(16))
     assert h.shape == (2, 16, cfg.hidden)
+    # heads x head_dim other than hidden: the projections' shapes follow the heads
+    wide = replace(cfg, head_dim=16)
+    model = Llama(wide)
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert linear == wide.matmul_params() and wide.heads * wide.head_dim != wide.hidden
+    assert model(tokens, torch.arange(16)).shape == (2, 16, wide.hidden)
     with pytest.raises(ValueError, match="must divide"):
         tiny().__class__(heads=6, kv_heads=4)
 
@@ -60,7 +74,15 @@ def test_rope_depends_on_relative_position() -> None:
         return torch.einsum("bshd,bthd->bhst", a, b)
 
     assert torch.allclose(scores(0), scores(37), atol=1e-5)
-    assert not torch.allclose(rope(q, p, 100.0), q)
+    assert not torch.allclose(scores(0), torch.einsum("bshd,bthd->bhst", q, k))
+    assert not torch.allclose(rope(q, p + 1, 100.0), rope(q, p, 100.0))
+    # one value by hand: pair (i, i + D/2) at position t turns by t * theta ** (-2i / D)
+    x = torch.zeros(1, 1, 1, 8, dtype=torch.float64)
+    x[..., 1] = 1.0
+    turned = rope(x, torch.tensor([3]), 100.0)[0, 0, 0]
+    angle = 3 * 100.0 ** (-2 / 8)
+    assert turned[1].item() == pytest.approx(math.cos(angle), abs=1e-12)
+    assert turned[5].item() == pytest.approx(math.sin(angle), abs=1e-12)
 
 
 def test_chunked_loss_matches_plain_cross_entropy() -> None:
@@ -183,7 +205,8 @@ def test_keeping_attention_recomputes_all_but_the_attention() -> None:
     tokens, labels = next(repeated_blocks(cfg.vocab, 12, 2, period=5, seed=3))
     positions = torch.arange(tokens.shape[1])
     results = {}
-    for mode in ("none", "full", "keep"):
+    keeps = {"none": 0, "full": 0, "keep": cfg.layers, "keep1": 1}
+    for mode in keeps:
         torch.manual_seed(0)
         model = Llama(cfg)
         calls = []
@@ -192,15 +215,16 @@ def test_keeping_attention_recomputes_all_but_the_attention() -> None:
             calls.append(q.shape)
             return sdpa(q, k, v)
 
-        checkpoint, keep = mode != "none", cfg.layers if mode == "keep" else 0
+        checkpoint, keep = mode != "none", keeps[mode]
         hidden = model(tokens, positions, attend, checkpoint=checkpoint, keep_attention=keep)
         loss = model.output(hidden, labels, 5)[0]
         loss.backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters()}
         results[mode] = (loss.item(), grads, len(calls))
-    assert [results[m][2] for m in ("none", "full", "keep")] == [cfg.layers, 2 * cfg.layers,
-                                                                 cfg.layers]  # fmt: skip
-    for mode in ("full", "keep"):
+    # keeping the first block's attention only: the other blocks run theirs again backward
+    assert [results[m][2] for m in keeps] == [cfg.layers, 2 * cfg.layers, cfg.layers,
+                                              2 * cfg.layers - 1]  # fmt: skip
+    for mode in ("full", "keep", "keep1"):
         assert results[mode][0] == pytest.approx(results["none"][0], rel=1e-6)
         for name, g in results["none"][1].items():
             assert torch.allclose(results[mode][1][name], g, rtol=1e-5, atol=1e-7), (mode, name)
