@@ -104,9 +104,10 @@ def test_dead_peer_is_a_fault_not_a_hang(scenario, bulk):
     survivor, _ = run_ranks(scenario, 2, timeout=10.0, env=bulk)
     assert survivor["ok"], survivor
     got = survivor["result"]
-    assert got["error"] in ("FaultError", "TimeoutError"), got
+    # the engine notices the dead peer itself (in ~0.01 s), long before any timeout
+    assert got["error"] == "FaultError", got
     assert "rank 1" in got["message"], got
-    assert got["after"] < 10.0 + 5.0, got
+    assert got["after"] < 5.0, got
 
 
 @pytest.mark.parametrize("local_shm", ["1", "0"], ids=["shared-memory", "ucx-peer-failure"])
