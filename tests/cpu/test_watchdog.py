@@ -29,6 +29,33 @@ def test_liveness_of_this_process_and_of_a_stale_identity():
     assert not _C.process_alive(0, 0)
 
 
+def stat_start_time(pid: int) -> int:
+    """Field 22 of /proc/<pid>/stat (the start time), read after the command name's last ')'."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[19])
+
+
+def test_start_time_is_the_stat_field_even_with_parentheses_in_the_name(tmp_path):
+    """process_start_time against /proc read here, for this process and for one whose command
+    name holds ') ' and spaces (the name is the executable's: a link to python)."""
+    assert _C.process_start_time(os.getpid()) == stat_start_time(os.getpid())
+    link = tmp_path / "x) y z"
+    link.symlink_to(sys.executable)
+    child = subprocess.Popen([str(link), "-c", "import time; time.sleep(60)"])
+    try:
+        for _ in range(100):  # until the child has exec'd (its name is the link's)
+            with open(f"/proc/{child.pid}/stat") as f:
+                if "(x) y z)" in f.read():
+                    break
+            time.sleep(0.01)
+        start = _C.process_start_time(child.pid)
+        assert start == stat_start_time(child.pid) > 0
+        assert _C.process_alive(child.pid, start)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_killed_peer_is_dead_before_and_after_it_is_reaped():
     child = sleeper()
     try:
