@@ -306,6 +306,8 @@ def proxy(bs, rank: int, n: int) -> dict:
     core = min(os.sched_getaffinity(0))
     prox = _C.TestProxy(eng, 64, 2, cpus=[core])
     pinned = [t for t in os.listdir("/proc/self/task") if allowed(t) == str(core)]
+    # the pinned one is the proxy's thread, not the one that started it
+    caller_pinned = allowed(str(threading.get_native_id())) == str(core)
     per_peer = 200
     rng = np.random.default_rng(rank)
     peers = [q for q in range(n) if q != rank]
@@ -422,7 +424,8 @@ def proxy(bs, rank: int, n: int) -> dict:
     eng.close()
     if seen != [4096 * (q + 1) for q in range(n)]:
         errors.append(f"a region registered during traffic has sizes {seen}")
-    return {"errors": errors, "retired": prox.retired(), "pinned_threads": len(pinned)}
+    return {"errors": errors, "retired": prox.retired(), "pinned_threads": len(pinned),
+            "caller_pinned": caller_pinned}  # fmt: skip
 
 
 def push(prox, op: str, pe: int, **kw) -> int:
