@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -158,6 +160,33 @@ def test_property_offsets_are_first_fit(seq):
         elif op == "free" and model.live:
             model.release(sorted(model.live)[x % len(model.live)])
         elif op == "grow":
+            model.grow(model.end + x)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops)
+def test_property_end_needed_is_the_least_end_that_fits(seq):
+    """Whenever a request does not fit: growing to end_needed makes it fit, at the offset first
+    fit gives, and one byte less would not (tried on a copy of the model)."""
+    a, model = grown(8192), FirstFit(8192)
+    for op, x, y in seq:
+        if op == "alloc":
+            off = a.allocate(x, y)
+            assert off == model.allocate(x, y)
+            if off is None:
+                need = a.end_needed(x, y)
+                less = copy.deepcopy(model)
+                less.grow(need - 1)
+                assert less.allocate(x, y) is None
+                a.grow(need)
+                model.grow(need)
+                assert a.allocate(x, y) == model.allocate(x, y) is not None
+        elif op == "free" and model.live:
+            off = sorted(model.live)[x % len(model.live)]
+            a.release(off)
+            model.release(off)
+        elif op == "grow":
+            a.grow(a.end + x)
             model.grow(model.end + x)
 
 
