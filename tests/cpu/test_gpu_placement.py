@@ -54,12 +54,20 @@ def test_workers_get_disjoint_groups(worker, count, per_worker, want):
 
 
 @pytest.mark.parametrize(
-    ("worker", "visible", "count", "per_worker"),
-    [("master", None, 2, 1), ("gw1", None, 0, 1), ("gw0", None, 1, 2), ("gw0", "3", 0, 2)],
+    ("worker", "visible", "count", "per_worker", "why"),
+    [
+        ("master", None, 2, 1, "not a pytest-xdist worker"),
+        ("gw1", None, 0, 1, "no GPU"),
+        ("gw0", None, 1, 2, "2 GPUs per worker, the job sees 1"),
+        ("gw0", "3", 0, 2, "2 GPUs per worker, the job sees 1"),
+    ],
 )
-def test_no_pin_without_a_worker_or_enough_gpus(worker, visible, count, per_worker):
-    with pytest.raises(ValueError):
+def test_no_pin_without_a_worker_or_enough_gpus(worker, visible, count, per_worker, why):
+    with pytest.raises(ValueError, match=why):
         pinned_devices(worker, visible, count, per_worker)
+    if per_worker == 1:  # the shared phase refuses alike
+        with pytest.raises(ValueError, match=why):
+            rotated_devices(worker, visible, count)
 
 
 @pytest.mark.parametrize(
