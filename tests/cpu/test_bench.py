@@ -142,12 +142,17 @@ def test_rotation_and_iterations():
 
 
 def test_nvshmem_args_mirror_the_options():
-    o = options.parse_args(["--quick", "--scope", "block", "--dir", "uni"])
+    o = options.parse_args(["--quick", "--scope", "block", "--dir", "uni", "-n", "7", "-w", "3",
+                            "--repeats", "5"])  # fmt: skip
     args = nvshmem.nvshmem_args(o)
     at = {args[i]: args[i + 1] for i in range(0, len(args), 2)}
     assert at["-b"] == str(1 << 20) and at["-e"] == str(256 << 20) and at["-f"] == "16"
     assert at["--configs"] == "8x1024,32x1024" and at["--scopes"] == "block"
     assert at["--dirs"] == "uni" and at["--lat-sizes"] == "8,1024"
+    assert (at["-n"], at["-w"], at["--repeats"]) == ("7", "3", "5")
+    assert at["--lat-iters"] == "200" and at["--onstream"] == "1"
+    args = nvshmem.nvshmem_args(options.parse_args(["--quick", "--only", "device_bw"]))
+    assert args[args.index("--onstream") + 1] == "0"
 
 
 # -- arithmetic -----------------------------------------------------------------------------------
@@ -185,6 +190,8 @@ def sample_rows() -> list[Row]:
         Row("copy_engine", "put", "host", "GB/s", 390.0, 256 * mib, sms=0),
         Row("nccl", "put", "host", "GB/s", 320.0, 256 * mib, note="send/recv"),
         Row("nvshmem", "put", "device", "GB/s", 372.0, 256 * mib, "block", 32, 1024, "uni"),
+        # another configuration of the same size: the match keys on scope, CTAs and threads
+        Row("nvshmem", "put", "device", "GB/s", 100.0, 256 * mib, "block", 8, 1024, "uni"),
         Row("nvshmem", "pingpong", "device", "us", 2.0, 8, "thread", 1, 1, "uni", 1),
     ]
 
@@ -261,17 +268,9 @@ def test_perf_lines_round_trip():
     assert all(line.startswith("&&&& PERF ") for line in text.splitlines())
     back = report.parse_perf_lines(text)
     for a, b in zip(rows, back, strict=True):
-        assert (a.impl, a.op, a.path, a.scope, a.ctas, a.threads, a.direction, a.size, a.sms) == (
-            b.impl,
-            b.op,
-            b.path,
-            b.scope,
-            b.ctas,
-            b.threads,
-            b.direction,
-            b.size,
-            b.sms,
-        )
+        fields = ("impl", "op", "path", "unit", "scope", "ctas", "threads", "direction", "size",
+                  "sms")  # fmt: skip
+        assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
         assert b.value == pytest.approx(a.value)
     assert report.perf_line(Row("gshmem", "get", "device", "GB/s", None)) == ""
 
