@@ -131,6 +131,8 @@ def test_check_close():
     why = att.check_close([("out", 0.05, 0.5), ("dk", 1.0, 10.0)])
     assert "out 0.05" in why and "dk 1" in why
     assert att.check_close([("out", float("nan"), 1.0)]) != ""  # NaN never passes
+    assert att.check_close([("out", 0.015, 0.5)]) == ""  # small outputs: 2e-2 x max(1, |ref|)
+    assert att.check_close([("x", 0.02, 1.0)]) == ""  # at the line itself
 
 
 # -- rows, table, JSON, plot ----------------------------------------------------------------------

@@ -73,6 +73,8 @@ def test_table_and_json():
     lines = text.splitlines()
     assert lines[0] == "t" and "busbw" in lines[1] and "xnccl" in lines[1]
     assert "2.00" in lines[2] and "gshmem two_shot" in lines[2]
+    # the baseline's own cells: 20 us, busbw 2 x (4 - 1) / 4 x 1 MiB / 20 us = 78.64 GB/s
+    assert lines[2].split()[-6:-3] == ["20.00", "78.64", "2.00"], lines[2]  # then torch_symm
     assert "torch_symm all_reduce: torch.ops.symm_mem unavailable" in text
     doc = json.loads(report.to_json(rows, {"gpu": "x"}, (), suite="coll"))
     assert doc["suite"] == "coll" and len(report.rows_from_json(json.dumps(doc))) == 3
