@@ -47,25 +47,27 @@ def test_bad_options_exit_2(bad) -> None:
 
 
 def test_summary_averages_steps_3_on() -> None:
-    s = train.summarize([9.0, 5.0, 2.0, 4.0], flops_per_step=6e12, gpus=2)
-    assert s["step_s"] == pytest.approx(3.0)  # steps 3 and 4 only, as the seeds averaged
+    s = train.summarize([9.0, 5.0, 1.0, 2.0, 6.0], flops_per_step=6e12, gpus=2)
+    # the mean of steps 3 on, as the seeds averaged (their median is 2, from step 2 on 3.5)
+    assert s["step_s"] == pytest.approx(3.0)
     assert s["tflops_per_gpu"] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="no step"):
         train.summarize([1.0, 1.0], 1.0, 1)
 
 
 def test_report_counts_flops_per_gpu_and_writes_json(tmp_path, capsys) -> None:
-    o = train.parse_args(["--seq", "8K", "--layers", "2", "--np", "2", "--steps", "4",
-                          "--json", str(tmp_path / "t.json")])  # fmt: skip
-    seconds = [5.0, 3.0, 2.0, 4.0]
-    row = train.report(o, {"framework": "jax", "gpus": 2, "losses": [11.0, 10.5, 10.0, 9.5],
+    o = train.parse_args(["--seq", "8K", "--layers", "2", "--np", "2", "--steps", "5",
+                          "--batch", "2", "--json", str(tmp_path / "t.json")])  # fmt: skip
+    seconds = [9.0, 5.0, 1.0, 2.0, 6.0]
+    # the run's own GPU count (4), not --np's: the row reports what ran
+    row = train.report(o, {"framework": "jax", "gpus": 4, "losses": [11.0, 10.5, 10.0, 9.5, 9.0],
                            "seconds": seconds, "peak_gib": 7.5})  # fmt: skip
-    flops = train_flops(LLAMA3_8B.with_layers(2), 1, 8192)
+    flops = train_flops(LLAMA3_8B.with_layers(2), 2, 8192)  # two sequences of 8K
     assert row["step_s"] == pytest.approx(3.0)
-    assert row["tflops_per_gpu"] == pytest.approx(flops / 2 / 3.0 / 1e12)
+    assert row["tflops_per_gpu"] == pytest.approx(flops / 4 / 3.0 / 1e12)
     assert json.loads((tmp_path / "t.json").read_text()) == row
-    assert row["framework"] == "jax" and row["cp"] == 2 and row["step_seconds"] == seconds
-    assert "(jax): 8192 tokens, 2 layers, CP=2, gshmem" in capsys.readouterr().out
+    assert row["framework"] == "jax" and row["cp"] == 4 and row["step_seconds"] == seconds
+    assert "(jax): 8192 tokens, 2 layers, CP=4, gshmem" in capsys.readouterr().out
     assert row["keep_attention"] == 0 and row["compile"] is False
 
 
