@@ -28,9 +28,6 @@ struct Launch {
 };
 
 // ---- reducing (one kernel per element type; the operator is a run-time argument) ----
-// count elements, at most packet_bytes / 2 bytes.
-void all_reduce_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
-                       void* out, size_t count);
 // count elements, at most slot_bytes.
 void all_reduce_one_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
                          const void* in, void* out, size_t count);
@@ -44,9 +41,6 @@ void all_reduce_two_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t o
 // 16 bytes; the last shard may be shorter or empty), any size (no slots).
 void all_reduce_pull(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
                      void* out, size_t count, size_t shard);
-// out[i] = op over members of in[me * stride + i], i < count (at most packet_bytes / 2 bytes).
-void reduce_scatter_packet(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
-                           const void* in, void* out, size_t count, size_t stride);
 // out[i] = op over members of in[me * stride + i], i < count (at most slot_bytes).
 void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
                     void* out, size_t count, size_t stride);
@@ -80,6 +74,19 @@ struct VLayout {
   uint64_t recv_bytes[kMaxVPes];
 };
 void all_to_allv(const Launch& l, const void* in, void* out, const VLayout& layout);
+
+// ---- the reducing collectives' packets, on the permute's slots and counters (kernels_reduce.cu;
+// permute_sync.h): one message per member pair, so they interleave with permutes ----
+struct PacketLaunch {
+  gshmem_device_t dev;
+  gshmem_team_t team;
+  PermuteSync sync;
+  cudaStream_t stream;
+};
+// out[i] = op over members, in team order, of member t's in[me * stride + i], i < count, at most
+// kPermuteChunkWords * 8 bytes (one chunk). all_reduce: stride 0; reduce_scatter: its block.
+void reduce_packets(const PacketLaunch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
+                    const void* in, void* out, size_t count, size_t stride);
 
 // ---- the permute (kernels_permute.cu) ----
 struct PermuteLaunch {

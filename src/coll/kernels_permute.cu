@@ -18,7 +18,7 @@
 #include <algorithm>
 
 #include "coll/kernels.h"
-#include "coll/protocol.cuh"
+#include "coll/permute_protocol.cuh"
 #include "common/cuda_api.h"
 
 namespace gshmem::coll::kernels {
@@ -41,30 +41,10 @@ inline int permute_ctas(size_t bytes, const Geometry& g) {
       std::clamp<size_t>((bytes + g.cta_bytes - 1) / g.cta_bytes, 1, g.regions));
 }
 
-// Region b's entry for world PE q in one of PermuteSync's [kPermuteRegions][n_pes] arrays.
-__device__ inline unsigned long long* cta_entry(uint64_t* array, const PermuteSync& s, int b,
-                                                int q) {
-  return reinterpret_cast<unsigned long long*>(array) + static_cast<size_t>(b) * s.n_pes + q;
-}
-
-// The calling thread waits until *flag >= want, a flag that PE `from` writes (bounded; see
-// deadline.cuh), starting from `seen`, a look at *flag it has already taken.
-template <bool kAcquire>
-__device__ inline void poll_at_least(const Device& dev, const unsigned long long* flag, int from,
-                                     unsigned long long want, unsigned long long seen) {
-  const gshmem::detail::Waited what{GSHMEM_WAIT_COLLECTIVE, from, static_cast<int>(Cmp::GE), flag,
-                                    want};
-  gshmem::Deadline deadline;
-  while (seen < want) {
-    if (deadline.expired(dev, what, seen)) break;
-    seen = kAcquire ? gshmem::detail::ld_acquire(flag) : gshmem::detail::ld_relaxed(flag);
-  }
-}
-
-// Thread 0: the same, from its first look. kAcquire: the CTA's loads after the next barrier see
-// what `from` stored before its release. Without it the poll is relaxed, enough for a credit:
-// the stores that reuse the slot come after the barrier that follows, and a GPU does not store
-// speculatively.
+// Thread 0 waits until *flag >= want (poll_at_least from its first look). kAcquire: the CTA's
+// loads after the next barrier see what `from` stored before its release. Without it the poll is
+// relaxed, enough for a credit: the stores that reuse the slot come after the barrier that
+// follows, and a GPU does not store speculatively.
 template <bool kAcquire>
 __device__ inline void wait_at_least(const Device& dev, const unsigned long long* flag, int from,
                                      unsigned long long want) {
@@ -72,11 +52,6 @@ __device__ inline void wait_at_least(const Device& dev, const unsigned long long
   poll_at_least<kAcquire>(
       dev, flag, from, want,
       kAcquire ? gshmem::detail::ld_acquire(flag) : gshmem::detail::ld_relaxed(flag));
-}
-
-// This PE's packet slot that world PE `src` fills with its message j (by j's parity).
-__device__ inline uint4* packet_slot_of(const PermuteSync& s, unsigned long long j, int src) {
-  return packet_slot_in(s.packets, s.packet_bytes, s.n_pes, static_cast<unsigned>(j & 1), src);
 }
 
 // This PE's bulk slot that world PE `src` fills with its message j (by j's parity).

@@ -108,6 +108,18 @@ void chunks(size_t total, size_t per, F&& f) {
   for (size_t off = 0; off < total; off += per) f(off, std::min(per, total - off));
 }
 
+// The reducing collectives' packets (kernels.h: reduce_packets) in chunks of one permute chunk,
+// each a launch: member t's in[me * stride + i] reduced into out[i], i < count.
+void reduce_packets(Comm& comm, const gshmem_team_t& team, cudaStream_t stream,
+                    gshmem_dtype_t dtype, size_t e, gshmem_redop_t op, const void* in,
+                    void* out, size_t count, size_t stride) {
+  const kernels::PacketLaunch l{comm.device_state().device(), team, comm.coll_state().permute(),
+                                stream};
+  chunks(count, kPermuteChunkWords * 8 / e, [&](size_t off, size_t len) {
+    kernels::reduce_packets(l, dtype, op, at(in, off * e), at(out, off * e), len, stride);
+  });
+}
+
 }  // namespace
 
 void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void* out,
@@ -150,10 +162,7 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   }
   switch (c.algo) {
     case Algo::Packet:
-      chunks(count, l.sync.packet_bytes / 2 / e, [&](size_t off, size_t len) {
-        kernels::all_reduce_packet(sized_packets(l, len * e), dtype, op, at(in, off * e),
-                                   at(out, off * e), len);
-      });
+      reduce_packets(comm, team, stream, dtype, e, op, in, out, count, 0);
       break;
     case Algo::OneShot:
       chunks(count, l.sync.slot_bytes / e, [&](size_t off, size_t len) {
@@ -236,10 +245,7 @@ void reduce_scatter(Comm& comm, const gshmem_team_t* team_arg, const void* in, v
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_REDUCE_SCATTER, dtype, op, 0, count));
   if (c.algo == Algo::Packet) {
-    chunks(count, l.sync.packet_bytes / 2 / e, [&](size_t off, size_t len) {
-      kernels::reduce_scatter_packet(sized_packets(l, len * e), dtype, op, at(in, off * e),
-                                     at(out, off * e), len, count);
-    });
+    reduce_packets(comm, team, stream, dtype, e, op, in, out, count, count);
     return;
   }
   chunks(count, l.sync.slot_bytes / e, [&](size_t off, size_t len) {

@@ -34,7 +34,8 @@ constexpr size_t kNoLimit = static_cast<size_t>(-1);  // a NCCL_MIN of "never"
 //   packet vs one-shot (both forced): packet takes 4.4-6.0 us where one-shot takes 8.7-10.7 us,
 //     for all_reduce up to 64 KiB per PE (at 128 KiB: 10.7 vs 10.6 us), and for all_gather /
 //     reduce_scatter / all_to_all at every size measured (up to 64 KiB per member: one packet
-//     slot per launch).
+//     slot per launch; the reducing ones before their packets moved to the permute's slots,
+//     2026-11-28: not remeasured at 4 PEs since).
 //   one-shot vs two-shot all_reduce: one-shot up to 256 KiB (11.7 us), two-shot above.
 //   gshmem (forced) vs NCCL, same run: all_reduce 1.15x at 8 MiB, 0.93x at 16 MiB; all_gather
 //     1.04x at 64 MiB per PE (the largest measured); reduce_scatter 1.13x at 16 MiB of input,
@@ -57,6 +58,20 @@ constexpr int kAnchorPes = 4;
 // one_shot against the pulled two-shot, three runs: 1 MiB 11.3-11.5 us against 12.3-12.5,
 // 2 MiB 15.7-15.9 against 15.1-15.3 (512 KiB 9.3-9.8 against 11.1-11.5). 3 PEs: not measured.
 constexpr size_t kSmallTeamOneShotTraffic = 1 * MiB;
+
+// Below kAnchorPes, all_reduce's packet range: this much packet traffic per PE, so 256 KiB (one
+// permute chunk, kernels.h: reduce_packets) at 2 PEs and 128 KiB at 3. MEASURED on
+// nvidia-h200-x2 (2 x H200), 2026-11-28, two PEs of one process, CUDA graphs of 200 calls
+// (benchmarks/graph_chain.py), packets against one-shot (both forced): 64 KiB 3.5 against
+// 6.0 us, 256 KiB 4.7 against 6.5, 512 KiB (two chunks) 9.2 against 7.2. 3 PEs: not measured.
+constexpr size_t kSmallTeamPacketTraffic = 256 * KiB;
+
+// The per-PE traffic that op's `suffix` range grows to hold below kAnchorPes; 0: it does not.
+size_t small_team_traffic(gshmem_coll_t op, const std::string& suffix) {
+  if (suffix == "ONE_SHOT_MAX") return kSmallTeamOneShotTraffic;
+  if (suffix == "PACKET_MAX" && op == GSHMEM_COLL_ALL_REDUCE) return kSmallTeamPacketTraffic;
+  return 0;
+}
 
 // NCCL's all_reduce threshold when the two-shot pulls symmetric inputs (pull_path): one launch
 // at any size, no staging. MEASURED on nvidia-h200-x2 (2 x H200), 2026-11-27, gshmem forced, same
@@ -183,13 +198,14 @@ Threshold threshold(gshmem_coll_t op, const char* suffix, size_t fallback, bool 
     return {static_cast<size_t>(env::parse_size(v, name_.c_str())), true};
   }
   // One-sided one-shot traffic per PE grows with the peers ((n-1) x bytes): beyond the anchors'
-  // 4 PEs, shrink the packet and one-shot ranges in proportion. Below them the one-shot range
-  // grows to hold at least kSmallTeamOneShotTraffic per PE (the packet range is not grown:
-  // unmeasured). Rounded down to whole KiB.
-  const bool grow = npes < kAnchorPes && std::string(suffix) == "ONE_SHOT_MAX";
+  // 4 PEs, shrink the packet and one-shot ranges in proportion. Below them the one-shot range,
+  // and all_reduce's packet range, grow to hold at least small_team_traffic() per PE (the other
+  // packet ranges are not grown: unmeasured). Rounded down to whole KiB.
+  const size_t small = small_team_traffic(op, suffix);
+  const bool grow = npes < kAnchorPes && small != 0;
   if (scale && npes > 1 && (npes > kAnchorPes || grow) && fallback != kNever &&
       fallback != kNoLimit) {
-    fallback = grow ? std::max(fallback, kSmallTeamOneShotTraffic / static_cast<size_t>(npes - 1))
+    fallback = grow ? std::max(fallback, small / static_cast<size_t>(npes - 1))
                     : fallback * (kAnchorPes - 1) / static_cast<size_t>(npes - 1);
     fallback = std::max<size_t>(KiB, fallback / KiB * KiB);  // whole KiB, at least 1 KiB
   }

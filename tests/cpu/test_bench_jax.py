@@ -86,8 +86,8 @@ def test_chained_calls_are_timed_in_flight(monkeypatch, inflight) -> None:
 
 def test_value_check_catches_wrong_results() -> None:
     """The bench's value check (jax_values.py) on a 4-device CPU mesh: jax.lax's ring permute
-    and scaled psum of the probe match the host reference; a permute the other way round, a
-    psum scaled wrongly and a result left where it was do not, and name their blocks."""
+    and psum of the probe match the host reference; a permute the other way round, a psum
+    scaled and a result left where it was do not, and name their blocks."""
     jax = pytest.importorskip("jax")
     from _jax_lax_wire import need_cpu_devices
 
@@ -114,10 +114,11 @@ def test_value_check_catches_wrong_results() -> None:
         return jax_values.wrong_blocks(op, run(body), n, count)
 
     assert check("ppermute", lambda a: jax.lax.ppermute(a, "x", ring)) == []
-    assert check("psum", lambda a: jax.lax.psum(a, "x") * (1.0 / n)) == []
+    assert check("psum", lambda a: jax.lax.psum(a, "x")) == []
     assert check("ppermute", lambda a: jax.lax.ppermute(a, "x", back)) == [0, 1, 2, 3]
     assert check("ppermute", lambda a: a) == [0, 1, 2, 3]
-    assert check("psum", lambda a: jax.lax.psum(a, "x") * (1.0 / 3)) == [0, 1, 2, 3]
+    assert check("psum", lambda a: jax.lax.psum(a, "x") * (1.0 / n)) == [0, 1, 2, 3]
+    assert check("psum", lambda a: a * n) == [0, 1, 2, 3]
     # one device's block wrong: only that block is named
     only_two = lambda a: jax.lax.ppermute(a, "x", ring) + (jax.lax.axis_index("x") == 2)  # noqa: E731
     assert check("ppermute", only_two) == [2]

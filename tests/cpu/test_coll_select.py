@@ -42,7 +42,8 @@ def test_ops_are_the_c_enum():
 @pytest.mark.parametrize("npes", [2, 3, 4])
 def test_all_reduce_by_size(npes):
     one_max = {2: MiB, 3: 512 * KiB, 4: 256 * KiB}[npes]  # one-shot: 1 MiB of traffic below 4 PEs
-    want = {8: "packet", 64 * KiB: "packet", 64 * KiB + 1: "one_shot", 256 * KiB: "one_shot",
+    packet_max = {2: 256 * KiB, 3: 128 * KiB, 4: 64 * KiB}[npes]  # packets: 256 KiB of traffic
+    want = {8: "packet", packet_max: "packet", packet_max + 1: "one_shot",
             one_max: "one_shot", one_max + 1: "two_shot", 4 * MiB: "two_shot",
             8 * MiB: "two_shot"}  # fmt: skip
     for size, algo in want.items():
@@ -63,7 +64,8 @@ def test_thresholds_shrink_beyond_the_anchors_pe_count():
     assert choose("all_reduce", 27 * KiB, 8, False)[1] == "packet"
     assert choose("all_reduce", 109 * KiB, 8, False)[1] == "one_shot"
     assert choose("all_reduce", 110 * KiB, 8, False)[1] == "two_shot"
-    assert choose("all_reduce", 64 * KiB + 1, 3, False)[1] == "one_shot"  # not grown below 4
+    assert choose("all_reduce", 128 * KiB + 1, 3, False)[1] == "one_shot"  # grown below 4
+    assert choose("all_gather", 64 * KiB + 1, 3, False)[1] == "one_shot"  # not grown below 4
     assert choose("all_gather", 28 * KiB, 8, False)[1] == "one_shot"  # every op's packet range
     assert choose("all_to_all", 109 * KiB, 8, False)[1] == "packet"  # 256 KiB * 3/7 -> 109 KiB
     assert choose("all_to_all", 110 * KiB, 8, False)[1] == "one_shot"

@@ -5,15 +5,16 @@ driving every visible GPU (``--layout one``, JAX's one-host layout) or one proce
 slowest process's time counts).
 
 Time per call: one jitted function chains ``--calls`` calls (unrolled: an XLA while loop costs
-a host round trip per iteration), each one's output the next one's input (psum's scaled by 1/N
-to stay finite, for both columns alike); ``--inflight`` executions of it are dispatched back to
-back, as a training loop dispatches its steps, and timed from the first dispatch to the last
-one's ``block_until_ready`` after ``--warmup`` runs; the median of ``--repeats`` divided by the
-calls. With ``--inflight 1`` each execution's host work (XLA's dispatch and its launch of the
-command buffer) adds to the GPU's instead of overlapping it. ppermute sends every
-device's block to the next device of a ring. Before each size is timed, one gshmem call on a
-probe input is checked against a host reference (jax_values.py); a wrong value is printed and
-the run exits 1.
+a host round trip per iteration), each one's output the next one's input (psum's chain starts
+from zeros, which stay finite with nothing between the calls; until 2026-11-28 each psum was
+scaled by 1/N, an XLA fusion of ~1 us per call in both columns); ``--inflight`` executions of it
+are dispatched back to back, as a training loop dispatches its steps, and timed from the first
+dispatch to the last one's ``block_until_ready`` after ``--warmup`` runs; the median of
+``--repeats`` divided by the calls. With ``--inflight 1`` each execution's host work (XLA's
+dispatch and its launch of the command buffer) adds to the GPU's instead of overlapping it.
+ppermute sends every device's block to the next device of a ring. Before each size is timed,
+one gshmem call on a probe input is checked against a host reference (jax_values.py); a wrong
+value is printed and the run exits 1.
 """
 
 from __future__ import annotations
@@ -129,8 +130,8 @@ def run(o: argparse.Namespace) -> int:
     impls = {
         ("ppermute", "gshmem"): lambda a: gj.ppermute(a, "x", ring),
         ("ppermute", "xla"): lambda a: jax.lax.ppermute(a, "x", ring),
-        ("psum", "gshmem"): lambda a: gj.psum(a, "x") * (1.0 / n),
-        ("psum", "xla"): lambda a: jax.lax.psum(a, "x") * (1.0 / n),
+        ("psum", "gshmem"): lambda a: gj.psum(a, "x"),
+        ("psum", "xla"): lambda a: jax.lax.psum(a, "x"),
     }
     rows = []
     layout = "one process" if o.layout == "one" else "one process per GPU"
@@ -154,7 +155,8 @@ def run(o: argparse.Namespace) -> int:
             values_ok = _process_max(float(len(wrong))) == 0.0
             if not values_ok:
                 wrong_sizes.append(f"{op} {fmt_size(count * 4)}")
-            x = jax.device_put(jnp.ones((n * count,), jnp.float32), NamedSharding(mesh, P("x")))
+            start = jnp.zeros if op == "psum" else jnp.ones  # psum's chain stays finite
+            x = jax.device_put(start((n * count,), jnp.float32), NamedSharding(mesh, P("x")))
             seconds = {}
             for impl in ("gshmem", "xla"):
                 body = impls[(op, impl)]

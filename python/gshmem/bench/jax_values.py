@@ -1,6 +1,7 @@
 """The value check of ``python -m gshmem.bench jax``: before a size is timed, one call of the
 gshmem op on a probe input is compared with a host reference, so a table row is never the speed
-of a wrong answer (the timed chains start from ones, which every permutation leaves alone).
+of a wrong answer (the timed chains start from values every call leaves alone: ones, for psum
+zeros).
 
 The probe's element i (of the global array) is i mod PERIOD, a whole number: a block that lands
 on the wrong device shows, and a psum of a few such numbers is exact in any order."""
@@ -32,8 +33,8 @@ def probe(mesh: Any, count: int) -> Any:
 
 def expected(op: str, devices: int, count: int, block: int) -> np.ndarray:
     """Device ``block``'s part of one call of ``op`` on the probe: ``ppermute`` along the ring
-    i -> i + 1 (it receives block - 1's part), ``psum`` scaled by 1/devices (the mean of every
-    device's part, in float64)."""
+    i -> i + 1 (it receives block - 1's part), ``psum`` the sum of every device's part (exact in
+    float32 below 2**24)."""
 
     def part(d: int) -> np.ndarray:
         return np.arange(d * count, (d + 1) * count, dtype=np.int64) % PERIOD
@@ -41,7 +42,7 @@ def expected(op: str, devices: int, count: int, block: int) -> np.ndarray:
     if op == "ppermute":
         return part((block - 1) % devices).astype(np.float32)
     if op == "psum":
-        return sum(part(d) for d in range(devices)) / devices
+        return sum(part(d) for d in range(devices)).astype(np.float64)
     raise ValueError(f"no reference for {op!r}")
 
 
@@ -49,10 +50,10 @@ def wrong_blocks(op: str, out: Any, devices: int, count: int) -> list[int]:
     """The blocks among this process's shards of ``out`` (one call of ``op`` on the probe) that
     differ from the reference: ppermute bit for bit, psum within float32 rounding."""
     wrong = []
-    mean = expected(op, devices, count, 0) if op == "psum" else None  # every device's psum
+    total = expected(op, devices, count, 0) if op == "psum" else None  # every device's psum
     for shard in out.addressable_shards:
         block = (shard.index[0].start or 0) // count
-        want = expected(op, devices, count, block) if mean is None else mean
+        want = expected(op, devices, count, block) if total is None else total
         got = np.asarray(shard.data)
         same = np.array_equal(got, want) if op == "ppermute" else np.allclose(got, want, 1e-6, 0)
         if not same:

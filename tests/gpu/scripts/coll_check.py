@@ -594,6 +594,60 @@ def _mixed_permutes(comm: gshmem.Comm, rounds: int, counts: list[int], outs: lis
         assert bool((got[count:] == -7).all()), f"round {r} ({name}) wrote past its {count}"
 
 
+# The reducing collectives' packets share the permute's slots and counters (kernels.h:
+# reduce_packets): int32 elements, within one chunk (65536) and over it.
+REDUCE_PACKET_COUNTS = [1, 3, 640, 65536, 70001]
+
+
+def _reduce_data(round_: int, pe: int, count: int, dev: str) -> torch.Tensor:
+    g = torch.Generator(device=dev).manual_seed(seed(47, round_, pe))
+    return torch.randint(-(1 << 20), 1 << 20, (count,), generator=g, device=dev, dtype=torch.int32)
+
+
+def _permutes_and_reductions(comm: gshmem.Comm, rounds: int) -> None:
+    """A random sequence (the same on every PE) of permutes, packet all_reduces and packet
+    reduce_scatters (forced), enqueued without waiting; every result checked exactly afterwards.
+    Each call advances the counters of the regions it reaches, so a wrong count on either side
+    shows as a wrong value or a wait that never ends."""
+    n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
+    perms = _permutes(n, me)
+    rng = random.Random(seed(53, n, rounds))
+    plan = [(rng.choice(("permute", "all_reduce", "reduce_scatter")), rng.randrange(len(perms)),
+             rng.choice(REDUCE_PACKET_COUNTS)) for _ in range(rounds)]  # fmt: skip
+    saved = {k: os.environ.get(k) for k in ("GSHMEM_COLL_ALL_REDUCE_ALGO",
+                                            "GSHMEM_COLL_REDUCE_SCATTER_ALGO")}  # fmt: skip
+    os.environ.update(dict.fromkeys(saved, "packet"))
+    try:
+        torch.cuda.synchronize()
+        results = []
+        for r, (kind, k, count) in enumerate(plan):
+            if kind == "permute":
+                _, dst, src = perms[k]
+                results.append(comm.permute(_reduce_data(r, me, count, dev), dst, src))
+            elif kind == "all_reduce":
+                results.append(comm.all_reduce(_reduce_data(r, me, count, dev)))
+            else:
+                results.append(comm.reduce_scatter(_reduce_data(r, me, n * count, dev)))
+        torch.cuda.synchronize()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    for r, ((kind, k, count), got) in enumerate(zip(plan, results, strict=True)):
+        if kind == "permute":
+            src = perms[k][2]
+            want = (torch.zeros(count, dtype=torch.int32, device=dev) if src < 0
+                    else _reduce_data(r, src, count, dev))  # fmt: skip
+        elif kind == "all_reduce":
+            want = sum(_reduce_data(r, pe, count, dev) for pe in range(n))
+        else:
+            want = sum(_reduce_data(r, pe, n * count, dev)[me * count : (me + 1) * count]
+                       for pe in range(n))  # fmt: skip
+        assert torch.equal(got, want), (r, kind, count, me)
+
+
 def scenario_permute(comm: gshmem.Comm) -> str:
     """gshmem_permute_on_stream into ordinary tensors (the kernel: packets and bulk, by size;
     test_coll.py also runs it with every size on one of them): _mixed_permutes (the credits let
@@ -603,6 +657,7 @@ def scenario_permute(comm: gshmem.Comm) -> str:
     outs = [torch.empty(max(PERMUTE_COUNTS) + SLACK, dtype=torch.int16, device=dev)
             for _ in range(PERMUTE_ROUNDS)]  # fmt: skip
     _mixed_permutes(comm, PERMUTE_ROUNDS, PERMUTE_COUNTS, outs)
+    _permutes_and_reductions(comm, PERMUTE_ROUNDS // 3)
 
     # a graph of three permutes in both directions, replayed on new inputs
     x = torch.empty(150000, dtype=torch.bfloat16, device=dev)  # bulk, or two chunks of packets
@@ -633,7 +688,8 @@ def scenario_permute(comm: gshmem.Comm) -> str:
     torch.cuda.synchronize()
     comm.barrier()  # no PE leaves while another still polls its packets
     kinds = len(_permutes(n, me))
-    return f"{PERMUTE_ROUNDS} mixed permutes of {kinds} kinds, 20 graph replays, bad args"
+    return (f"{PERMUTE_ROUNDS} mixed permutes of {kinds} kinds, {PERMUTE_ROUNDS // 3} permutes "
+            "mixed with packet reductions, 20 graph replays, bad args")  # fmt: skip
 
 
 def scenario_permute_copy(comm: gshmem.Comm) -> str:
