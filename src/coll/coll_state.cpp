@@ -73,14 +73,13 @@ CollState::CollState(Comm& comm) {
 
   const uint64_t counters = static_cast<uint64_t>(kMaxCtas) * n * sizeof(uint64_t);
   const uint64_t slots = 2 * n * mine.slot_bytes;
-  const uint64_t packets = 2 * n * kPacketSlotBytes;
   const uint64_t descs = 2 * n * sizeof(uint64_t);
   const uint64_t permute_packets = 2 * n * kPermuteSlotBytes;
   const uint64_t permute_bulk = 2 * n * kPermuteBulkSlotBytes;
   const uint64_t permute_counters =
       4 * static_cast<uint64_t>(kPermuteRegions) * n * sizeof(uint64_t);
   const uint64_t permute_flags = 2 * n * sizeof(uint64_t);
-  const uint64_t before_exchange = 3 * counters + slots + packets + descs + permute_packets +
+  const uint64_t before_exchange = 3 * counters + slots + descs + permute_packets +
                                    permute_bulk + permute_counters + permute_flags;
   // Reductions through the proxy stage in slots of their own (exchange.cpp), 4 KiB-aligned for
   // the reduce kernel's 16-byte loads: half the scratch, only on comms with a proxy path.
@@ -92,8 +91,7 @@ CollState::CollState(Comm& comm) {
   sync_.tallies = reinterpret_cast<uint64_t*>(base + counters);
   sync_.seq = reinterpret_cast<uint64_t*>(base + 2 * counters);
   sync_.slots = base + 3 * counters;
-  sync_.packets = sync_.slots + slots;
-  sync_.descs = reinterpret_cast<uint64_t*>(sync_.packets + packets);
+  sync_.descs = reinterpret_cast<uint64_t*>(sync_.slots + slots);
   permute_.packets = reinterpret_cast<char*>(sync_.descs + 2 * n);
   permute_.bulk = permute_.packets + permute_packets;
   permute_.credits = reinterpret_cast<uint64_t*>(permute_.bulk + permute_bulk);
@@ -106,7 +104,6 @@ CollState::CollState(Comm& comm) {
   permute_.packet_bytes = kPermuteSlotBytes;
   permute_.n_pes = static_cast<int32_t>(n);
   sync_.slot_bytes = mine.slot_bytes;
-  sync_.packet_bytes = kPacketSlotBytes;
   sync_.ctas = static_cast<int32_t>(mine.ctas);
   sync_.n_pes = static_cast<int32_t>(n);
   check_ = mine.check != 0;

@@ -1,5 +1,6 @@
 // Launchers of gshmem's own collective kernels (kernels_reduce.cu, kernels_move.cu; the
-// protocol they share: protocol.cuh). The caller (ops.cpp) has validated every argument, split
+// protocol they share: protocol.cuh; kernels_packets.cu and kernels_permute.cu: theirs,
+// permute_protocol.cuh). The caller (ops.cpp) has validated every argument, split
 // the call into chunks that fit the staging slots, chosen the grid size (Launch::sync.ctas: a
 // function of the chunk's size, so the same on every member) and made the comm's GPU current;
 // these functions launch one kernel each (sync.ctas CTAs of kThreads threads) and throw
@@ -56,9 +57,6 @@ void reduce_slots(cudaStream_t stream, const gshmem_team_t& team, int my_pe,
 // out[t * stride + i] = member t's in[i], i < bytes.
 void all_gather(const Launch& l, const void* in, void* out, size_t bytes, size_t stride,
                 bool direct);
-// Packet variants (bytes at most packet_bytes / 2): all_gather as above; all_to_all as below.
-void all_gather_packet(const Launch& l, const void* in, void* out, size_t bytes, size_t stride);
-void all_to_all_packet(const Launch& l, const void* in, void* out, size_t bytes, size_t stride);
 // out[i] = member root's in[i].
 void broadcast(const Launch& l, const void* in, void* out, size_t bytes, int root, bool direct);
 // out[t * stride + i] = member t's in[me * stride + i]. direct needs in != out.
@@ -75,18 +73,23 @@ struct VLayout {
 };
 void all_to_allv(const Launch& l, const void* in, void* out, const VLayout& layout);
 
-// ---- the reducing collectives' packets, on the permute's slots and counters (kernels_reduce.cu;
-// permute_sync.h): one message per member pair, so they interleave with permutes ----
+// ---- packets (kernels_packets.cu): every small collective's, on the permute's slots and
+// counters (permute_sync.h), one message per member pair, so they interleave with permutes; at
+// most kPermuteChunkWords * 8 bytes per member pair (one chunk) ----
 struct PacketLaunch {
   gshmem_device_t dev;
   gshmem_team_t team;
   PermuteSync sync;
   cudaStream_t stream;
 };
-// out[i] = op over members, in team order, of member t's in[me * stride + i], i < count, at most
-// kPermuteChunkWords * 8 bytes (one chunk). all_reduce: stride 0; reduce_scatter: its block.
+// out[i] = op over members, in team order, of member t's in[me * stride + i], i < count.
+// all_reduce: stride 0; reduce_scatter: its block.
 void reduce_packets(const PacketLaunch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
                     const void* in, void* out, size_t count, size_t stride);
+// out[t * out_stride + i] = member t's in[me * in_stride + i], i < bytes (bytes and strides in
+// bytes). all_gather: in_stride 0; all_to_all: both its block.
+void move_packets(const PacketLaunch& l, const void* in, size_t in_stride, void* out,
+                  size_t out_stride, size_t bytes);
 
 // ---- the permute (kernels_permute.cu) ----
 struct PermuteLaunch {
@@ -103,6 +106,7 @@ void permute(const PermuteLaunch& l, const void* in, void* out, size_t bytes, in
 // Loads every collective kernel on the current device now (at comm creation), so that a first
 // call made while a stream is being captured does not load a module.
 void preload();
+void preload_packets();  // kernels_packets.cu's share of preload()
 void preload_reduce();   // kernels_reduce.cu's share of preload()
 void preload_permute();  // kernels_permute.cu's share of preload()
 

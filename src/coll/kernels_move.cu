@@ -1,5 +1,5 @@
-// The collectives that only move bytes: all_gather, broadcast, all_to_all, all_to_allv, and the
-// packet exchange behind small all_gather and all_to_all; independent of the element type. The
+// The collectives that only move bytes, beyond packets (kernels_packets.cu): all_gather,
+// broadcast, all_to_all, all_to_allv; independent of the element type. The
 // staged kernels push into the receivers' staging slots, run one signal phase and copy out of
 // their own slots; direct ones store straight into the members' heap outputs (protocol.cuh).
 #include "coll/kernels.h"
@@ -67,36 +67,6 @@ __global__ void __launch_bounds__(kThreads)
   arrive_and_wait(s, dev, team, phases);
   if (!direct && dev.my_pe != root_pe) copy(out + r.lo, local_slot(s, root_pe) + r.lo, r.size());
   end_call(s, dev, team, phases);
-}
-
-// Packets (LL, protocol.cuh), for small calls: word i of the block for member t goes to t as a
-// packet; each member copies the packets from every other member out as they arrive. No signal,
-// no fence. all_gather sends `in` to everyone (send_stride 0); all_to_all sends in + t * stride
-// to member t. Word i of every block is read and written by the same thread, so in place is safe.
-__global__ void __launch_bounds__(kThreads)
-    exchange_packet_kernel(Device dev, Team team, Sync s, const char* in, size_t send_stride,
-                           char* out, size_t bytes, size_t stride) {
-  const Range r = cta_range((bytes + 7) / 8, 1, blockIdx.x, s.ctas);
-  const char* own_in = in + team.my_pe * send_stride;
-  char* own_out = out + team.my_pe * stride;
-  for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-    for (int k = 0; k + 1 < team.size; ++k) {
-      const int t = push_target(team, k);
-      const int q = world(team, t);
-      store_packet(remote_packet_slot(s, dev, q) + i, load8(in + t * send_stride, i, bytes),
-                   epoch(s, q));
-    }
-    if (own_in != own_out) store8(own_out, i, bytes, load8(own_in, i, bytes));
-  }
-  for (size_t i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
-    for (int t = 0; t < team.size; ++t) {
-      const int q = world(team, t);
-      if (q == dev.my_pe) continue;
-      store8(out + t * stride, i, bytes,
-             load_packet(dev, local_packet_slot(s, q) + i, epoch(s, q), q));
-    }
-  }
-  end_call(s, dev, team, 0);
 }
 
 // Direct all_to_all needs in != out (ops.cpp): a member's `out` block may be overwritten before
@@ -175,18 +145,6 @@ void all_to_all(const Launch& l, const void* in, void* out, size_t bytes, size_t
   cuda::check_launch("launching the all_to_all kernel");
 }
 
-void all_gather_packet(const Launch& l, const void* in, void* out, size_t bytes, size_t stride) {
-  exchange_packet_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(
-      l.dev, l.team, l.sync, bytes_of(in), 0, bytes_of(out), bytes, stride);
-  cuda::check_launch("launching the packet all_gather kernel");
-}
-
-void all_to_all_packet(const Launch& l, const void* in, void* out, size_t bytes, size_t stride) {
-  exchange_packet_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(
-      l.dev, l.team, l.sync, bytes_of(in), stride, bytes_of(out), bytes, stride);
-  cuda::check_launch("launching the packet all_to_all kernel");
-}
-
 void all_to_allv(const Launch& l, const void* in, void* out, const VLayout& layout) {
   all_to_allv_kernel<<<l.sync.ctas, kThreads, 0, l.stream>>>(l.dev, l.team, l.sync, bytes_of(in),
                                                              bytes_of(out), layout);
@@ -198,7 +156,7 @@ void preload() {
   cuda::preload(broadcast_kernel, "loading the collective kernels");
   cuda::preload(all_to_all_kernel, "loading the collective kernels");
   cuda::preload(all_to_allv_kernel, "loading the collective kernels");
-  cuda::preload(exchange_packet_kernel, "loading the collective kernels");
+  preload_packets();
   preload_reduce();
   preload_permute();
 }

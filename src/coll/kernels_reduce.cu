@@ -1,12 +1,11 @@
-// The reducing collectives: all_reduce (packet, one-shot, two-shot pushed or pulled) and
-// reduce_scatter (packet, one-shot); the packet kernel serves both. One kernel per (algorithm,
-// element type): 5 x 5
-// instantiations; the operator is a run-time switch (reduce.cuh). Synchronisation and staging:
-// protocol.cuh; the packets: permute_protocol.cuh.
+// The reducing collectives beyond packets (kernels_packets.cu): all_reduce (one-shot, two-shot
+// pushed or pulled) and reduce_scatter (one-shot), and the proxy path's local reduction. One
+// kernel per (algorithm, element type): 5 x 5 instantiations; the operator is a run-time switch
+// (reduce.cuh). Synchronisation and staging: protocol.cuh.
 #include <algorithm>
 
 #include "coll/kernels.h"
-#include "coll/permute_protocol.cuh"
+#include "coll/protocol.cuh"
 #include "coll/reduce.cuh"
 #include "common/cuda_api.h"
 
@@ -25,96 +24,6 @@ __device__ inline int world(const Team& team, int t) { return gshmem_team_world_
 __device__ inline size_t shard_length(size_t count, size_t shard, int t) {
   const size_t lo = static_cast<size_t>(t) * shard;
   return lo >= count ? 0 : (count - lo < shard ? count - lo : shard);
-}
-
-// ---- packets (LL) on the permute's slots and counters (permute_protocol.cuh): each call is one
-// message of packets per member pair and region, as a permute to every other member at once, so
-// no signal phase, no fence and no idle CTA's count to advance: region b counts only the calls
-// that reach it, alike on both ends. Block t of the input (in + t * stride) goes to member t;
-// each member reduces its own block in team order (the same bits on every member).
-// reduce_scatter passes its block stride; all_reduce passes stride 0, which sends the whole input
-// to everyone and reduces all of it. CTA b moves region b, one word a thread, and each thread
-// loads what it needs itself, kPeersInFlight peers at once (counts, words, addresses, a first
-// look at the credits; permute_chunk_kernel's shortest path, kernels_permute.cu). One barrier at
-// the end: every thread has read the counts and the slots before they advance and the credits
-// go back. Word i of every block is sent and reduced by the same thread, so out == in + me *
-// stride (in place) is safe.
-constexpr int kPeersInFlight = 8;
-
-template <class E>
-__global__ void __launch_bounds__(kPermuteCtaWords)
-    reduce_packet_kernel(Device dev, Team team, PermuteSync s, const typename E::U* in,
-                         typename E::U* out, size_t count, size_t stride, int op) {
-  const size_t bytes = count * sizeof(typename E::U);
-  const int b = static_cast<int>(blockIdx.x);
-  const size_t i = static_cast<size_t>(b) * kPermuteCtaWords + threadIdx.x;  // this thread's word
-  auto block = [&](int t) { return reinterpret_cast<const char*>(in + t * stride); };
-  if (i < (bytes + 7) / 8) {
-    const int others = team.size - 1;
-    for (int first = 0; first < others; first += kPeersInFlight) {
-      unsigned long long sent[kPeersInFlight], seen[kPeersInFlight], data[kPeersInFlight];
-      long long shift[kPeersInFlight];
-      int pe[kPeersInFlight];
-#pragma unroll
-      for (int k = 0; k < kPeersInFlight; ++k) {
-        if (first + k >= others) break;
-        const int t = push_target(team, first + k);
-        pe[k] = world(team, t);
-        sent[k] = *cta_entry(s.sent, s, b, pe[k]);
-        data[k] = load8(block(t), i, bytes);
-        shift[k] = gshmem::detail::peer_shift(dev, pe[k]);
-        seen[k] = gshmem::detail::ld_relaxed(cta_entry(s.credits, s, b, pe[k]));
-      }
-#pragma unroll
-      for (int k = 0; k < kPeersInFlight; ++k) {
-        if (first + k >= others) break;
-        if (sent[k] >= 2) {
-          poll_at_least<false>(dev, cta_entry(s.credits, s, b, pe[k]), pe[k], sent[k] - 1,
-                               seen[k]);
-        }
-        store_packet(gshmem::detail::shifted(packet_slot_of(s, sent[k], dev.my_pe), shift[k]) + i,
-                     data[k], epoch_of(sent[k]));
-      }
-    }
-    Lanes<E, unsigned long long> acc;
-    for (int first = 0; first < team.size; first += kPeersInFlight) {
-      unsigned long long got[kPeersInFlight];
-#pragma unroll
-      for (int k = 0; k < kPeersInFlight; ++k) {
-        if (first + k >= team.size) break;
-        const int q = world(team, first + k);
-        got[k] = q == dev.my_pe ? 0 : *cta_entry(s.got, s, b, q);
-      }
-#pragma unroll
-      for (int k = 0; k < kPeersInFlight; ++k) {
-        if (first + k >= team.size) break;
-        const int q = world(team, first + k);
-        const unsigned long long v =
-            q == dev.my_pe
-                ? load8(block(team.my_pe), i, bytes)
-                : load_packet(dev, packet_slot_of(s, got[k], q) + i, epoch_of(got[k]), q);
-        if (first + k == 0) {
-          acc.set(v);
-        } else {
-          acc.combine(v, op);
-        }
-      }
-    }
-    store8(reinterpret_cast<char*>(out), i, bytes, acc.get());
-  }
-  __syncthreads();
-  // Every value read from the slots has returned (each went into out), so the credits need no
-  // fence: a sender's later overwrite cannot change what was read.
-  for (int t = threadIdx.x; t < team.size; t += blockDim.x) {
-    const int q = world(team, t);
-    if (q == dev.my_pe) continue;
-    unsigned long long* got = cta_entry(s.got, s, b, q);
-    const unsigned long long k = *got;
-    gshmem::detail::st_relaxed(gshmem::detail::peer(dev, cta_entry(s.credits, s, b, dev.my_pe), q),
-                               k + 1);
-    *got = k + 1;
-    *cta_entry(s.sent, s, b, q) += 1;
-  }
 }
 
 // ---- one-shot: push the whole input to every other member's slot, one signal phase, then every
@@ -258,18 +167,6 @@ __global__ void __launch_bounds__(kThreads)
   reduce_range<E>(out, team.size, source, r.lo, r.hi, op);
 }
 
-// Calls f(E{}) with the element type of `dtype` (validated by the caller).
-template <class F>
-void with_type(gshmem_dtype_t dtype, F&& f) {
-  switch (dtype) {
-    case GSHMEM_FLOAT32: return f(F32{});
-    case GSHMEM_BFLOAT16: return f(BF16{});
-    case GSHMEM_FLOAT16: return f(F16{});
-    case GSHMEM_INT32: return f(I32{});
-    case GSHMEM_INT64: return f(I64{});
-  }
-}
-
 template <class E>
 const typename E::U* as(const void* p) {
   return static_cast<const typename E::U*>(p);
@@ -280,7 +177,6 @@ typename E::U* as(void* p) {
 }
 
 }  // namespace
-
 
 void all_reduce_one_shot(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
                          const void* in, void* out, size_t count) {
@@ -312,18 +208,6 @@ void all_reduce_pull(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, c
   cuda::check_launch("launching the pull all_reduce kernel");
 }
 
-void reduce_packets(const PacketLaunch& l, gshmem_dtype_t dtype, gshmem_redop_t op,
-                    const void* in, void* out, size_t count, size_t stride) {
-  with_type(dtype, [&](auto e) {
-    using E = decltype(e);
-    const uint64_t words = (count * sizeof(typename E::U) + 7) / 8;  // one CTA per region
-    const int ctas = static_cast<int>((words + kPermuteCtaWords - 1) / kPermuteCtaWords);
-    reduce_packet_kernel<E><<<ctas, kPermuteCtaWords, 0, l.stream>>>(
-        l.dev, l.team, l.sync, as<E>(in), as<E>(out), count, stride, op);
-  });
-  cuda::check_launch("launching the packet reduce kernel");
-}
-
 void reduce_scatter(const Launch& l, gshmem_dtype_t dtype, gshmem_redop_t op, const void* in,
                     void* out, size_t count, size_t stride) {
   with_type(dtype, [&](auto e) {
@@ -352,7 +236,6 @@ void preload_reduce() {
                                GSHMEM_INT64}) {
     with_type(dtype, [&](auto e) {
       using E = decltype(e);
-      cuda::preload(reduce_packet_kernel<E>, "loading the collective kernels");
       cuda::preload(all_reduce_one_shot_kernel<E>, "loading the collective kernels");
       cuda::preload(all_reduce_two_shot_kernel<E>, "loading the collective kernels");
       cuda::preload(all_reduce_pull_kernel<E>, "loading the collective kernels");

@@ -78,18 +78,6 @@ kernels::Launch sized(kernels::Launch l, uint64_t pair_bytes, uint64_t per_cta =
   return l;
 }
 
-// The grid of a packet launch moving `bytes` per member pair: a CTA per kPacketCtaWords 8-byte
-// packets, no more CTAs than that needs. One CTA's stores reach NVLink slowly, so a small message
-// spread over more CTAs arrives sooner: all_reduce, two PEs of one process in CUDA graphs, 2 x
-// H200 (2026-11-28), 4 KiB 3.57-3.58 us against 4.01-4.07 at 512 packets a CTA, 64 KiB 3.96-4.03
-// against 4.27-4.43, 8 B 3.20-3.21 against 3.32-3.43.
-constexpr uint64_t kPacketCtaWords = 128;
-kernels::Launch sized_packets(kernels::Launch l, uint64_t bytes) {
-  const uint64_t ctas = ((bytes + 7) / 8 + kPacketCtaWords - 1) / kPacketCtaWords;
-  l.sync.ctas = static_cast<int32_t>(std::min<uint64_t>(std::max<uint64_t>(1, ctas), l.sync.ctas));
-  return l;
-}
-
 // Direct calls store straight into the members' outputs, which needs `out` in the symmetric heap
 // (Choice::direct, from select.h's direct_path). Every member must decide alike: same buffer
 // kind, same sizes (GSHMEM_COLL_CHECK verifies it). out's heap offset, or kNotDirect outside it.
@@ -108,15 +96,28 @@ void chunks(size_t total, size_t per, F&& f) {
   for (size_t off = 0; off < total; off += per) f(off, std::min(per, total - off));
 }
 
-// The reducing collectives' packets (kernels.h: reduce_packets) in chunks of one permute chunk,
-// each a launch: member t's in[me * stride + i] reduced into out[i], i < count.
+// The packets (kernels.h) in chunks of one permute chunk, each a launch.
+kernels::PacketLaunch packet_launch(Comm& comm, const gshmem_team_t& team, cudaStream_t stream) {
+  return {comm.device_state().device(), team, comm.coll_state().permute(), stream};
+}
+constexpr size_t kPacketChunkBytes = kPermuteChunkWords * 8;
+
+// Member t's in[me * stride + i] reduced into out[i], i < count (elements of e bytes).
 void reduce_packets(Comm& comm, const gshmem_team_t& team, cudaStream_t stream,
                     gshmem_dtype_t dtype, size_t e, gshmem_redop_t op, const void* in,
                     void* out, size_t count, size_t stride) {
-  const kernels::PacketLaunch l{comm.device_state().device(), team, comm.coll_state().permute(),
-                                stream};
-  chunks(count, kPermuteChunkWords * 8 / e, [&](size_t off, size_t len) {
+  const kernels::PacketLaunch l = packet_launch(comm, team, stream);
+  chunks(count, kPacketChunkBytes / e, [&](size_t off, size_t len) {
     kernels::reduce_packets(l, dtype, op, at(in, off * e), at(out, off * e), len, stride);
+  });
+}
+
+// Member t's in[me * in_stride + i] into out[t * out_stride + i], i < bytes.
+void move_packets(Comm& comm, const gshmem_team_t& team, cudaStream_t stream, const void* in,
+                  size_t in_stride, void* out, size_t out_stride, size_t bytes) {
+  const kernels::PacketLaunch l = packet_launch(comm, team, stream);
+  chunks(bytes, kPacketChunkBytes, [&](size_t off, size_t len) {
+    kernels::move_packets(l, at(in, off), in_stride, at(out, off), out_stride, len);
   });
 }
 
@@ -206,9 +207,7 @@ void all_gather(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_GATHER, dtype, 0, 0, count, offset));
   if (c.algo == Algo::Packet) {
-    chunks(bytes, l.sync.packet_bytes / 2, [&](size_t off, size_t len) {
-      kernels::all_gather_packet(sized_packets(l, len), at(in, off), at(out, off), len, bytes);
-    });
+    move_packets(comm, team, stream, in, 0, out, bytes, bytes);
     return;
   }
   if (offset != kNotDirect) {
@@ -318,9 +317,7 @@ void all_to_all(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
   const kernels::Launch l =
       launch(comm, team, stream, describe(GSHMEM_COLL_ALL_TO_ALL, dtype, 0, 0, count, offset));
   if (c.algo == Algo::Packet) {
-    chunks(block, l.sync.packet_bytes / 2, [&](size_t off, size_t len) {
-      kernels::all_to_all_packet(sized_packets(l, len), at(in, off), at(out, off), len, block);
-    });
+    move_packets(comm, team, stream, in, block, out, block, block);
     return;
   }
   if (offset != kNotDirect) {

@@ -1,13 +1,25 @@
 // Device side of the permute's memory (permute_sync.h): the per-region counters, the packet
-// slots and the bounded credit wait, shared by the permute (kernels_permute.cu) and the reducing
-// collectives' packets (kernels_reduce.cu), which exchange a message with every other member
-// through the same slots and counters, so that their calls interleave.
+// slots and the bounded waits, shared by the permute (kernels_permute.cu) and the collectives'
+// packets (kernels_packets.cu), which exchange a message with every other member through the
+// same slots and counters, so that their calls interleave.
+//
+// Packets (LL, the device API's gshmem/device/packet.cuh): 16 bytes {data lo, epoch, data hi,
+// epoch} written by one st.volatile.v4.u32; the reader polls each packet with ld.volatile.v4.u32
+// until both epochs equal epoch_of(j) for the message j it expects (j mod 2^32 - 1, plus 1). Each
+// 8-byte half is written atomically, so matching epochs prove the data beside them arrived; no
+// signal and no fence. Packet slots only ever hold packets, so old data cannot pass for new (an
+// epoch value comes back only after 2^32 - 1 messages of that region, into the other parity's
+// slot).
 #pragma once
 
 #include "coll/permute_sync.h"
 #include "coll/protocol.cuh"
 
 namespace gshmem::coll::device {
+
+using gshmem::detail::load8;
+using gshmem::detail::store_packet;
+using gshmem::detail::store8;
 
 // Region b's entry for world PE q in one of PermuteSync's [kPermuteRegions][n_pes] arrays.
 __device__ inline unsigned long long* cta_entry(uint64_t* array, const PermuteSync& s, int b,
@@ -29,9 +41,25 @@ __device__ inline void poll_at_least(const Device& dev, const unsigned long long
   }
 }
 
+// The epoch of a region's message j: 1 .. 2^32 - 1, never 0, the value of packet slots nobody
+// has written yet.
+__device__ inline unsigned epoch_of(unsigned long long j) {
+  return static_cast<unsigned>(j % 0xffffffffull) + 1u;
+}
+
 // This PE's packet slot that world PE `src` fills with its message j (by j's parity).
 __device__ inline uint4* packet_slot_of(const PermuteSync& s, unsigned long long j, int src) {
-  return packet_slot_in(s.packets, s.packet_bytes, s.n_pes, static_cast<unsigned>(j & 1), src);
+  return reinterpret_cast<uint4*>(
+      s.packets + ((j & 1) * static_cast<size_t>(s.n_pes) + src) * s.packet_bytes);
+}
+
+// Packet p's data once it carries `flag` (from world PE `from`); bounded like every wait here.
+__device__ inline unsigned long long load_packet(const Device& dev, const uint4* p, unsigned flag,
+                                                 int from) {
+  unsigned long long data;
+  gshmem::Deadline deadline;
+  gshmem::detail::await_packet(&dev, deadline, p, flag, GSHMEM_WAIT_COLLECTIVE, from, data);
+  return data;
 }
 
 }  // namespace gshmem::coll::device

@@ -24,13 +24,6 @@
 // collectives on teams that share two or more PEs to be ordered on each PE (one stream, or stream
 // dependencies), the rule the device API's barrier states.
 //
-// Packets (LL, the device API's gshmem/device/packet.cuh): 16 bytes {data lo, epoch, data hi,
-// epoch} written by one st.volatile.v4.u32; the reader polls each packet with ld.volatile.v4.u32
-// until both epochs equal epoch(q) (seq mod 2^32 - 1, plus 1). Each 8-byte half is written
-// atomically, so matching flags prove the data beside them arrived; no signal and no fence.
-// Packet slots only ever hold packets, so old data cannot pass for new (an epoch value comes back
-// only after 2^32 - 1 calls with that peer, into the other parity's slot).
-//
 // Every wait is bounded (gshmem/device/deadline.cuh): after GSHMEM_TIMEOUT, on comm.abort() or
 // once another wait of the comm failed, it records what it waited for and from whom, and goes on
 // as if it had arrived: the kernel ends (every later wait gives up at its first check), its
@@ -39,8 +32,8 @@
 // Argument check (GSHMEM_COLL_CHECK=1): in phase 1, CTA 0 stores the call's descriptor (which
 // collective, dtype, operator, root, count) into each receiver's descs[parity][me] before its
 // signal, and compares what each member sent it with its own after the wait; a mismatch prints
-// both and traps. Same double-buffering argument as the slots. Packet all_reduce (no signal
-// phase) is not checked.
+// both and traps. Same double-buffering argument as the slots. The packets (kernels_packets.cu,
+// no signal phase) are not checked.
 #pragma once
 
 #include <cstdio>
@@ -208,45 +201,6 @@ __device__ inline void end_call(const Sync& s, const Device& dev, const Team& te
     if (q == dev.my_pe) continue;
     s.seq[static_cast<size_t>(gridDim.x + i / team.size) * s.n_pes + q] += 1;
   }
-}
-
-// ---- packets ----------------------------------------------------------------------------------
-// The epoch of the packets sent after `count` earlier ones to the same slot pair: 1 .. 2^32 - 1,
-// never 0, the value of packet slots nobody has written yet.
-__device__ inline unsigned epoch_of(unsigned long long count) {
-  return static_cast<unsigned>(count % 0xffffffffull) + 1u;
-}
-__device__ inline unsigned epoch(const Sync& s, int q) { return epoch_of(s.seq[counter(s, q)]); }
-
-// Slot (parity `par`, source PE `src`) of a [2][n_pes][packet_bytes] packet region.
-__device__ inline uint4* packet_slot_in(char* packets, uint64_t packet_bytes, int n_pes,
-                                        unsigned par, int src) {
-  return reinterpret_cast<uint4*>(packets +
-                                  (static_cast<size_t>(par) * n_pes + src) * packet_bytes);
-}
-__device__ inline uint4* packet_slot(const Sync& s, unsigned par, int src) {
-  return packet_slot_in(s.packets, s.packet_bytes, s.n_pes, par, src);
-}
-
-// Where this PE stores its packets for world PE q in this call, and where q's arrive here.
-__device__ inline uint4* remote_packet_slot(const Sync& s, const Device& dev, int q) {
-  return gshmem::detail::peer(dev, packet_slot(s, parity(s, q), dev.my_pe), q);
-}
-__device__ inline const uint4* local_packet_slot(const Sync& s, int q) {
-  return packet_slot(s, parity(s, q), q);
-}
-
-using gshmem::detail::load8;
-using gshmem::detail::store_packet;
-using gshmem::detail::store8;
-
-// Packet p's data once it carries `flag` (from world PE `from`); bounded like every wait here.
-__device__ inline unsigned long long load_packet(const Device& dev, const uint4* p, unsigned flag,
-                                                 int from) {
-  unsigned long long data;
-  gshmem::Deadline deadline;
-  gshmem::detail::await_packet(&dev, deadline, p, flag, GSHMEM_WAIT_COLLECTIVE, from, data);
-  return data;
 }
 
 // ---- copies -----------------------------------------------------------------------------------

@@ -106,4 +106,17 @@ __device__ inline void reduce_range(typename E::U* out, int members, Src src, si
   }
 }
 
+// Calls f(E{}) with the element type of `dtype` (validated by the caller): host code
+// choosing the kernel instantiated for that type.
+template <class F>
+void with_type(gshmem_dtype_t dtype, F&& f) {
+  switch (dtype) {
+    case GSHMEM_FLOAT32: return f(F32{});
+    case GSHMEM_BFLOAT16: return f(BF16{});
+    case GSHMEM_FLOAT16: return f(F16{});
+    case GSHMEM_INT32: return f(I32{});
+    case GSHMEM_INT64: return f(I64{});
+  }
+}
+
 }  // namespace gshmem::coll::device

@@ -7,16 +7,14 @@
 //                                       CTA b (written by q with red.release.sys.add)
 //   tallies   uint64[kMaxCtas][n_pes]   signals from q this PE's CTA b has consumed (local only)
 //   seq       uint64[kMaxCtas][n_pes]   collectives this PE has run with q, kept per CTA (local);
-//                                       bit 0 picks the staging buffer, seq + 1 is the packet epoch
+//                                       bit 0 picks the staging buffer
 //   slots     [2][n_pes][slot_bytes]    staging: slot (parity, q) on this PE holds what q pushed
-//   packets   [2][n_pes][packet_bytes]  flag+data packets, same indexing, written only as packets
 //   descs     uint64[2][n_pes]          GSHMEM_COLL_CHECK: the call descriptor each member sent
 // Everything is indexed by world PE, so collectives on teams that share only this PE never touch
 // the same words; counters only grow, so a CUDA graph replays correctly with nothing host-side
 // baked into it. Arrivals and tallies are per CTA (a launch with fewer CTAs leaves the others'
 // untouched); seq advances for every CTA at every call, launched or not, so that all CTAs of a
-// call agree on the slot parity and packet epoch whatever grid each call had (protocol.cuh,
-// end_call).
+// call agree on the slot parity whatever grid each call had (protocol.cuh, end_call).
 #pragma once
 
 #include <cstdint>
@@ -26,16 +24,13 @@ namespace gshmem::coll {
 constexpr int kMaxCtas = 128;       // upper bound of GSHMEM_COLL_CTAS
 constexpr int kThreads = 512;       // threads per CTA of every collective kernel
 constexpr int kMaxVPes = 64;        // all_to_allv: team size carried in the kernel parameters
-constexpr uint64_t kPacketSlotBytes = 128 << 10;  // 8192 packets: 64 KiB of data per member
 
 struct Sync {
   uint64_t* arrivals;
   uint64_t* tallies;
   uint64_t* seq;
   char* slots;
-  char* packets;
   uint64_t slot_bytes;    // bytes of one staging slot (multiple of 4096)
-  uint64_t packet_bytes;  // bytes of one packet slot (16-byte packets, 8 data bytes each)
   uint64_t* descs;
   uint64_t desc;          // this call's descriptor (describe() in ops.cpp), 0: no check
   int32_t ctas;           // this launch's grid (CollState: the comm's maximum, GSHMEM_COLL_CTAS;

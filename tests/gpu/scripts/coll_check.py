@@ -594,9 +594,9 @@ def _mixed_permutes(comm: gshmem.Comm, rounds: int, counts: list[int], outs: lis
         assert bool((got[count:] == -7).all()), f"round {r} ({name}) wrote past its {count}"
 
 
-# The reducing collectives' packets share the permute's slots and counters (kernels.h:
-# reduce_packets): int32 elements, within one chunk (65536) and over it.
-REDUCE_PACKET_COUNTS = [1, 3, 640, 65536, 70001]
+# The collectives' packets share the permute's slots and counters (kernels.h: reduce_packets,
+# move_packets): int32 elements, within one chunk (65536) and over it.
+PACKET_COUNTS = [1, 3, 640, 65536, 70001]
 
 
 def _reduce_data(round_: int, pe: int, count: int, dev: str) -> torch.Tensor:
@@ -604,18 +604,19 @@ def _reduce_data(round_: int, pe: int, count: int, dev: str) -> torch.Tensor:
     return torch.randint(-(1 << 20), 1 << 20, (count,), generator=g, device=dev, dtype=torch.int32)
 
 
-def _permutes_and_reductions(comm: gshmem.Comm, rounds: int) -> None:
-    """A random sequence (the same on every PE) of permutes, packet all_reduces and packet
-    reduce_scatters (forced), enqueued without waiting; every result checked exactly afterwards.
-    Each call advances the counters of the regions it reaches, so a wrong count on either side
-    shows as a wrong value or a wait that never ends."""
+def _permutes_and_packets(comm: gshmem.Comm, rounds: int) -> None:
+    """A random sequence (the same on every PE) of permutes and the collectives' packets (forced:
+    all_reduce, reduce_scatter, all_gather, all_to_all), enqueued without waiting; every result
+    checked exactly afterwards. Each call advances the counters of the regions it reaches, so a
+    wrong count on either side shows as a wrong value or a wait that never ends."""
     n, me, dev = comm.nranks, comm.rank, f"cuda:{comm.device}"
     perms = _permutes(n, me)
     rng = random.Random(seed(53, n, rounds))
-    plan = [(rng.choice(("permute", "all_reduce", "reduce_scatter")), rng.randrange(len(perms)),
-             rng.choice(REDUCE_PACKET_COUNTS)) for _ in range(rounds)]  # fmt: skip
-    saved = {k: os.environ.get(k) for k in ("GSHMEM_COLL_ALL_REDUCE_ALGO",
-                                            "GSHMEM_COLL_REDUCE_SCATTER_ALGO")}  # fmt: skip
+    kinds = ("permute", "all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+    plan = [(rng.choice(kinds), rng.randrange(len(perms)), rng.choice(PACKET_COUNTS))
+            for _ in range(rounds)]  # fmt: skip
+    names = [f"GSHMEM_COLL_{kind.upper()}_ALGO" for kind in kinds[1:]]
+    saved = {name: os.environ.get(name) for name in names}
     os.environ.update(dict.fromkeys(saved, "packet"))
     try:
         torch.cuda.synchronize()
@@ -626,8 +627,12 @@ def _permutes_and_reductions(comm: gshmem.Comm, rounds: int) -> None:
                 results.append(comm.permute(_reduce_data(r, me, count, dev), dst, src))
             elif kind == "all_reduce":
                 results.append(comm.all_reduce(_reduce_data(r, me, count, dev)))
-            else:
+            elif kind == "reduce_scatter":
                 results.append(comm.reduce_scatter(_reduce_data(r, me, n * count, dev)))
+            elif kind == "all_gather":
+                results.append(comm.all_gather(_reduce_data(r, me, count, dev)).flatten())
+            else:
+                results.append(comm.all_to_all(_reduce_data(r, me, n * count, dev)))
         torch.cuda.synchronize()
     finally:
         for key, value in saved.items():
@@ -642,9 +647,14 @@ def _permutes_and_reductions(comm: gshmem.Comm, rounds: int) -> None:
                     else _reduce_data(r, src, count, dev))  # fmt: skip
         elif kind == "all_reduce":
             want = sum(_reduce_data(r, pe, count, dev) for pe in range(n))
-        else:
+        elif kind == "reduce_scatter":
             want = sum(_reduce_data(r, pe, n * count, dev)[me * count : (me + 1) * count]
                        for pe in range(n))  # fmt: skip
+        elif kind == "all_gather":
+            want = torch.cat([_reduce_data(r, pe, count, dev) for pe in range(n)])
+        else:
+            want = torch.cat([_reduce_data(r, pe, n * count, dev)[me * count : (me + 1) * count]
+                              for pe in range(n)])  # fmt: skip
         assert torch.equal(got, want), (r, kind, count, me)
 
 
@@ -657,7 +667,7 @@ def scenario_permute(comm: gshmem.Comm) -> str:
     outs = [torch.empty(max(PERMUTE_COUNTS) + SLACK, dtype=torch.int16, device=dev)
             for _ in range(PERMUTE_ROUNDS)]  # fmt: skip
     _mixed_permutes(comm, PERMUTE_ROUNDS, PERMUTE_COUNTS, outs)
-    _permutes_and_reductions(comm, PERMUTE_ROUNDS // 3)
+    _permutes_and_packets(comm, PERMUTE_ROUNDS // 3)
 
     # a graph of three permutes in both directions, replayed on new inputs
     x = torch.empty(150000, dtype=torch.bfloat16, device=dev)  # bulk, or two chunks of packets
@@ -689,7 +699,7 @@ def scenario_permute(comm: gshmem.Comm) -> str:
     comm.barrier()  # no PE leaves while another still polls its packets
     kinds = len(_permutes(n, me))
     return (f"{PERMUTE_ROUNDS} mixed permutes of {kinds} kinds, {PERMUTE_ROUNDS // 3} permutes "
-            "mixed with packet reductions, 20 graph replays, bad args")  # fmt: skip
+            "mixed with packet collectives, 20 graph replays, bad args")  # fmt: skip
 
 
 def scenario_permute_copy(comm: gshmem.Comm) -> str:
