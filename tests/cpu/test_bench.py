@@ -141,6 +141,20 @@ def test_rotation_and_iterations():
     assert options.iters_for(8, 20) == options.MAX_ITERS_PER_REPEAT
 
 
+def test_environment_sets_and_restores(monkeypatch):
+    """options.environment: the block sees the values; afterwards a variable that was set has
+    its old value again and one that was not is gone, also when the block raises."""
+    monkeypatch.setenv("GSHMEM_TEST_ENV_A", "old")
+    monkeypatch.delenv("GSHMEM_TEST_ENV_B", raising=False)
+    with pytest.raises(RuntimeError):
+        with options.environment({"GSHMEM_TEST_ENV_A": "new", "GSHMEM_TEST_ENV_B": "1"}):
+            assert os.environ["GSHMEM_TEST_ENV_A"] == "new"
+            assert os.environ["GSHMEM_TEST_ENV_B"] == "1"
+            raise RuntimeError
+    assert os.environ["GSHMEM_TEST_ENV_A"] == "old"
+    assert "GSHMEM_TEST_ENV_B" not in os.environ
+
+
 def test_nvshmem_args_mirror_the_options():
     o = options.parse_args(["--quick", "--scope", "block", "--dir", "uni", "-n", "7", "-w", "3",
                             "--repeats", "5"])  # fmt: skip

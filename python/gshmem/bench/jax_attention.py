@@ -10,13 +10,12 @@ scores)."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from statistics import median
 from typing import Any
 
+from gshmem.bench.options import environment
 from gshmem.bench.timing import schedule
 
 HQ, HKV, DIM = 32, 8, 128
@@ -54,21 +53,6 @@ def _seconds(fn: Callable, args: tuple, warmup: int, repeats: int) -> float:
         jax.block_until_ready(out)
         times.append((time.perf_counter() - t0) / calls)
     return median(times)
-
-
-@contextmanager
-def _environment(env: dict[str, str]):
-    """``env`` set in os.environ for the block, the previous values restored after."""
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _ring_fwd_bwd(q, k, v, do):
@@ -113,7 +97,7 @@ def measure(tokens_per_gpu: list[int], mesh: Any, warmup: int, repeats: int,
 
         seconds = {}
         for column, env in COLUMNS.items():
-            with _environment(env):
+            with environment(env):
                 with jax.set_mesh(mesh):
                     fn = jax.jit(jax.shard_map(_ring_fwd_bwd, in_specs=spec, out_specs=spec,
                                                check_vma=False))  # fmt: skip

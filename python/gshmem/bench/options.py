@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from gshmem import _C
@@ -254,3 +255,19 @@ def slots_for(size: int) -> int:
 def iters_for(size: int, iters: int) -> int:
     """Timed iterations for a size: at least ``iters``, more for small sizes (>= 256 MiB)."""
     return max(iters, min(MAX_ITERS_PER_REPEAT, math.ceil(MIN_BYTES_PER_REPEAT / size)))
+
+
+@contextmanager
+def environment(env: dict[str, str]) -> Iterator[None]:
+    """``env`` set in os.environ for the block, the previous values restored after (a bench's
+    variant run with other settings, or a check forcing an algorithm)."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

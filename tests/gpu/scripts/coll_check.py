@@ -51,6 +51,7 @@ import torch
 from expect import expect_usage
 
 import gshmem
+from gshmem.bench.options import environment
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64]
 OPS = ["sum", "prod", "min", "max"]
@@ -615,10 +616,8 @@ def _permutes_and_packets(comm: gshmem.Comm, rounds: int) -> None:
     kinds = ("permute", "all_reduce", "reduce_scatter", "all_gather", "all_to_all")
     plan = [(rng.choice(kinds), rng.randrange(len(perms)), rng.choice(PACKET_COUNTS))
             for _ in range(rounds)]  # fmt: skip
-    names = [f"GSHMEM_COLL_{kind.upper()}_ALGO" for kind in kinds[1:]]
-    saved = {name: os.environ.get(name) for name in names}
-    os.environ.update(dict.fromkeys(saved, "packet"))
-    try:
+    forced = {f"GSHMEM_COLL_{kind.upper()}_ALGO": "packet" for kind in kinds[1:]}
+    with environment(forced):
         torch.cuda.synchronize()
         results = []
         for r, (kind, k, count) in enumerate(plan):
@@ -634,12 +633,6 @@ def _permutes_and_packets(comm: gshmem.Comm, rounds: int) -> None:
             else:
                 results.append(comm.all_to_all(_reduce_data(r, me, n * count, dev)))
         torch.cuda.synchronize()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     for r, ((kind, k, count), got) in enumerate(zip(plan, results, strict=True)):
         if kind == "permute":
             src = perms[k][2]
