@@ -50,7 +50,8 @@ gshmem_result_t gshmem_comm_init(gshmem_comm_t* comm, const gshmem_unique_id_t* 
     require_out(id, "id");
     *comm = nullptr;
     auto handle = std::make_unique<gshmem_comm>();
-    handle->impl = std::make_unique<gshmem::Comm>(gshmem::UniqueId::decode(*id), rank, nranks, device);
+    handle->impl =
+        std::make_unique<gshmem::Comm>(gshmem::UniqueId::decode(*id), rank, nranks, device);
     *comm = handle.release();
   });
 }

@@ -34,12 +34,12 @@ typedef enum {
   GSHMEM_SUCCESS = 0,
   GSHMEM_ERROR_USAGE = 1,     /* bad argument or call sequence; the caller must change the call */
   GSHMEM_ERROR_BOOTSTRAP = 2, /* peers could not be reached, refused, or did not arrive in time */
-  GSHMEM_ERROR_TIMEOUT = 3,   /* a wait exceeded GSHMEM_TIMEOUT; the message names the missing PEs */
-  GSHMEM_ERROR_HEAP = 4,      /* heap exhausted, or PEs allocated differently */
-  GSHMEM_ERROR_CUDA = 5,      /* a CUDA call failed (no GPU, driver too old, out of memory...) */
-  GSHMEM_ERROR_SYSTEM = 6,    /* an operating-system call failed */
-  GSHMEM_ERROR_FAULT = 7,     /* a peer died, or a device wait gave up (GSHMEM_TIMEOUT, abort): the
-                                 message names the PE and the wait; the comm can only be aborted */
+  GSHMEM_ERROR_TIMEOUT = 3, /* a wait exceeded GSHMEM_TIMEOUT; the message names the missing PEs */
+  GSHMEM_ERROR_HEAP = 4,    /* heap exhausted, or PEs allocated differently */
+  GSHMEM_ERROR_CUDA = 5,    /* a CUDA call failed (no GPU, driver too old, out of memory...) */
+  GSHMEM_ERROR_SYSTEM = 6,  /* an operating-system call failed */
+  GSHMEM_ERROR_FAULT = 7,   /* a peer died, or a device wait gave up (GSHMEM_TIMEOUT, abort): the
+                               message names the PE and the wait; the comm can only be aborted */
 } gshmem_result_t;
 
 /* The message for the last failed call on this thread ("" if none). */
@@ -306,8 +306,9 @@ gshmem_result_t gshmem_barrier_on_stream(gshmem_comm_t comm, void* stream);
  * symmetric or ordinary device memory of this comm's GPU. Ordinary memory is staged through the
  * heap scratch the comm allocates at init; a symmetric `out` is written directly by large
  * all_gather / broadcast / all_to_all and by two-shot all_reduce, which also reads a symmetric
- * `in` in place (every member must then pass the same symmetric objects: the paths differ). Each call chooses gshmem's own algorithm or NCCL (gshmem_coll_explain says which and
- * why; GSHMEM_COLL_BACKEND and per-operation variables override it). A team with a member beyond
+ * `in` in place (every member must then pass the same symmetric objects: the paths differ). Each
+ * call chooses gshmem's own algorithm or NCCL (gshmem_coll_explain says which and why;
+ * GSHMEM_COLL_BACKEND and per-operation variables override it). A team with a member beyond
  * load/store reach takes NCCL where it is enabled; else, on a comm with a proxy path, all_gather,
  * broadcast and all_to_all into a symmetric `out` (not `in`) run as puts straight into the
  * members' `out`, and all_reduce and reduce_scatter as puts staged through slots of the comm's,
@@ -386,7 +387,8 @@ gshmem_result_t gshmem_permute_on_stream(gshmem_comm_t comm, const void* in, voi
 
 /* Collective over the comm: loads NCCL at run time (dlopen; never required) and creates its
  * communicator through this comm's bootstrap, so later collectives may choose it. Fails with
- * GSHMEM_ERROR_USAGE saying why when NCCL cannot be loaded; gshmem's own algorithms keep working. */
+ * GSHMEM_ERROR_USAGE saying why when NCCL cannot be loaded; gshmem's own algorithms keep working.
+ */
 gshmem_result_t gshmem_comm_enable_nccl(gshmem_comm_t comm);
 
 /* Not collective. Writes to `out` (at most len bytes, NUL-terminated) the backend and algorithm

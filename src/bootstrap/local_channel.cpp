@@ -80,7 +80,8 @@ Fd recv_fd(int sock, FdMessage* msg, const Deadline& deadline, const std::string
     int rc = ::poll(&p, 1, deadline.remaining_ms());
     if (rc > 0) break;
     if (rc == 0) {
-      throw_error(GSHMEM_ERROR_TIMEOUT, "local channel: " + who + " sent no memory descriptor within " +
+      throw_error(GSHMEM_ERROR_TIMEOUT, "local channel: " + who +
+                                            " sent no memory descriptor within " +
                                             std::to_string(deadline.seconds()) +
                                             " s (GSHMEM_TIMEOUT); did every PE make the same "
                                             "allocation calls?");

@@ -66,8 +66,8 @@ struct Bootstrap::Header {
 Bootstrap::Bootstrap(const UniqueId& id, int rank, int nranks, double timeout_seconds)
     : id_(id), rank_(rank), nranks_(nranks), timeout_(timeout_seconds) {
   GSHMEM_REQUIRE(nranks >= 1, "nranks must be at least 1, got " + std::to_string(nranks));
-  GSHMEM_REQUIRE(rank >= 0 && rank < nranks,
-                 "rank " + std::to_string(rank) + " is outside [0, " + std::to_string(nranks) + ")");
+  GSHMEM_REQUIRE(rank >= 0 && rank < nranks, "rank " + std::to_string(rank) + " is outside [0, " +
+                                                 std::to_string(nranks) + ")");
   if (rank == 0) {
     Fd listener = take_listener(id);
     if (!listener.valid()) {
@@ -106,8 +106,9 @@ void Bootstrap::root_accept(Fd listener) {
       return;  // p.fd closes with p
     }
     if (hello.nranks != nranks_) {
-      mismatch = "rank " + std::to_string(hello.rank) + " was started with nranks=" +
-                 std::to_string(hello.nranks) + " but rank 0 with nranks=" + std::to_string(nranks_);
+      mismatch = "rank " + std::to_string(hello.rank) +
+                 " was started with nranks=" + std::to_string(hello.nranks) +
+                 " but rank 0 with nranks=" + std::to_string(nranks_);
     } else if (hello.rank <= 0 || hello.rank >= nranks_ || clients_[hello.rank].valid()) {
       mismatch = "two processes claim rank " + std::to_string(hello.rank) +
                  " (or it is out of range); give every process a distinct rank in [0, nranks)";
@@ -166,8 +167,9 @@ void Bootstrap::root_accept(Fd listener) {
   }
   if (connected < nranks_ - 1) {
     std::vector<int> missing;
-    for (int r = 1; r < nranks_; ++r)
+    for (int r = 1; r < nranks_; ++r) {
       if (!clients_[r].valid()) missing.push_back(r);
+    }
     std::string msg = "bootstrap: rank(s) " + rank_list(missing) + " of " +
                       std::to_string(nranks_) + " did not connect to rank 0 at " + id_.describe() +
                       " within " + std::to_string(timeout_) + " s (GSHMEM_TIMEOUT)";
@@ -179,7 +181,9 @@ void Bootstrap::root_accept(Fd listener) {
     fail_all(GSHMEM_ERROR_TIMEOUT, msg);
   }
   Header ok{kMsgMagic, kAck, 0, GSHMEM_SUCCESS, 0, 0};
-  for (int r = 1; r < nranks_; ++r) send_all(clients_[r].get(), &ok, sizeof ok, deadline, rank_name(r));
+  for (int r = 1; r < nranks_; ++r) {
+    send_all(clients_[r].get(), &ok, sizeof ok, deadline, rank_name(r));
+  }
 }
 
 void Bootstrap::client_connect() {
@@ -253,7 +257,8 @@ void Bootstrap::allgather(const void* in, void* out, size_t bytes) {
 
 void Bootstrap::broadcast(void* buf, size_t bytes, int root) {
   GSHMEM_REQUIRE(root >= 0 && root < nranks_, "broadcast root " + std::to_string(root) +
-                                                  " is outside [0, " + std::to_string(nranks_) + ")");
+                                                  " is outside [0, " + std::to_string(nranks_) +
+                                                  ")");
   std::vector<uint8_t> data =
       exchange(kBroadcast, static_cast<uint32_t>(root), buf, rank_ == root ? bytes : 0, bytes);
   std::memcpy(buf, data.data(), bytes);
@@ -451,8 +456,9 @@ std::vector<uint8_t> Bootstrap::root_exchange(const Header& mine, const void* in
   std::vector<uint8_t> out(out_bytes);
   if (mine.op == kAllgather) {
     if (mine.bytes) std::memcpy(out.data(), in, mine.bytes);
-    for (int r = 1; r < nranks_; ++r)
+    for (int r = 1; r < nranks_; ++r) {
       if (mine.bytes) std::memcpy(out.data() + r * mine.bytes, pend[r].data.data(), mine.bytes);
+    }
   } else if (mine.op == kBroadcast) {
     int root = static_cast<int>(mine.arg);
     const void* src = root == 0 ? in : pend[root].data.data();

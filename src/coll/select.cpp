@@ -92,23 +92,25 @@ struct Defaults {
 };
 
 const std::vector<Defaults>& table() {
+  // clang-format off: one row per collective, its columns aligned
   static const std::vector<Defaults> t = {
-      //  op                       packet_max  one_shot_max nccl_min   (staged)   large          nccl
-      {GSHMEM_COLL_ALL_REDUCE,     64 * KiB,   256 * KiB,   8 * MiB,   256 * KiB, Algo::TwoShot, true,
+      // op                        packet_max one_shot   nccl_min   (staged)   large          nccl
+      {GSHMEM_COLL_ALL_REDUCE,     64 * KiB,  256 * KiB, 8 * MiB,   256 * KiB, Algo::TwoShot, true,
        {Algo::Packet, Algo::OneShot, Algo::TwoShot}},
-      {GSHMEM_COLL_ALL_GATHER,     64 * KiB,   kNoLimit,    64 * MiB,  8 * MiB,   Algo::OneShot, true,
+      {GSHMEM_COLL_ALL_GATHER,     64 * KiB,  kNoLimit,  64 * MiB,  8 * MiB,   Algo::OneShot, true,
        {Algo::Packet, Algo::OneShot, Algo::Exchange}},
-      {GSHMEM_COLL_REDUCE_SCATTER, 256 * KiB,  kNoLimit,    16 * MiB,  16 * MiB,  Algo::OneShot, true,
+      {GSHMEM_COLL_REDUCE_SCATTER, 256 * KiB, kNoLimit,  16 * MiB,  16 * MiB,  Algo::OneShot, true,
        {Algo::Packet, Algo::OneShot}},
-      {GSHMEM_COLL_BROADCAST,      kNever,     kNoLimit,    kNoLimit,  kNoLimit,  Algo::OneShot, true,
+      {GSHMEM_COLL_BROADCAST,      kNever,    kNoLimit,  kNoLimit,  kNoLimit,  Algo::OneShot, true,
        {Algo::OneShot, Algo::Exchange}},
-      {GSHMEM_COLL_ALL_TO_ALL,     256 * KiB,  kNoLimit,    256 * MiB, 32 * MiB,  Algo::OneShot, true,
+      {GSHMEM_COLL_ALL_TO_ALL,     256 * KiB, kNoLimit,  256 * MiB, 32 * MiB,  Algo::OneShot, true,
        {Algo::Packet, Algo::OneShot, Algo::Exchange}},
-      {GSHMEM_COLL_ALL_TO_ALLV,    kNever,     kNoLimit,    kNoLimit,  kNoLimit,  Algo::OneShot, false,
+      {GSHMEM_COLL_ALL_TO_ALLV,    kNever,    kNoLimit,  kNoLimit,  kNoLimit,  Algo::OneShot, false,
        {Algo::OneShot}},
-      {GSHMEM_COLL_BARRIER,        kNever,     kNoLimit,    kNoLimit,  kNoLimit,  Algo::OneShot, false,
+      {GSHMEM_COLL_BARRIER,        kNever,    kNoLimit,  kNoLimit,  kNoLimit,  Algo::OneShot, false,
        {Algo::OneShot}},
   };
+  // clang-format on
   return t;
 }
 
@@ -271,7 +273,9 @@ Choice beyond_reach(const Query& q, const Defaults& d, Want want, const std::str
     throw_error(GSHMEM_ERROR_USAGE, what + ", where gshmem's kernels do not reach; unset " + algo);
   }
   const bool nccl = d.nccl_capable && q.nccl_available && want != Want::Gshmem;
-  if (nccl) return {Backend::Nccl, Algo::Nccl, "a member beyond load/store reach: NCCL's network path"};
+  if (nccl) {
+    return {Backend::Nccl, Algo::Nccl, "a member beyond load/store reach: NCCL's network path"};
+  }
   if (want == Want::Nccl) throw_error(GSHMEM_ERROR_USAGE, nccl_missing(who));
   if (q.proxy && exchange_capable(q)) {
     return {Backend::Gshmem, Algo::Exchange,

@@ -54,8 +54,9 @@ uint64_t parse_size(const std::string& text, const char* what) {
   else if (unit == "T" || unit == "TB" || unit == "TIB") scale = 1024.0 * 1024 * 1024 * 1024;
   else scale = -1;
   if (end == text.c_str() || scale < 0 || !(value >= 0) || !std::isfinite(value)) {
-    throw_error(GSHMEM_ERROR_USAGE, std::string(what) + "='" + text +
-                                        "' is not a size; write bytes or a number with K, M, G or T");
+    throw_error(GSHMEM_ERROR_USAGE,
+                std::string(what) + "='" + text +
+                    "' is not a size; write bytes or a number with K, M, G or T");
   }
   return static_cast<uint64_t>(value * scale);
 }

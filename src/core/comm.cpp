@@ -119,7 +119,9 @@ Comm::Comm(const UniqueId& id, int rank, int nranks, int device)
   config.check_sequence = check_alloc;
   config.local_index.assign(nranks, -1);
   if (p2p) {
-    for (size_t i = 0; i < local_ranks_.size(); ++i) config.local_index[local_ranks_[i]] = static_cast<int>(i);
+    for (size_t i = 0; i < local_ranks_.size(); ++i) {
+      config.local_index[local_ranks_[i]] = static_cast<int>(i);
+    }
     channel_ = std::make_unique<LocalChannel>(*bootstrap_, local_ranks_, timeout);
   } else {
     config.local_index[rank] = 0;

@@ -55,7 +55,9 @@ void SymmetricHeap::release_all() noexcept {
   CUcontext previous = nullptr;
   d.ctx_get_current(&previous);
   cudaSetDevice(config_.device);
-  for (auto it = mappings_.rbegin(); it != mappings_.rend(); ++it) d.mem_unmap(it->first, it->second);
+  for (auto it = mappings_.rbegin(); it != mappings_.rend(); ++it) {
+    d.mem_unmap(it->first, it->second);
+  }
   mappings_.clear();
   d.mem_address_free(va_, config_.slot_size * slots_);
   va_ = 0;
@@ -68,8 +70,9 @@ void SymmetricHeap::check_sequence(uint64_t op, uint64_t a, uint64_t b) {
   std::vector<uint64_t> all(bootstrap_.nranks());
   bootstrap_.allgather(&sequence_hash_, all.data(), sizeof(uint64_t));
   std::string differ;
-  for (int r = 0; r < bootstrap_.nranks(); ++r)
+  for (int r = 0; r < bootstrap_.nranks(); ++r) {
     if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  }
   if (!differ.empty()) {
     broken_ = true;
     throw_error(GSHMEM_ERROR_HEAP,
@@ -82,7 +85,8 @@ void SymmetricHeap::check_sequence(uint64_t op, uint64_t a, uint64_t b) {
 
 void SymmetricHeap::grow_to(uint64_t needed_end) {
   uint64_t old_end = allocator_.end();
-  uint64_t new_end = round_up(std::max(needed_end, old_end + config_.grow_bytes), config_.granularity);
+  uint64_t new_end =
+      round_up(std::max(needed_end, old_end + config_.grow_bytes), config_.granularity);
   if (new_end > config_.slot_size) new_end = round_up(needed_end, config_.granularity);
   if (new_end > config_.slot_size) {
     throw_error(GSHMEM_ERROR_HEAP,
@@ -103,7 +107,8 @@ void SymmetricHeap::grow_to(uint64_t needed_end) {
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = config_.device;
-  prop.requestedHandleTypes = share ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  prop.requestedHandleTypes =
+      share ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
   CUmemGenericAllocationHandle handle{};
   CUresult created = d.mem_create(&handle, size, &prop, 0);
 
@@ -114,8 +119,9 @@ void SymmetricHeap::grow_to(uint64_t needed_end) {
   std::vector<int32_t> all_ok(bootstrap_.nranks());
   bootstrap_.allgather(&ok, all_ok.data(), sizeof ok);
   std::string failed;
-  for (int r = 0; r < bootstrap_.nranks(); ++r)
+  for (int r = 0; r < bootstrap_.nranks(); ++r) {
     if (!all_ok[r]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  }
   if (!failed.empty()) {
     if (ok) d.mem_release(handle);
     throw_error(GSHMEM_ERROR_HEAP, "symmetric heap: PE(s) " + failed + " could not allocate " +
@@ -145,11 +151,12 @@ void SymmetricHeap::grow_to(uint64_t needed_end) {
       for (int q = 0; q < static_cast<int>(fds.size()); ++q) {
         if (q == my_slot_) continue;
         CUmemGenericAllocationHandle peer{};
-        cuda::check(d.mem_import(&peer, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[q].get())),
-                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                    ("importing local PE " + std::to_string(q) +
-                     "'s heap chunk (set GSHMEM_DISABLE_P2P=1 if GPUs cannot reach each other)")
-                        .c_str());
+        cuda::check(
+            d.mem_import(&peer, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[q].get())),
+                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            ("importing local PE " + std::to_string(q) +
+             "'s heap chunk (set GSHMEM_DISABLE_P2P=1 if GPUs cannot reach each other)")
+                .c_str());
         CUdeviceptr at = va_ + q * config_.slot_size + old_end;
         CUresult mrc = d.mem_map(at, size, 0, peer, 0);
         d.mem_release(peer);
@@ -177,17 +184,21 @@ void SymmetricHeap::grow_to(uint64_t needed_end) {
   t[4] = clock::now();
   broken_ = false;
   allocator_.grow(new_end);
-  auto ms = [&](int i) { return std::chrono::duration<double, std::milli>(t[i + 1] - t[i]).count(); };
+  auto ms = [&](int i) {
+    return std::chrono::duration<double, std::milli>(t[i + 1] - t[i]).count();
+  };
   log_debug(bootstrap_.rank(),
             "heap grew by %llu MiB to %llu MiB (%d slot(s)): create %.2f ms, agree+export+map "
             "%.2f ms, exchange+import+map peers %.2f ms, set access %.2f ms",
-            static_cast<unsigned long long>(size >> 20), static_cast<unsigned long long>(new_end >> 20),
-            share ? slots_ : 1, ms(0), ms(1), ms(2), ms(3));
+            static_cast<unsigned long long>(size >> 20),
+            static_cast<unsigned long long>(new_end >> 20), share ? slots_ : 1, ms(0), ms(1), ms(2),
+            ms(3));
   if (grow_hook_) grow_hook_();
 }
 
 void* SymmetricHeap::malloc(uint64_t size, uint64_t alignment, bool zero) {
-  GSHMEM_REQUIRE(!broken_, "symmetric heap is unusable after an earlier failure; finalize the comm");
+  GSHMEM_REQUIRE(!broken_,
+                 "symmetric heap is unusable after an earlier failure; finalize the comm");
   GSHMEM_REQUIRE(size > 0, "symmetric allocation size must be positive");
   GSHMEM_REQUIRE(alignment > 0 && (alignment & (alignment - 1)) == 0,
                  "alignment must be a power of two, got " + std::to_string(alignment));

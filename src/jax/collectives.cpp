@@ -17,20 +17,21 @@ struct Call {
 };
 
 // The state, team and dtype of a call, or the error that stops it.
-std::optional<ffi::Error> prepare(int32_t ordinal, ffi::DataType type, ffi::Span<const int32_t> groups,
-                                  const char* op, Call* call) {
+std::optional<ffi::Error> prepare(int32_t ordinal, ffi::DataType type,
+                                  ffi::Span<const int32_t> groups, const char* op, Call* call) {
   if (auto err = lookup(ordinal, op, &call->state)) return err;
   auto dtype = gshmem_dtype(type);
   if (!dtype) {
-    return ffi::Error::InvalidArgument(std::string("gshmem.jax ") + op +
-                                       ": element type not supported (float32, bfloat16, float16, int32, int64)");
+    return ffi::Error::InvalidArgument(
+        std::string("gshmem.jax ") + op +
+        ": element type not supported (float32, bfloat16, float16, int32, int64)");
   }
   call->dtype = *dtype;
   return team_of(*call->state, groups, op, &call->team);
 }
 
-ffi::Error all_reduce(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
-                      ffi::Span<const int32_t> groups) {
+ffi::Error all_reduce(void* stream, int32_t ordinal, ffi::AnyBuffer x,
+                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int32_t> groups) {
   Call c{};
   if (auto err = prepare(ordinal, x.element_type(), groups, "psum", &c)) return *err;
   if (gshmem_all_reduce_on_stream(c.state->comm, &c.team, x.untyped_data(), out->untyped_data(),
@@ -40,8 +41,8 @@ ffi::Error all_reduce(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Resu
   return ffi::Error::Success();
 }
 
-ffi::Error all_gather(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
-                      ffi::Span<const int32_t> groups) {
+ffi::Error all_gather(void* stream, int32_t ordinal, ffi::AnyBuffer x,
+                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int32_t> groups) {
   Call c{};
   if (auto err = prepare(ordinal, x.element_type(), groups, "all_gather", &c)) return *err;
   if (gshmem_all_gather_on_stream(c.state->comm, &c.team, x.untyped_data(), out->untyped_data(),
@@ -51,8 +52,8 @@ ffi::Error all_gather(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Resu
   return ffi::Error::Success();
 }
 
-ffi::Error reduce_scatter(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
-                          ffi::Span<const int32_t> groups) {
+ffi::Error reduce_scatter(void* stream, int32_t ordinal, ffi::AnyBuffer x,
+                          ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int32_t> groups) {
   Call c{};
   if (auto err = prepare(ordinal, x.element_type(), groups, "psum_scatter", &c)) return *err;
   if (gshmem_reduce_scatter_on_stream(c.state->comm, &c.team, x.untyped_data(), out->untyped_data(),
@@ -62,13 +63,13 @@ ffi::Error reduce_scatter(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::
   return ffi::Error::Success();
 }
 
-ffi::Error all_to_all(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
-                      ffi::Span<const int32_t> groups) {
+ffi::Error all_to_all(void* stream, int32_t ordinal, ffi::AnyBuffer x,
+                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int32_t> groups) {
   Call c{};
   if (auto err = prepare(ordinal, x.element_type(), groups, "all_to_all", &c)) return *err;
   const size_t count = x.element_count() / static_cast<size_t>(c.team.size);
-  if (gshmem_all_to_all_on_stream(c.state->comm, &c.team, x.untyped_data(), out->untyped_data(), count,
-                                  c.dtype, stream)) {
+  if (gshmem_all_to_all_on_stream(c.state->comm, &c.team, x.untyped_data(), out->untyped_data(),
+                                  count, c.dtype, stream)) {
     return gshmem_error("all_to_all");
   }
   return ffi::Error::Success();

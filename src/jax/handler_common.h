@@ -22,8 +22,9 @@ inline ffi::Error gshmem_error(const char* op) {
 inline std::optional<ffi::Error> lookup(int ordinal, const char* op, const DeviceState** out) {
   *out = device_state(ordinal);
   if (*out) return std::nullopt;
-  return ffi::Error::InvalidArgument(std::string("gshmem.jax ") + op + ": no gshmem comm on XLA device " +
-                                     std::to_string(ordinal) + "; call gshmem.jax.init() first");
+  return ffi::Error::InvalidArgument(std::string("gshmem.jax ") + op +
+                                     ": no gshmem comm on XLA device " + std::to_string(ordinal) +
+                                     "; call gshmem.jax.init() first");
 }
 
 inline std::optional<gshmem_dtype_t> gshmem_dtype(ffi::DataType t) {

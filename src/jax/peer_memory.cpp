@@ -20,7 +20,8 @@ template <class F>
 void find(const char* symbol, F* fn) {
   void* found = nullptr;
   cudaDriverEntryPointQueryResult status{};
-  if (cudaGetDriverEntryPointByVersion(symbol, &found, 12000, cudaEnableDefault, &status) == cudaSuccess &&
+  if (cudaGetDriverEntryPointByVersion(symbol, &found, 12000, cudaEnableDefault, &status) ==
+          cudaSuccess &&
       status == cudaDriverEntryPointSuccess) {
     *fn = reinterpret_cast<F>(found);
   }
@@ -45,7 +46,8 @@ bool grant_peer_access(const void* out, size_t bytes, int from, bool peers_enabl
   auto ptr = reinterpret_cast<CUdeviceptr>(out);
   void* pool = nullptr;
   int legacy = 0;
-  if (d.pointer_attribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr) != CUDA_SUCCESS ||
+  if (d.pointer_attribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr) !=
+          CUDA_SUCCESS ||
       d.pointer_attribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, ptr) != CUDA_SUCCESS) {
     return false;
   }
@@ -57,10 +59,12 @@ bool grant_peer_access(const void* out, size_t bytes, int from, bool peers_enabl
     size_t size = 0;
     unsigned long long flags = 0;
     if (d.pointer_attribute(&base, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, ptr) != CUDA_SUCCESS ||
-        d.pointer_attribute(&size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, ptr) != CUDA_SUCCESS || size == 0) {
+        d.pointer_attribute(&size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, ptr) != CUDA_SUCCESS ||
+        size == 0) {
       return false;
     }
-    if (d.get_access(&flags, &peer, ptr) != CUDA_SUCCESS || flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+    if (d.get_access(&flags, &peer, ptr) != CUDA_SUCCESS ||
+        flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
       const CUmemAccessDesc grant{peer, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
       if (d.set_access(base, size, &grant, 1) != CUDA_SUCCESS) return false;
     }

@@ -28,8 +28,9 @@
 // channel's own stream, after the work XLA enqueued before it, into start's result; done makes
 // XLA's stream wait for them and returns that result (aliased). Between the two, XLA must neither
 // read start's result nor reuse start's operand: the Python side passes both to done and nothing
-// else, and done also takes the values it must come after. Neither is command-buffer compatible (the channel's
-// stream forks from XLA's stream in start and joins it in done, two separate commands).
+// else, and done also takes the values it must come after. Neither is command-buffer compatible
+// (the channel's stream forks from XLA's stream in start and joins it in done, two separate
+// commands).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -62,25 +63,29 @@ struct Route {
 };
 
 // The chunked exchange of `bytes` through channel `ch`, enqueued on `stream` (header comment).
-ffi::Error exchange(const DeviceState& s, const Channel& ch, cudaStream_t stream, const char* in, char* res,
-                    size_t bytes, int dst, int src, const Route& route, const char* op) {
+ffi::Error exchange(const DeviceState& s, const Channel& ch, cudaStream_t stream, const char* in,
+                    char* res, size_t bytes, int dst, int src, const Route& route, const char* op) {
   if (src < 0) {  // nobody sends here: zeros, as jax.lax.ppermute
     if (cudaError_t e = cudaMemsetAsync(res, 0, bytes, stream)) return copy_error(e);
   }
   if (src == s.rank) {
-    if (cudaError_t e = cudaMemcpyAsync(res, in, bytes, cudaMemcpyDeviceToDevice, stream)) return copy_error(e);
+    if (cudaError_t e = cudaMemcpyAsync(res, in, bytes, cudaMemcpyDeviceToDevice, stream)) {
+      return copy_error(e);
+    }
   }
   const bool sends = dst >= 0 && dst != s.rank, receives = src >= 0 && src != s.rank;
   if (!sends && !receives) return ffi::Error::Success();
   const size_t staged = (bytes + s.half_bytes - 1) / s.half_bytes;
-  const size_t sent = !sends ? 0 : route.peer_out ? 1 : staged, got = !receives ? 0 : route.direct_in ? 1 : staged;
+  const size_t sent = !sends ? 0 : route.peer_out ? 1 : staged;
+  const size_t got = !receives ? 0 : route.direct_in ? 1 : staged;
   const cudaStream_t copier = got > 1 ? ch.copier : stream;
   if (copier != stream) {
     if (cudaError_t e = join(stream, copier, ch.forked)) return copy_error(e);
   }
   auto half = [&](size_t k) { return static_cast<char*>(ch.slot) + (k % kHalves) * s.half_bytes; };
   auto ready = [&](size_t k) {  // receiver: half k % 2 (or res, direct) may now take chunk k
-    return gshmem_signal_op_on_stream(s.comm, ch.ready[k % kHalves] + s.rank, 1, GSHMEM_SIGNAL_SET, src, copier);
+    return gshmem_signal_op_on_stream(s.comm, ch.ready[k % kHalves] + s.rank, 1, GSHMEM_SIGNAL_SET,
+                                      src, copier);
   };
   for (size_t k = 0; k < std::min<size_t>(got, kHalves); ++k) {
     if (ready(k)) return gshmem_error(op);
@@ -89,23 +94,29 @@ ffi::Error exchange(const DeviceState& s, const Channel& ch, cudaStream_t stream
     const size_t offset = k * s.half_bytes, n = std::min(s.half_bytes, bytes - offset);
     uint64_t* const ready_flag = ch.ready[k % kHalves] + dst;
     uint64_t* const arrived = ch.arrived[k % kHalves];
-    if (k < sent && (gshmem_signal_wait_until_on_stream(s.comm, ready_flag, GSHMEM_CMP_EQ, 1, stream) ||
-                     gshmem_signal_op_on_stream(s.comm, ready_flag, 0, GSHMEM_SIGNAL_SET, s.rank, stream))) {
+    if (k < sent &&
+        (gshmem_signal_wait_until_on_stream(s.comm, ready_flag, GSHMEM_CMP_EQ, 1, stream) ||
+         gshmem_signal_op_on_stream(s.comm, ready_flag, 0, GSHMEM_SIGNAL_SET, s.rank, stream))) {
       return gshmem_error(op);
     }
     if (k < sent && route.peer_out) {  // the whole operand into the receiver's output
-      if (cudaError_t e = cudaMemcpyAsync(route.peer_out, in, bytes, cudaMemcpyDeviceToDevice, stream)) {
+      if (cudaError_t e =
+              cudaMemcpyAsync(route.peer_out, in, bytes, cudaMemcpyDeviceToDevice, stream)) {
         return copy_error(e);
       }
-      if (gshmem_signal_op_on_stream(s.comm, arrived, 1, GSHMEM_SIGNAL_SET, dst, stream)) return gshmem_error(op);
+      if (gshmem_signal_op_on_stream(s.comm, arrived, 1, GSHMEM_SIGNAL_SET, dst, stream)) {
+        return gshmem_error(op);
+      }
     } else if (k < sent && gshmem_put_signal_on_stream(s.comm, half(k), in + offset, n, arrived, 1,
                                                        GSHMEM_SIGNAL_SET, dst, stream)) {
       return gshmem_error(op);
     }
-    if (k < got && (gshmem_signal_wait_until_on_stream(s.comm, arrived, GSHMEM_CMP_EQ, 1, copier) ||
-                    gshmem_signal_op_on_stream(s.comm, arrived, 0, GSHMEM_SIGNAL_SET, s.rank, copier) ||
-                    (!route.direct_in && gshmem_get_on_stream(s.comm, res + offset, half(k), n, s.rank, copier)) ||
-                    (k + kHalves < got && ready(k + kHalves)))) {
+    if (k < got &&
+        (gshmem_signal_wait_until_on_stream(s.comm, arrived, GSHMEM_CMP_EQ, 1, copier) ||
+         gshmem_signal_op_on_stream(s.comm, arrived, 0, GSHMEM_SIGNAL_SET, s.rank, copier) ||
+         (!route.direct_in &&
+          gshmem_get_on_stream(s.comm, res + offset, half(k), n, s.rank, copier)) ||
+         (k + kHalves < got && ready(k + kHalves)))) {
       return gshmem_error(op);
     }
   }
@@ -116,8 +127,8 @@ ffi::Error exchange(const DeviceState& s, const Channel& ch, cudaStream_t stream
 }
 
 // This PE's (destination, source) from the peer table, checked against the comm's size.
-std::optional<ffi::Error> peers_of(const DeviceState& s, ffi::Span<const int32_t> peers, const char* op,
-                                   int* dst, int* src) {
+std::optional<ffi::Error> peers_of(const DeviceState& s, ffi::Span<const int32_t> peers,
+                                   const char* op, int* dst, int* src) {
   if (peers.size() != static_cast<size_t>(2 * s.nranks)) {
     return ffi::Error::InvalidArgument(std::string("gshmem.jax ") + op +
                                        ": the peer table was made for another number of PEs");
@@ -131,8 +142,9 @@ std::optional<ffi::Error> peers_of(const DeviceState& s, ffi::Span<const int32_t
 std::optional<ffi::Error> async_channel(const DeviceState& s, int32_t channel, const char* op,
                                         const Channel** out) {
   if (channel < 1 || channel >= kChannels) {
-    return ffi::Error::InvalidArgument(std::string("gshmem.jax ") + op + ": channel " + std::to_string(channel) +
-                                       " is not in 1.." + std::to_string(kChannels - 1));
+    return ffi::Error::InvalidArgument(std::string("gshmem.jax ") + op + ": channel " +
+                                       std::to_string(channel) + " is not in 1.." +
+                                       std::to_string(kChannels - 1));
   }
   *out = &s.channels[channel];
   return std::nullopt;
@@ -149,10 +161,13 @@ ffi::Error permute(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<
   auto* in = static_cast<const char*>(x.untyped_data());
   auto* res = static_cast<char*>(out->untyped_data());
   if (kernel) {
-    if (gshmem_permute_on_stream(s->comm, in, res, bytes, dst, src, stream)) return gshmem_error(op);
+    if (gshmem_permute_on_stream(s->comm, in, res, bytes, dst, src, stream)) {
+      return gshmem_error(op);
+    }
     return ffi::Error::Success();
   }
-  return exchange(*s, s->channels[0], static_cast<cudaStream_t>(stream), in, res, bytes, dst, src, Route{}, op);
+  return exchange(*s, s->channels[0], static_cast<cudaStream_t>(stream), in, res, bytes, dst, src,
+                  Route{}, op);
 }
 
 std::atomic<uint64_t> g_direct_puts{0};  // puts of this process straight into an XLA output
@@ -174,28 +189,33 @@ ffi::Error permute_direct(void* stream, int32_t ordinal, ffi::RunId run, ffi::An
   const uint64_t call = next_call(ordinal, static_cast<uint64_t>(run.run_id));
   Route route;
   if (const int from = local_ordinal(src); src != s->rank && from >= 0) {
-    route.direct_in = grant_peer_access(res, out->size_bytes(), device_state(from)->device, peer_access(from, ordinal));
-    post(CallKey{static_cast<uint64_t>(run.run_id), call, s->rank}, route.direct_in ? res : nullptr);
+    route.direct_in = grant_peer_access(res, out->size_bytes(), device_state(from)->device,
+                                        peer_access(from, ordinal));
+    post(CallKey{static_cast<uint64_t>(run.run_id), call, s->rank},
+         route.direct_in ? res : nullptr);
   }
   if (dst != s->rank && local_ordinal(dst) >= 0) {
     void* peer_out = nullptr;
     if (!take(CallKey{static_cast<uint64_t>(run.run_id), call, dst}, s->timeout_s, &peer_out)) {
-      return ffi::Error::Internal("gshmem.jax ppermute: PE " + std::to_string(dst) +
-                                  " (this process) did not make this call within GSHMEM_TIMEOUT; every device must "
-                                  "run the same ppermutes in the same order, and XLA must run the devices' programs "
-                                  "concurrently (else set GSHMEM_JAX_PPERMUTE_DIRECT=0)");
+      return ffi::Error::Internal(
+          "gshmem.jax ppermute: PE " + std::to_string(dst) +
+          " (this process) did not make this call within GSHMEM_TIMEOUT; every device must "
+          "run the same ppermutes in the same order, and XLA must run the devices' programs "
+          "concurrently (else set GSHMEM_JAX_PPERMUTE_DIRECT=0)");
     }
     route.peer_out = static_cast<char*>(peer_out);
     if (peer_out) ++g_direct_puts;
   }
-  return exchange(*s, s->channels[0], static_cast<cudaStream_t>(stream), static_cast<const char*>(x.untyped_data()),
-                  res, x.size_bytes(), dst, src, route, op);
+  return exchange(*s, s->channels[0], static_cast<cudaStream_t>(stream),
+                  static_cast<const char*>(x.untyped_data()), res, x.size_bytes(), dst, src, route,
+                  op);
 }
 
 // `token` carries no data: the Python side ties later computation to it (an optimization barrier)
 // to keep the start ahead of that computation without giving XLA a use of `out` before done.
-ffi::Error permute_start(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
-                         ffi::Result<ffi::AnyBuffer> /*token*/, ffi::Span<const int32_t> peers, int32_t channel) {
+ffi::Error permute_start(void* stream, int32_t ordinal, ffi::AnyBuffer x,
+                         ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> /*token*/,
+                         ffi::Span<const int32_t> peers, int32_t channel) {
   const char* op = "ppermute_start";
   const DeviceState* s = nullptr;
   const Channel* ch = nullptr;
@@ -206,8 +226,9 @@ ffi::Error permute_start(void* stream, int32_t ordinal, ffi::AnyBuffer x, ffi::R
   auto xla = static_cast<cudaStream_t>(stream);
   if (cudaError_t e = cudaEventRecord(ch->issued, xla)) return copy_error(e);
   if (cudaError_t e = cudaStreamWaitEvent(ch->stream, ch->issued, 0)) return copy_error(e);
-  if (auto err = exchange(*s, *ch, ch->stream, static_cast<const char*>(x.untyped_data()),
-                          static_cast<char*>(out->untyped_data()), x.size_bytes(), dst, src, Route{}, op);
+  if (auto err =
+          exchange(*s, *ch, ch->stream, static_cast<const char*>(x.untyped_data()),
+                   static_cast<char*>(out->untyped_data()), x.size_bytes(), dst, src, Route{}, op);
       !err.success()) {
     return err;
   }
@@ -225,8 +246,8 @@ ffi::Error permute_done(void* stream, int32_t ordinal, ffi::AnyBuffer received, 
   auto xla = static_cast<cudaStream_t>(stream);
   if (cudaError_t e = cudaStreamWaitEvent(xla, ch->landed, 0)) return copy_error(e);
   if (out->untyped_data() != received.untyped_data()) {  // aliased unless XLA chose otherwise
-    if (cudaError_t e = cudaMemcpyAsync(out->untyped_data(), received.untyped_data(), received.size_bytes(),
-                                        cudaMemcpyDeviceToDevice, xla)) {
+    if (cudaError_t e = cudaMemcpyAsync(out->untyped_data(), received.untyped_data(),
+                                        received.size_bytes(), cudaMemcpyDeviceToDevice, xla)) {
       return copy_error(e);
     }
   }

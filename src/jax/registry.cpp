@@ -151,7 +151,9 @@ extern "C" void gshmem_jax_detach(int ordinal) {
   if (ordinal < 0 || ordinal >= kMaxDevices) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   release(g_states[ordinal]);
-  for (int other = 0; other < kMaxDevices; ++other) g_peer[ordinal][other] = g_peer[other][ordinal] = false;
+  for (int other = 0; other < kMaxDevices; ++other) {
+    g_peer[ordinal][other] = g_peer[other][ordinal] = false;
+  }
 }
 
 extern "C" const char* gshmem_jax_last_error(void) { return gshmem::jax::g_error.c_str(); }

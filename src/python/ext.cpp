@@ -77,7 +77,10 @@ class CommHandle {
   }
   uintptr_t malloc(size_t size, size_t alignment, bool zero) {
     void* p = nullptr;
-    call([&] { return zero ? gshmem_calloc(get(), size, alignment, &p) : gshmem_malloc(get(), size, alignment, &p); });
+    call([&] {
+      return zero ? gshmem_calloc(get(), size, alignment, &p)
+                  : gshmem_malloc(get(), size, alignment, &p);
+    });
     return reinterpret_cast<uintptr_t>(p);
   }
   void free(uintptr_t ptr) {
@@ -145,7 +148,8 @@ void bind_proxy_trace(nb::module_& m);  // ext_proxy_trace.cpp
 NB_MODULE(_C, m) {
   m.doc() = "gshmem native core (use the gshmem package, not this module directly)";
   m.attr("UNIQUE_ID_BYTES") = GSHMEM_UNIQUE_ID_BYTES;
-  m.attr("VERSION") = nb::make_tuple(GSHMEM_VERSION_MAJOR, GSHMEM_VERSION_MINOR, GSHMEM_VERSION_PATCH);
+  m.attr("VERSION") =
+      nb::make_tuple(GSHMEM_VERSION_MAJOR, GSHMEM_VERSION_MINOR, GSHMEM_VERSION_PATCH);
 
   m.def("unique_id_create", [](std::optional<std::string> address, int port, bool listen) {
         gshmem_unique_id_t id{};
@@ -161,7 +165,8 @@ NB_MODULE(_C, m) {
       });
   m.def("device_count", [] { return gshmem::cuda::device_count(); },
         "Number of CUDA devices visible to this process (0 without a driver or GPU).");
-  m.def("timeout_seconds", [] { return call_internal([] { return gshmem::env::timeout_seconds(); }); });
+  m.def("timeout_seconds",
+        [] { return call_internal([] { return gshmem::env::timeout_seconds(); }); });
   m.def("parse_size", [](const std::string& text) {
         return call_internal([&] { return gshmem::env::parse_size(text, "size"); });
       });
@@ -179,7 +184,8 @@ NB_MODULE(_C, m) {
       .def("free", &CommHandle::free, "ptr"_a)
       .def("ptr", &CommHandle::ptr, "ptr"_a, "pe"_a)
       // the gshmem_comm_t, for adapters that call the C API themselves (gshmem.jax's handlers)
-      .def_prop_ro("address", [](const CommHandle& h) { return reinterpret_cast<uintptr_t>(h.raw()); });
+      .def_prop_ro("address",
+                   [](const CommHandle& h) { return reinterpret_cast<uintptr_t>(h.raw()); });
 
   // The heap's allocator on its own (no GPU), for unit and property tests.
   nb::class_<gshmem::Allocator>(m, "Allocator")
@@ -200,7 +206,8 @@ NB_MODULE(_C, m) {
       .def_prop_ro("free_blocks", &gshmem::Allocator::free_blocks);
 
   nb::class_<BootstrapHandle>(m, "BootstrapHandle")
-      .def(nb::init<const nb::bytes&, int, int, double>(), "uid"_a, "rank"_a, "nranks"_a, "timeout"_a)
+      .def(nb::init<const nb::bytes&, int, int, double>(), "uid"_a, "rank"_a, "nranks"_a,
+           "timeout"_a)
       .def("allgather", &BootstrapHandle::allgather)
       .def("broadcast", &BootstrapHandle::broadcast, "data"_a, "root"_a)
       .def("barrier", &BootstrapHandle::barrier)

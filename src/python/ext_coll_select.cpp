@@ -1,6 +1,7 @@
 // gshmem._C, backend-choice part: binds gshmem_comm_enable_nccl and gshmem_coll_explain for
 // python/gshmem/coll_select.py, plus internal entry points for the CPU tests: the pure selectors
-// (coll_choose / coll_explain_query, permute_path, permute_plan) and the NCCL loader on its own (nccl_probe).
+// (coll_choose / coll_explain_query, permute_path, permute_plan) and the NCCL loader on its own
+// (nccl_probe).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -45,10 +46,13 @@ void bind_coll_select(nb::module_& m) {
   }
   m.attr("COLL_SELECT_OPS") = ops;
 
-  m.def("comm_enable_nccl", [](nb::handle comm) {
+  m.def(
+      "comm_enable_nccl",
+      [](nb::handle comm) {
         gshmem_comm_t c = comm_of(comm);
         call([&] { return gshmem_comm_enable_nccl(c); });
-      }, "comm"_a, "Collective: loads NCCL and creates its communicator (gshmem_comm_enable_nccl).");
+      },
+      "comm"_a, "Collective: loads NCCL and creates its communicator (gshmem_comm_enable_nccl).");
   m.def("comm_coll_explain", [](nb::handle comm, int op, size_t bytes, int npes,
                                 bool out_symmetric, bool in_symmetric) {
         gshmem_comm_t c = comm_of(comm);
@@ -67,8 +71,9 @@ void bind_coll_select(nb::module_& m) {
           return gshmem::coll::choose(query(op, bytes, npes, nccl_available, out_symmetric,
                                             beyond_reach, proxy, in_symmetric));
         });
-        return std::make_tuple(std::string(c.backend == gshmem::coll::Backend::Nccl ? "nccl" : "gshmem"),
-                               gshmem::coll::algo_name(c), c.reason);
+        return std::make_tuple(
+            std::string(c.backend == gshmem::coll::Backend::Nccl ? "nccl" : "gshmem"),
+            gshmem::coll::algo_name(c), c.reason);
       }, "op"_a, "bytes"_a, "npes"_a, "nccl_available"_a, "out_symmetric"_a = false,
       "beyond_reach"_a = false, "proxy"_a = false, "in_symmetric"_a = false,
       "(backend, algo, reason) the selector picks; pure (no comm, no GPU). Tests only.");
@@ -86,16 +91,18 @@ void bind_coll_select(nb::module_& m) {
           return gshmem::coll::permute_path(bytes, out_symmetric, in_place, proxy);
         })));
       }, "bytes"_a, "out_symmetric"_a, "in_place"_a = false, "proxy"_a = false,
-      "'copy_engine', 'bulk' or 'packets': the path gshmem_permute_on_stream takes; pure. Tests "
-      "only.");
-  m.def("permute_plan", [](int me, int dst_pe, int src_pe) {
+      "'copy_engine', 'bulk' or 'packets': the path gshmem_permute_on_stream takes; pure; tests.");
+  m.def(
+      "permute_plan",
+      [](int me, int dst_pe, int src_pe) {
         std::vector<std::tuple<std::string, int>> out;
         for (const auto& a : gshmem::coll::permute_plan(me, dst_pe, src_pe)) {
           out.emplace_back(step_name(a.step), a.pe);
         }
         return out;
-      }, "me"_a, "dst_pe"_a, "src_pe"_a,
-      "[(step, pe)]: the copy-engine permute's steps on one PE (permute_plan.h); pure. Tests only.");
+      },
+      "me"_a, "dst_pe"_a, "src_pe"_a,
+      "[(step, pe)]: the copy-engine permute's steps on one PE (permute_plan.h); pure; tests.");
   m.def("exchange_plan", [](const std::vector<int>& dsts, const std::vector<int>& srcs) {
         std::vector<std::tuple<std::string, int>> out;
         for (const auto& a : gshmem::coll::exchange_plan(dsts, srcs)) {

@@ -3,9 +3,9 @@
 // been resolved. Each checks its arguments (validate.h), makes the comm's GPU current and
 // enqueues; none waits for the GPU or for a peer.
 //
-//   rma.cpp      put, get, put_2d, put_signal: copy engine (cudaMemcpyAsync between this GPU's address
-//                and the peer's mapping of the symmetric object), or the one-block kernels for
-//                messages of at most GSHMEM_STREAM_KERNEL_MAX_BYTES
+//   rma.cpp      put, get, put_2d, put_signal: copy engine (cudaMemcpyAsync between this
+//                GPU's address and the peer's mapping of the symmetric object), or the one-block
+//                kernels for messages of at most GSHMEM_STREAM_KERNEL_MAX_BYTES
 //   signal.cpp   signal_op, signal_wait_until: cuStreamWriteValue64 / cuStreamWaitValue64, or the
 //                one-thread kernels for what those cannot express
 //   sync.cpp     quiet (nothing to enqueue), barrier (one-warp kernel)
