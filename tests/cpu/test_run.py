@@ -157,9 +157,12 @@ def test_multicast_is_off_unless_the_user_set_it(tmp_path: Path) -> None:
     assert env["NCCL_NVLS_ENABLE"] == "0"
     assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert env["NVSHMEM_DISABLE_NVLS"] == "1"
-    proc = _launch(["-n", "1", script], env=_env(NCCL_NVLS_ENABLE="0", NVSHMEM_DISABLE_NVLS="1"))
+    # values other than the launcher's own, so that a kept setting and an overwritten one differ
+    # (a CPU-only child: nothing here uses multicast)
+    proc = _launch(["-n", "1", script], env=_env(NCCL_NVLS_ENABLE="1", NVSHMEM_DISABLE_NVLS="0"))
     assert proc.returncode == 0, proc.stderr
     env = _records(proc.stdout, "ENV")[0]["env"]
+    assert env["NCCL_NVLS_ENABLE"] == "1" and env["NVSHMEM_DISABLE_NVLS"] == "0"
     assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
 
 
