@@ -13,8 +13,6 @@ using namespace gshmem::coll::device;
 
 constexpr size_t kUnit = 16;  // CTA byte ranges start on 16-byte boundaries
 
-__device__ inline int world(const Team& team, int t) { return gshmem_team_world_pe(&team, t); }
-
 // Direct calls (`direct`: `out` is a symmetric heap object on every member, same address): phase
 // 1 only says that every member's kernel has started, so that its `out` is free (stream order; a
 // relaxed signal, protocol.cuh Arrival); then each CTA stores straight into the members' `out`

@@ -29,8 +29,6 @@ constexpr int kPeersInFlight = 8;
 
 struct Gather {};  // the receive of all_gather and all_to_all
 
-__device__ inline int world(const Team& team, int t) { return gshmem_team_world_pe(&team, t); }
-
 // Word i of block t to every other member t: the loads of a batch of peers first, together.
 __device__ inline void send_words(const Device& dev, const Team& team, const PermuteSync& s,
                                   int b, size_t i, const char* in, size_t in_stride,
@@ -53,12 +51,7 @@ __device__ inline void send_words(const Device& dev, const Team& team, const Per
 #pragma unroll
     for (int k = 0; k < kPeersInFlight; ++k) {
       if (first + k >= others) break;
-      if (sent[k] >= 2) {
-        poll_at_least<false>(dev, cta_entry(s.credits, s, b, pe[k]), pe[k], sent[k] - 1,
-                             seen[k]);
-      }
-      store_packet(gshmem::detail::shifted(packet_slot_of(s, sent[k], dev.my_pe), shift[k]) + i,
-                   data[k], epoch_of(sent[k]));
+      send_packet(dev, s, b, pe[k], sent[k], seen[k], shift[k], i, data[k]);
     }
   }
 }
@@ -115,14 +108,13 @@ __global__ void __launch_bounds__(kPermuteCtaWords)
   }
   __syncthreads();
   // Every value read from the slots has returned (each was stored to out or combined into what
-  // was), so the credits need no fence: a sender's later overwrite cannot change what was read.
+  // was): the credits go back.
   for (int t = threadIdx.x; t < team.size; t += blockDim.x) {
     const int q = world(team, t);
     if (q == dev.my_pe) continue;
     unsigned long long* got = cta_entry(s.got, s, b, q);
     const unsigned long long k = *got;
-    gshmem::detail::st_relaxed(gshmem::detail::peer(dev, cta_entry(s.credits, s, b, dev.my_pe), q),
-                               k + 1);
+    return_credit(dev, s, b, gshmem::detail::peer_shift(dev, q), k);
     *got = k + 1;
     *cta_entry(s.sent, s, b, q) += 1;
   }

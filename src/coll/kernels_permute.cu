@@ -138,10 +138,7 @@ __global__ void __launch_bounds__(kThreads)
       // Every value this CTA read from the slot has returned (each was stored to out), so the
       // credit needs no fence: the sender's later overwrite cannot change what was read.
       __syncthreads();
-      if (threadIdx.x == 0) {
-        gshmem::detail::st_relaxed(
-            gshmem::detail::shifted(cta_entry(s.credits, s, b, dev.my_pe), to_src), k + 1);
-      }
+      if (threadIdx.x == 0) return_credit(dev, s, b, to_src, k);
     } else if (self) {
       copy(out + p.lo, in + p.lo, p.hi - p.lo);
     } else if (zeros) {
@@ -183,11 +180,8 @@ __global__ void __launch_bounds__(kPermuteCtaWords)
       j = *sent_at;
       const unsigned long long data = load8(in, i, bytes);
       const long long to_dst = gshmem::detail::peer_shift(dev, dst);
-      const unsigned long long* credit = cta_entry(s.credits, s, b, dst);
-      const unsigned long long seen = gshmem::detail::ld_relaxed(credit);
-      if (j >= 2) poll_at_least<false>(dev, credit, dst, j - 1, seen);
-      store_packet(gshmem::detail::shifted(packet_slot_of(s, j, dev.my_pe), to_dst) + i, data,
-                   epoch_of(j));
+      const unsigned long long seen = gshmem::detail::ld_relaxed(cta_entry(s.credits, s, b, dst));
+      send_packet(dev, s, b, dst, j, seen, to_dst, i, data);
     }
     if (receives) {
       k = *got_at;
@@ -199,8 +193,7 @@ __global__ void __launch_bounds__(kPermuteCtaWords)
   __syncthreads();
   if (threadIdx.x == 0) {
     if (receives) {
-      gshmem::detail::st_relaxed(
-          gshmem::detail::shifted(cta_entry(s.credits, s, b, dev.my_pe), to_src), k + 1);
+      return_credit(dev, s, b, to_src, k);
       *got_at = k + 1;
     }
     if (sends) *sent_at = j + 1;

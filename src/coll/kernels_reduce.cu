@@ -18,8 +18,6 @@ using namespace gshmem::coll::device;
 template <class E>
 constexpr size_t kUnit = sizeof(uint4) / sizeof(typename E::U);
 
-__device__ inline int world(const Team& team, int t) { return gshmem_team_world_pe(&team, t); }
-
 // Elements of shard t of `count` in shards of `shard` (the last may be shorter or empty).
 __device__ inline size_t shard_length(size_t count, size_t shard, int t) {
   const size_t lo = static_cast<size_t>(t) * shard;

@@ -53,6 +53,26 @@ __device__ inline uint4* packet_slot_of(const PermuteSync& s, unsigned long long
       s.packets + ((j & 1) * static_cast<size_t>(s.n_pes) + src) * s.packet_bytes);
 }
 
+// Region b's message j to world PE q, word i: once q's credit says it has read message j - 2
+// (`seen`: a look at the credit already taken), `data` as a packet into q's slot for this PE
+// (`shift`: q's peer_shift).
+__device__ inline void send_packet(const Device& dev, const PermuteSync& s, int b, int q,
+                                   unsigned long long j, unsigned long long seen, long long shift,
+                                   size_t i, unsigned long long data) {
+  if (j >= 2) poll_at_least<false>(dev, cta_entry(s.credits, s, b, q), q, j - 1, seen);
+  store_packet(gshmem::detail::shifted(packet_slot_of(s, j, dev.my_pe), shift) + i, data,
+               epoch_of(j));
+}
+
+// Region b's credit to world PE q (`shift`: its peer_shift): this PE has read q's message k.
+// Made after every read of the message has returned, so no fence: q's later overwrite cannot
+// change what was read.
+__device__ inline void return_credit(const Device& dev, const PermuteSync& s, int b,
+                                     long long shift, unsigned long long k) {
+  gshmem::detail::st_relaxed(gshmem::detail::shifted(cta_entry(s.credits, s, b, dev.my_pe), shift),
+                             k + 1);
+}
+
 // Packet p's data once it carries `flag` (from world PE `from`); bounded like every wait here.
 __device__ inline unsigned long long load_packet(const Device& dev, const uint4* p, unsigned flag,
                                                  int from) {

@@ -64,6 +64,9 @@ __device__ inline Range cta_range(size_t len, size_t unit, int b, int ctas) {
   return {lo, hi};
 }
 
+// World PE of team member t.
+__device__ inline int world(const Team& team, int t) { return gshmem_team_world_pe(&team, t); }
+
 // Team index of the k-th member (k = 0 .. size - 2) this CTA pushes to: the members after this
 // one, rotated by the CTA index. At any moment the CTAs of every PE then spread their stores over
 // all receivers instead of all writing to member 0 first: with 4 PEs, one receiver per CTA at a

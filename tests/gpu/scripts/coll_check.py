@@ -600,7 +600,7 @@ def _mixed_permutes(comm: gshmem.Comm, rounds: int, counts: list[int], outs: lis
 PACKET_COUNTS = [1, 3, 640, 65536, 70001]
 
 
-def _reduce_data(round_: int, pe: int, count: int, dev: str) -> torch.Tensor:
+def _packet_data(round_: int, pe: int, count: int, dev: str) -> torch.Tensor:
     g = torch.Generator(device=dev).manual_seed(seed(47, round_, pe))
     return torch.randint(-(1 << 20), 1 << 20, (count,), generator=g, device=dev, dtype=torch.int32)
 
@@ -623,30 +623,30 @@ def _permutes_and_packets(comm: gshmem.Comm, rounds: int) -> None:
         for r, (kind, k, count) in enumerate(plan):
             if kind == "permute":
                 _, dst, src = perms[k]
-                results.append(comm.permute(_reduce_data(r, me, count, dev), dst, src))
+                results.append(comm.permute(_packet_data(r, me, count, dev), dst, src))
             elif kind == "all_reduce":
-                results.append(comm.all_reduce(_reduce_data(r, me, count, dev)))
+                results.append(comm.all_reduce(_packet_data(r, me, count, dev)))
             elif kind == "reduce_scatter":
-                results.append(comm.reduce_scatter(_reduce_data(r, me, n * count, dev)))
+                results.append(comm.reduce_scatter(_packet_data(r, me, n * count, dev)))
             elif kind == "all_gather":
-                results.append(comm.all_gather(_reduce_data(r, me, count, dev)).flatten())
+                results.append(comm.all_gather(_packet_data(r, me, count, dev)).flatten())
             else:
-                results.append(comm.all_to_all(_reduce_data(r, me, n * count, dev)))
+                results.append(comm.all_to_all(_packet_data(r, me, n * count, dev)))
         torch.cuda.synchronize()
     for r, ((kind, k, count), got) in enumerate(zip(plan, results, strict=True)):
         if kind == "permute":
             src = perms[k][2]
             want = (torch.zeros(count, dtype=torch.int32, device=dev) if src < 0
-                    else _reduce_data(r, src, count, dev))  # fmt: skip
+                    else _packet_data(r, src, count, dev))  # fmt: skip
         elif kind == "all_reduce":
-            want = sum(_reduce_data(r, pe, count, dev) for pe in range(n))
+            want = sum(_packet_data(r, pe, count, dev) for pe in range(n))
         elif kind == "reduce_scatter":
-            want = sum(_reduce_data(r, pe, n * count, dev)[me * count : (me + 1) * count]
+            want = sum(_packet_data(r, pe, n * count, dev)[me * count : (me + 1) * count]
                        for pe in range(n))  # fmt: skip
         elif kind == "all_gather":
-            want = torch.cat([_reduce_data(r, pe, count, dev) for pe in range(n)])
+            want = torch.cat([_packet_data(r, pe, count, dev) for pe in range(n)])
         else:
-            want = torch.cat([_reduce_data(r, pe, n * count, dev)[me * count : (me + 1) * count]
+            want = torch.cat([_packet_data(r, pe, n * count, dev)[me * count : (me + 1) * count]
                               for pe in range(n)])  # fmt: skip
         assert torch.equal(got, want), (r, kind, count, me)
 
