@@ -34,9 +34,13 @@ constexpr size_t kNoLimit = static_cast<size_t>(-1);  // a NCCL_MIN of "never"
 //   packet vs one-shot (both forced): packet takes 4.4-6.0 us where one-shot takes 8.7-10.7 us,
 //     for all_reduce up to 64 KiB per PE (at 128 KiB: 10.7 vs 10.6 us), and for all_gather /
 //     reduce_scatter / all_to_all at every size measured (up to 64 KiB per member: one packet
-//     slot per launch; the reducing ones before their packets moved to the permute's slots,
-//     2026-11-28: not remeasured at 4 PEs since).
-//   one-shot vs two-shot all_reduce: one-shot up to 256 KiB (11.7 us), two-shot above.
+//     slot per launch). Remeasured 2026-11-28 with every packet collective on the permute's
+//     slots (bench coll --np 4, forced, sizes as nccl-tests'): all_reduce packets 4.3-5.7 us to
+//     32 KiB against one-shot's 6.8-7.1, 8.0 against 7.4 at 128 KiB; all_gather 5.9 against 8.0
+//     at 32 KiB per PE, 8.1 against 8.6 at 128 KiB; reduce_scatter and all_to_all 5.8 / 6.1
+//     against 7.4 / 8.5 at 128 KiB of input, 8.0 / 8.4 against 7.7 / 7.6 at 512 KiB.
+//   one-shot vs two-shot all_reduce: one-shot up to 256 KiB (11.7 us), two-shot above (the
+//     two-shot pulling symmetric inputs; pushed ones: kPushedOneShotMax).
 //   gshmem (forced) vs NCCL, same run: all_reduce 1.15x at 8 MiB, 0.93x at 16 MiB; all_gather
 //     1.04x at 64 MiB per PE (the largest measured); reduce_scatter 1.13x at 16 MiB of input,
 //     0.93x at 32 MiB; all_to_all 1.09x at 256 MiB of input (the largest measured). NCCL's
@@ -47,7 +51,8 @@ constexpr size_t kNoLimit = static_cast<size_t>(-1);  // a NCCL_MIN of "never"
 //     at 8 MiB, 0.85x at 32 MiB; reduce_scatter 1.25x at 8 MiB of input, 0.92x at 32 MiB;
 //     all_to_all 1.09x at 32 MiB of input, 0.84x at 128 MiB. Staged all_reduce goes to NCCL
 //     above one-shot's range: its 2-8% gains between 2 and 8 MiB do not cover the 0.80x at 512
-//     KiB (the rule has one threshold).
+//     KiB (the rule has one threshold; measured before pushed calls kept one-shot to 512 KiB,
+//     kPushedOneShotMax, not since).
 //   broadcast, all_to_allv, barrier: always gshmem (XLA's rule: point-to-point permutes stay on
 //     the one-sided path; NCCL has no all-to-all-v or barrier in this backend).
 // ---------------------------------------------------------------------------------------------
@@ -80,10 +85,19 @@ size_t small_team_traffic(gshmem_coll_t op, const std::string& suffix) {
 // 1.00x at 64 MiB.
 constexpr size_t kPullNcclMin = 64 * MiB;
 
+// all_reduce's one-shot range when the two-shot would push its inputs (pull_path false: an input
+// or output not symmetric, as every gshmem.jax psum), at kAnchorPes; the table's one_shot_max is
+// for pulled calls. MEASURED on nvidia-h200-x4 (4 x H200), 2026-11-28, bench coll --np 4, forced,
+// ordinary buffers: one-shot 11.1 us at 512 KiB against the pushed two-shot's 14.4, 16.5 against
+// 16.1 at 1 MiB (symmetric buffers, pulled: one-shot 8.6 / 10.9 us at 256 / 512 KiB against
+// 8.9 / 9.7).
+constexpr size_t kPushedOneShotMax = 512 * KiB;
+
 struct Defaults {
   gshmem_coll_t op;
   size_t packet_max;    // packet when bytes <= this
-  size_t one_shot_max;  // one_shot when bytes <= this (else the op's large algorithm)
+  size_t one_shot_max;  // one_shot when bytes <= this (else the op's large algorithm); for
+                        // all_reduce when pulled (else kPushedOneShotMax)
   size_t nccl_min;      // NCCL (when enabled) when bytes > this; kNoLimit: never by default
   size_t nccl_min_staged;  // the same for calls that stage their output (direct_path() false)
   Algo large;           // gshmem's algorithm above one_shot_max
@@ -361,7 +375,9 @@ Choice decide(const Query& q) {
                                       : d.nccl_min,
                              false, q.npes);
   Threshold packet = threshold(q.op, "PACKET_MAX", d.packet_max, true, q.npes);
-  Threshold one = threshold(q.op, "ONE_SHOT_MAX", d.one_shot_max, true, q.npes);
+  const bool pushed = q.op == GSHMEM_COLL_ALL_REDUCE && !pulled;
+  Threshold one =
+      threshold(q.op, "ONE_SHOT_MAX", pushed ? kPushedOneShotMax : d.one_shot_max, true, q.npes);
   std::string suffix;  // what NCCL's threshold says about this call, appended to the reason
   if (want == Want::Auto && d.nccl_capable) {
     std::string at = size_text(nccl.bytes) + (nccl.from_env ? " (" + var(q.op, "NCCL_MIN") + ")"
@@ -385,17 +401,18 @@ Choice decide(const Query& q) {
             prefix + "at most the packet threshold of " + size_text(packet.bytes) +
                 (packet.from_env ? " (" + var(q.op, "PACKET_MAX") + ")" : "") + suffix};
   }
+  const std::string one_note = one.from_env ? " (" + var(q.op, "ONE_SHOT_MAX") + ")"
+                               : pushed     ? " for pushed inputs"
+                                            : "";
   if (one.bytes == kNoLimit || q.bytes <= one.bytes) {
     std::string rule = one.bytes == kNoLimit
                            ? std::string("one-sided at every size")
-                           : "at most the one-shot threshold of " + size_text(one.bytes) +
-                                 (one.from_env ? " (" + var(q.op, "ONE_SHOT_MAX") + ")" : "");
+                           : "at most the one-shot threshold of " + size_text(one.bytes) + one_note;
     if (q.op == GSHMEM_COLL_BROADCAST) rule = "broadcast stays one-sided";
     return {Backend::Gshmem, Algo::OneShot, prefix + rule + suffix};
   }
   return {Backend::Gshmem, d.large,
-          prefix + "above the one-shot threshold of " + size_text(one.bytes) +
-              (one.from_env ? " (" + var(q.op, "ONE_SHOT_MAX") + ")" : "") + suffix};
+          prefix + "above the one-shot threshold of " + size_text(one.bytes) + one_note + suffix};
 }
 
 // Whether `bytes` reaches the size in variable `var` (default `fallback`; "never": no size).

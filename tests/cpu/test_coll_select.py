@@ -39,16 +39,26 @@ def test_ops_are_the_c_enum():
         coll_select.op_code("allreduce")
 
 
-@pytest.mark.parametrize("npes", [2, 3, 4])
-def test_all_reduce_by_size(npes):
-    one_max = {2: MiB, 3: 512 * KiB, 4: 256 * KiB}[npes]  # one-shot: 1 MiB of traffic below 4 PEs
-    packet_max = {2: 256 * KiB, 3: 128 * KiB, 4: 64 * KiB}[npes]  # packets: 256 KiB of traffic
-    want = {8: "packet", packet_max: "packet", packet_max + 1: "one_shot",
+def all_reduce_by_size(npes: int, pulled: bool) -> dict[int, str]:
+    """The measured table's all_reduce algorithm by size: one-shot to 1 MiB of traffic below 4
+    PEs, to 256 KiB at 4 where the two-shot pulls its inputs and 512 KiB where it pushes them;
+    packets to 256 KiB of traffic below 4 PEs, 64 KiB at 4."""
+    one_max = {2: MiB, 3: 512 * KiB, 4: 256 * KiB if pulled else 512 * KiB}[npes]
+    packet_max = {2: 256 * KiB, 3: 128 * KiB, 4: 64 * KiB}[npes]
+    return {8: "packet", packet_max: "packet", packet_max + 1: "one_shot",
             one_max: "one_shot", one_max + 1: "two_shot", 4 * MiB: "two_shot",
             8 * MiB: "two_shot"}  # fmt: skip
-    for size, algo in want.items():
+
+
+@pytest.mark.parametrize("npes", [2, 3, 4])
+def test_all_reduce_by_size(npes):
+    both = {"symmetric": True, "symmetric_input": True}
+    for size, algo in all_reduce_by_size(npes, pulled=True).items():
+        want = ("gshmem", algo + (" pull" if algo == "two_shot" else ""))
+        assert choose("all_reduce", size, npes, True, **both)[:2] == want, size
+    for size, algo in all_reduce_by_size(npes, pulled=False).items():
         assert choose("all_reduce", size, npes, True, symmetric=True)[:2] == ("gshmem", algo)
-        # a staged output leaves gshmem after one-shot's range (the staged threshold: 256 KiB)
+        # a staged output leaves gshmem above the staged NCCL threshold (256 KiB)
         staged = ("gshmem", algo) if size <= 256 * KiB else ("nccl", "nccl")
         assert choose("all_reduce", size, npes, True)[:2] == staged, size
         assert choose("all_reduce", size, npes, False)[:2] == ("gshmem", algo), size
@@ -62,8 +72,11 @@ def test_all_reduce_by_size(npes):
 def test_thresholds_shrink_beyond_the_anchors_pe_count():
     assert choose("all_reduce", 28 * KiB, 8, False)[1] == "one_shot"  # 64 KiB * 3/7 -> 27 KiB
     assert choose("all_reduce", 27 * KiB, 8, False)[1] == "packet"
-    assert choose("all_reduce", 109 * KiB, 8, False)[1] == "one_shot"
-    assert choose("all_reduce", 110 * KiB, 8, False)[1] == "two_shot"
+    both = {"symmetric": True, "symmetric_input": True}
+    assert choose("all_reduce", 109 * KiB, 8, False, **both)[1] == "one_shot"  # 256 KiB * 3/7
+    assert choose("all_reduce", 110 * KiB, 8, False, **both)[1] == "two_shot pull"
+    assert choose("all_reduce", 219 * KiB, 8, False)[1] == "one_shot"  # pushed: 512 KiB * 3/7
+    assert choose("all_reduce", 220 * KiB, 8, False)[1] == "two_shot"
     assert choose("all_reduce", 128 * KiB + 1, 3, False)[1] == "one_shot"  # grown below 4
     assert choose("all_gather", 64 * KiB + 1, 3, False)[1] == "one_shot"  # not grown below 4
     assert choose("all_gather", 28 * KiB, 8, False)[1] == "one_shot"  # every op's packet range
@@ -200,7 +213,8 @@ def test_explain_states_the_choice_for_every_op_size_and_pe_count():
 def test_explain_format():
     text = _C.coll_explain_query(0, MiB, 4, True, True)
     assert text == ("all_reduce 1048576 B on 4 PEs: gshmem two_shot (above the one-shot "
-                    "threshold of 256 KiB; at most the NCCL threshold of 8 MiB)")  # fmt: skip
+                    "threshold of 512 KiB for pushed inputs; at most the NCCL threshold of "
+                    "8 MiB)")  # fmt: skip
     text = _C.coll_explain_query(0, MiB, 4, True)
     assert text == ("all_reduce 1048576 B on 4 PEs: nccl (above the NCCL threshold of 256 KiB "
                     "for staged outputs)")  # fmt: skip
