@@ -1,7 +1,8 @@
 // What the raw-CUDA probes in benchmarks/ (signal_latency.cu, bulk_copy_put.cu,
-// copy_engine_split.cu, permute_floor.cu) share: a check that returns 1 from the enclosing
-// function on a CUDA error, the two peer GPUs they run on, and a word pattern to fill a buffer
-// with and count mismatches against, so that every copy a probe times is also verified.
+// copy_engine_split.cu, permute_floor.cu, exchange_floor.cu) share: a check that returns 1 from
+// the enclosing function on a CUDA error, the two peer GPUs most of them run on, and a word
+// pattern to fill a buffer with and count mismatches against, so that every copy a probe times
+// is also verified.
 #pragma once
 
 #include <cuda_runtime.h>
