@@ -10,8 +10,9 @@ Scenarios (several run one after another on the same bootstrap; the result is th
   rma       puts, gets and atomic adds between every pair of ranks into regions of different
             sizes per rank, checked byte for byte; an overrun and a self-put are refused
   flushes   non-blocking flushes: a round of puts into every peer, a flush started, a second
-            round over half of the first, a second flush; both finish while progressing, the
-            peers' slots then hold the second round over the first; a spent token is refused
+            round beside the first, a second flush; both finish while progressing, and the
+            moment each does, the peers' memory (mapped here from $NET_SHARED_DIR) already
+            holds what was put before it; a spent token is refused
   proxy     the same traffic through a proxy thread fed by host producer threads: put_signal
             of random sizes, signals, put_value of 1-8 bytes, counters and quiet, while regions
             are registered and deregistered; every byte and count checked
@@ -52,6 +53,8 @@ from gshmem import _C, Error
 
 REGION_BASE = 1 << 16  # rank r registers REGION_BASE + 4096 * r bytes
 SIGNALS = 64
+FLUSHED_SLOT = 1 << 16  # bytes each rank puts into each peer in the flushes scenario, in halves
+# below the default bulk size (one-sided puts unless $NET_BULK_BYTES says otherwise)
 
 
 def engine(bs, **kw):
@@ -162,23 +165,43 @@ def rma(bs, rank: int, n: int) -> dict:
 
 def flushes(bs, rank: int, n: int) -> dict:
     eng = engine(bs)
-    mem = np.zeros(region_bytes(rank), np.uint8)
-    data = eng.register(addr(mem), mem.nbytes)
-    slot = REGION_BASE // n
+    # Every rank's region is a file that every rank maps ($NET_SHARED_DIR): the moment a flush
+    # says it finished, this rank looks at what its puts left in its peers' memory.
+    folder, slot = Path(os.environ["NET_SHARED_DIR"]), FLUSHED_SLOT
+    half = slot // 2
+    mem = np.memmap(folder / f"region{rank}", np.uint8, "w+", shape=(n * slot,))
+    data = eng.register(addr(mem), mem.nbytes)  # collective: every rank's file exists after it
     peers = [q for q in range(n) if q != rank]
-    first = {q: pattern(rank, q, slot) for q in peers}
-    second = {q: pattern(rank + n, q, slot // 2) for q in peers}  # another pattern, half a slot
-    for q in peers:
-        eng.put(q, addr(first[q]), slot, data, slot * rank)
-    tokens = [eng.flush_start()]
-    for q in peers:
-        eng.put(q, addr(second[q]), slot // 2, data, slot * rank)
-    tokens.append(eng.flush_start())
-    pending, deadline = set(tokens), time.monotonic() + 30
+    theirs = {q: np.memmap(folder / f"region{q}", np.uint8, "r", shape=(n * slot,))
+              for q in peers}  # fmt: skip
+    # Two rounds into each peer's slot `rank`, its first half and then its second (a flush does
+    # not order what comes after it, so the rounds do not overlap), a flush started after each.
+    sent = {q: pattern(rank, q, slot) for q in peers}
+    tokens = []
+    for start in (0, half):
+        for q in peers:
+            eng.put(q, addr(sent[q]) + start, half, data, slot * rank + start)
+        tokens.append(eng.flush_start())
+
+    def landed(k: int) -> list[str]:
+        """What the puts before flush tokens[k] have not yet left in the peers' memory."""
+        end = half * (k + 1)
+        at = slot * rank
+        late = [q for q in peers if not np.array_equal(theirs[q][at : at + end], sent[q][:end])]
+        return [f"flush {tokens[k]} finished before its puts reached rank {q}" for q in late]
+
+    # Rank r starts progressing r x 0.2 s late: until then nothing put into it over TCP lands
+    # (its engine receives only while progressed), so an earlier rank's flush that finished
+    # without its puts would be seen.
+    time.sleep(0.2 * rank)
+    errors: list[str] = []
+    pending, deadline = list(range(len(tokens))), time.monotonic() + 30
     while pending and time.monotonic() < deadline:
         eng.progress()
-        pending -= {t for t in sorted(pending) if eng.flushed(t)}
-    errors = [f"flush {t} never finished" for t in sorted(pending)]
+        for k in [k for k in pending if eng.flushed(tokens[k])]:
+            errors += landed(k)
+            pending.remove(k)
+    errors += [f"flush {tokens[k]} never finished" for k in pending]
     try:
         eng.flushed(tokens[0])
         spent = "accepted"
@@ -186,10 +209,7 @@ def flushes(bs, rank: int, n: int) -> dict:
         spent = f"{type(e).__name__}: {e}"
     eng.barrier()  # every rank's flushes finished: its puts are in place
     for q in peers:
-        got = mem[slot * q : slot * (q + 1)]
-        half = slot // 2
-        want = np.concatenate([pattern(q + n, rank, half), pattern(q, rank, slot)[half:]])
-        if not np.array_equal(got, want):
+        if not np.array_equal(mem[slot * q : slot * (q + 1)], pattern(q, rank, slot)):
             errors.append(f"slot of rank {q} wrong")
     eng.barrier()
     eng.deregister(data)
