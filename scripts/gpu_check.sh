@@ -136,9 +136,13 @@ for layout in one per-gpu; do
 done
 # The attention bench's baselines (the NCCL ring, torch's CP, one GPU); the other schedules of
 # gshmem's own (gshmem_ring, gshmem_heads) are left to the full bench.
+# On a device machine ($OUT) at most 8 files come back: the plot is left outside $OUT, so that the
+# logs and JSON (8 with the default steps) do.
+PLOT=()
+[ -n "${OUT:-}" ] && PLOT=(--plot "$(mktemp -d)/bench_attention.png")
 wanted bench && [ "$NGPU" -ge 2 ] && step bench-attention bench.log 300 $PY -m gshmem.bench attention \
   --np "$NGPU" --quick --compare gshmem,nccl,torch_cp,ideal --timeout 280 \
-  --json "$RESULTS/bench_attention.json"
+  --json "$RESULTS/bench_attention.json" "${PLOT[@]}"
 # Small cases of the device API under compute-sanitizer (memcheck, then racecheck), 2 PEs.
 wanted sanitizer && [ "${SANITIZER:-1}" = 1 ] && for tool in memcheck racecheck; do
   step "sanitizer-$tool" sanitizer.log 280 env GSHMEM_TEST_SMALL=1 $PY -m gshmem.run -n 2 \
@@ -156,6 +160,7 @@ echo
 echo "gshmem GPU check: $NGPU GPU(s); logs in $RESULTS"
 awk '/^=== /{phase=$2} / in [0-9.]+s( \(|=|$)/{last[phase]=$0}  # the last line of each phase
      END{for (p in last) print p, last[p]}' "$RESULTS/tests.log" 2>/dev/null
+grep -sh -E '^(FAILED|ERROR) ' "$RESULTS/tests.log" | head -20  # pytest's short summary (-rfE)
 grep -sh "init took" "$RESULTS/demo.log" | head -3
 grep -sh 'TIMING' "$RESULTS/timing.log" | sed 's/^\[rank [0-9]*\] TIMING //'
 grep -sh -A80 '^op ' "$RESULTS/bench.log" | head -60  # p2p
