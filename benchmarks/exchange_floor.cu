@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 
 #include "gshmem/device/packet.cuh"
 #include "raw_cuda.cuh"
@@ -112,47 +111,12 @@ struct Variant {
 // Median µs per call of kCalls kernels per graph, every GPU's graph replayed at once.
 int run(const Variant& v, int n, const Mine* mine, const Peers& peers, cudaStream_t* stream,
         float* us) {
-  std::vector<cudaGraphExec_t> exec(n);
-  std::vector<cudaEvent_t> start(n), stop(n);
-  for (int g = 0; g < n; ++g) {
-    RAW_CUDA_CHECK(cudaSetDevice(g));
-    cudaGraph_t graph;
-    RAW_CUDA_CHECK(cudaStreamBeginCapture(stream[g], cudaStreamCaptureModeRelaxed));
-    for (int i = 0; i < kCalls; ++i) {
-      exchange_kernel<<<1, v.threads, 0, stream[g]>>>(mine[g], peers, n, g, v.shape, i & 1);
-    }
-    RAW_CUDA_CHECK(cudaStreamEndCapture(stream[g], &graph));
-    RAW_CUDA_CHECK(cudaGraphInstantiate(&exec[g], graph, 0));
-    RAW_CUDA_CHECK(cudaGraphDestroy(graph));
-    RAW_CUDA_CHECK(cudaEventCreate(&start[g]));
-    RAW_CUDA_CHECK(cudaEventCreate(&stop[g]));
-  }
-  std::vector<float> ms;
-  for (int r = 0; r < 12; ++r) {  // 3 warm-up replays, then 9 timed
-    for (int g = 0; g < n; ++g) {
-      RAW_CUDA_CHECK(cudaSetDevice(g));
-      RAW_CUDA_CHECK(cudaEventRecord(start[g], stream[g]));
-      RAW_CUDA_CHECK(cudaGraphLaunch(exec[g], stream[g]));
-      RAW_CUDA_CHECK(cudaEventRecord(stop[g], stream[g]));
-    }
-    float worst = 0;
-    for (int g = 0; g < n; ++g) {
-      RAW_CUDA_CHECK(cudaEventSynchronize(stop[g]));
-      float t = 0;
-      RAW_CUDA_CHECK(cudaEventElapsedTime(&t, start[g], stop[g]));
-      worst = std::max(worst, t);
-    }
-    if (r >= 3) ms.push_back(worst);
-  }
-  std::sort(ms.begin(), ms.end());
-  *us = ms[ms.size() / 2] * 1000.f / static_cast<float>(kCalls);
-  for (int g = 0; g < n; ++g) {
-    RAW_CUDA_CHECK(cudaSetDevice(g));
-    RAW_CUDA_CHECK(cudaGraphExecDestroy(exec[g]));
-    RAW_CUDA_CHECK(cudaEventDestroy(start[g]));
-    RAW_CUDA_CHECK(cudaEventDestroy(stop[g]));
-  }
-  return 0;
+  return raw_cuda::time_graphs(
+      n, stream, kCalls,
+      [&](int g, int i, cudaStream_t s) {
+        exchange_kernel<<<1, v.threads, 0, s>>>(mine[g], peers, n, g, v.shape, i & 1);
+      },
+      us);
 }
 
 u64 start_value(int g) { return 1000ull * (g + 1); }

@@ -15,9 +15,7 @@
 // which is checked after each variant ("wrong" counts GPUs that hold another).
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <vector>
 
 #include "gshmem/device/packet.cuh"
 #include "raw_cuda.cuh"
@@ -82,52 +80,17 @@ struct Variant {
 
 // Median µs per call of `calls` kernels per graph, both GPUs' graphs replayed at once.
 int run(const Variant& v, Side side[2], cudaStream_t stream[2], int calls, float* us) {
-  cudaGraphExec_t exec[2];
-  cudaEvent_t start[2], stop[2];
-  for (int g = 0; g < 2; ++g) {
-    RAW_CUDA_CHECK(cudaSetDevice(g));
-    cudaGraph_t graph;
-    RAW_CUDA_CHECK(cudaStreamBeginCapture(stream[g], cudaStreamCaptureModeRelaxed));
-    for (int i = 0; i < calls; ++i) {
-      if (v.local) {
-        local_kernel<<<1, v.threads, 0, stream[g]>>>(side[g], i & 1);
-      } else {
-        swap_kernel<<<1, v.threads, 0, stream[g]>>>(side[g], side[1 - g].slot,
-                                                     side[1 - g].credit, v.flags, i & 1, Big{});
-      }
-    }
-    RAW_CUDA_CHECK(cudaStreamEndCapture(stream[g], &graph));
-    RAW_CUDA_CHECK(cudaGraphInstantiate(&exec[g], graph, 0));
-    RAW_CUDA_CHECK(cudaGraphDestroy(graph));
-    RAW_CUDA_CHECK(cudaEventCreate(&start[g]));
-    RAW_CUDA_CHECK(cudaEventCreate(&stop[g]));
-  }
-  std::vector<float> ms;
-  for (int r = 0; r < 12; ++r) {  // 3 warm-up replays, then 9 timed
-    for (int g = 0; g < 2; ++g) {
-      RAW_CUDA_CHECK(cudaSetDevice(g));
-      RAW_CUDA_CHECK(cudaEventRecord(start[g], stream[g]));
-      RAW_CUDA_CHECK(cudaGraphLaunch(exec[g], stream[g]));
-      RAW_CUDA_CHECK(cudaEventRecord(stop[g], stream[g]));
-    }
-    float worst = 0;
-    for (int g = 0; g < 2; ++g) {
-      RAW_CUDA_CHECK(cudaEventSynchronize(stop[g]));
-      float t = 0;
-      RAW_CUDA_CHECK(cudaEventElapsedTime(&t, start[g], stop[g]));
-      worst = std::max(worst, t);
-    }
-    if (r >= 3) ms.push_back(worst);
-  }
-  std::sort(ms.begin(), ms.end());
-  *us = ms[ms.size() / 2] * 1000.f / static_cast<float>(calls);
-  for (int g = 0; g < 2; ++g) {
-    RAW_CUDA_CHECK(cudaSetDevice(g));
-    RAW_CUDA_CHECK(cudaGraphExecDestroy(exec[g]));
-    RAW_CUDA_CHECK(cudaEventDestroy(start[g]));
-    RAW_CUDA_CHECK(cudaEventDestroy(stop[g]));
-  }
-  return 0;
+  return raw_cuda::time_graphs(
+      2, stream, calls,
+      [&](int g, int i, cudaStream_t s) {
+        if (v.local) {
+          local_kernel<<<1, v.threads, 0, s>>>(side[g], i & 1);
+        } else {
+          swap_kernel<<<1, v.threads, 0, s>>>(side[g], side[1 - g].slot, side[1 - g].credit,
+                                              v.flags, i & 1, Big{});
+        }
+      },
+      us);
 }
 
 // Gives each GPU its own value (1000 * (g + 1)).

@@ -7,7 +7,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #define RAW_CUDA_CHECK(x)                                                   \
   do {                                                                      \
@@ -32,6 +34,52 @@ inline int peer_pair(const char* probe) {
   for (int d = 0; d < 2; ++d) {
     RAW_CUDA_CHECK(cudaSetDevice(d));
     RAW_CUDA_CHECK(cudaDeviceEnablePeerAccess(1 - d, 0));
+  }
+  return 0;
+}
+
+// Median µs per call of a graph per GPU g < gpus of `calls` captured launch(g, i, stream[g]),
+// i < calls, in *us: every GPU's graph replayed at once, 3 warm-up replays and 9 timed, each
+// replay the slowest GPU's time (the floor probes' harness).
+template <class Launch>
+int time_graphs(int gpus, cudaStream_t* stream, int calls, Launch&& launch, float* us) {
+  std::vector<cudaGraphExec_t> exec(gpus);
+  std::vector<cudaEvent_t> start(gpus), stop(gpus);
+  for (int g = 0; g < gpus; ++g) {
+    RAW_CUDA_CHECK(cudaSetDevice(g));
+    cudaGraph_t graph;
+    RAW_CUDA_CHECK(cudaStreamBeginCapture(stream[g], cudaStreamCaptureModeRelaxed));
+    for (int i = 0; i < calls; ++i) launch(g, i, stream[g]);
+    RAW_CUDA_CHECK(cudaStreamEndCapture(stream[g], &graph));
+    RAW_CUDA_CHECK(cudaGraphInstantiate(&exec[g], graph, 0));
+    RAW_CUDA_CHECK(cudaGraphDestroy(graph));
+    RAW_CUDA_CHECK(cudaEventCreate(&start[g]));
+    RAW_CUDA_CHECK(cudaEventCreate(&stop[g]));
+  }
+  std::vector<float> ms;
+  for (int r = 0; r < 12; ++r) {
+    for (int g = 0; g < gpus; ++g) {
+      RAW_CUDA_CHECK(cudaSetDevice(g));
+      RAW_CUDA_CHECK(cudaEventRecord(start[g], stream[g]));
+      RAW_CUDA_CHECK(cudaGraphLaunch(exec[g], stream[g]));
+      RAW_CUDA_CHECK(cudaEventRecord(stop[g], stream[g]));
+    }
+    float worst = 0;
+    for (int g = 0; g < gpus; ++g) {
+      RAW_CUDA_CHECK(cudaEventSynchronize(stop[g]));
+      float t = 0;
+      RAW_CUDA_CHECK(cudaEventElapsedTime(&t, start[g], stop[g]));
+      worst = std::max(worst, t);
+    }
+    if (r >= 3) ms.push_back(worst);
+  }
+  std::sort(ms.begin(), ms.end());
+  *us = ms[ms.size() / 2] * 1000.f / static_cast<float>(calls);
+  for (int g = 0; g < gpus; ++g) {
+    RAW_CUDA_CHECK(cudaSetDevice(g));
+    RAW_CUDA_CHECK(cudaGraphExecDestroy(exec[g]));
+    RAW_CUDA_CHECK(cudaEventDestroy(start[g]));
+    RAW_CUDA_CHECK(cudaEventDestroy(stop[g]));
   }
   return 0;
 }
