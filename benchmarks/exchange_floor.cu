@@ -7,8 +7,8 @@
 // this GPU count. Two shapes of the exchange: one thread moves every peer's packet in turn (as
 // gshmem's packet kernel moves a word), or one thread per peer with a barrier before the sum. It
 // says what moving packets with several peers costs against one, against which gshmem's packet
-// all_reduce (benchmarks/graph_chain.py) is measured. Results: docs/benchmarks.md ("The floor of a
-// small all_reduce").
+// all_reduce (benchmarks/graph_chain.py) is measured. Results: docs/benchmarks.md ("Packets at 4
+// PEs, and the floor of a small all_reduce").
 //
 //   nvcc -std=c++17 -O2 -arch=sm_90 -Iinclude -o /tmp/exchange_floor benchmarks/exchange_floor.cu
 //   /tmp/exchange_floor                          # every visible GPU (2 to 8, peer-capable)
