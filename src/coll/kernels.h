@@ -3,7 +3,8 @@
 // permute_protocol.cuh). The caller (ops.cpp) has validated every argument, split
 // the call into chunks that fit the staging slots, chosen the grid size (Launch::sync.ctas: a
 // function of the chunk's size, so the same on every member) and made the comm's GPU current;
-// these functions launch one kernel each (sync.ctas CTAs of kThreads threads) and throw
+// these functions launch one kernel each (sync.ctas CTAs of kThreads threads; the packets and the
+// permute: their own grids, a CTA per region) and throw
 // gshmem::Error when the launch fails. Pointers already point at the chunk; counts are the
 // chunk's.
 #pragma once

@@ -96,7 +96,8 @@ void chunks(size_t total, size_t per, F&& f) {
   for (size_t off = 0; off < total; off += per) f(off, std::min(per, total - off));
 }
 
-// The packets (kernels.h) in chunks of one permute chunk, each a launch.
+// The packets (kernels.h) on the permute's memory, in chunks of one permute chunk, a launch
+// each. They need no staging Launch: no slots, no signal phase, no call descriptor.
 kernels::PacketLaunch packet_launch(Comm& comm, const gshmem_team_t& team, cudaStream_t stream) {
   return {comm.device_state().device(), team, comm.coll_state().permute(), stream};
 }
@@ -146,6 +147,10 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     exchange_all_reduce(comm, team, in, out, count, dtype, op, stream);
     return;
   }
+  if (c.algo == Algo::Packet) {
+    reduce_packets(comm, team, stream, dtype, e, op, in, out, count, 0);
+    return;
+  }
   const size_t n = static_cast<size_t>(team.size);
   // Two-shot's second phase stores into a heap `out` directly at no extra cost (kernels_reduce.cu),
   // whatever the size. Pulling, every member must also pass the same `in`: its offset joins the
@@ -162,16 +167,13 @@ void all_reduce(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     return;
   }
   switch (c.algo) {
-    case Algo::Packet:
-      reduce_packets(comm, team, stream, dtype, e, op, in, out, count, 0);
-      break;
     case Algo::OneShot:
       chunks(count, l.sync.slot_bytes / e, [&](size_t off, size_t len) {
         kernels::all_reduce_one_shot(sized(l, len * e, kReducePerCta), dtype, op,
                                      at(in, off * e), at(out, off * e), len);
       });
       break;
-    default:  // TwoShot (Nccl and Exchange are not reached)
+    default:  // TwoShot (Nccl, Exchange and Packet are not reached)
       chunks(count, n * (l.sync.slot_bytes / 2 / e), [&](size_t off, size_t len) {
         kernels::all_reduce_two_shot(sized(l, shard_of(len) * e, kReducePerCta), dtype, op,
                                      at(in, off * e), at(out, off * e), len, shard_of(len),
@@ -203,13 +205,13 @@ void all_gather(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     exchange_all_gather(comm, team, in, out, bytes, stream);
     return;
   }
-  const uint64_t offset = c.direct ? out_offset : kNotDirect;
-  const kernels::Launch l =
-      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_GATHER, dtype, 0, 0, count, offset));
   if (c.algo == Algo::Packet) {
     move_packets(comm, team, stream, in, 0, out, bytes, bytes);
     return;
   }
+  const uint64_t offset = c.direct ? out_offset : kNotDirect;
+  const kernels::Launch l =
+      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_GATHER, dtype, 0, 0, count, offset));
   if (offset != kNotDirect) {
     kernels::all_gather(sized(l, bytes), in, out, bytes, bytes, true);
     return;
@@ -241,12 +243,12 @@ void reduce_scatter(Comm& comm, const gshmem_team_t* team_arg, const void* in, v
     exchange_reduce_scatter(comm, team, in, out, count, dtype, op, stream);
     return;
   }
-  const kernels::Launch l =
-      launch(comm, team, stream, describe(GSHMEM_COLL_REDUCE_SCATTER, dtype, op, 0, count));
   if (c.algo == Algo::Packet) {
     reduce_packets(comm, team, stream, dtype, e, op, in, out, count, count);
     return;
   }
+  const kernels::Launch l =
+      launch(comm, team, stream, describe(GSHMEM_COLL_REDUCE_SCATTER, dtype, op, 0, count));
   chunks(count, l.sync.slot_bytes / e, [&](size_t off, size_t len) {
     kernels::reduce_scatter(sized(l, len * e, kReducePerCta), dtype, op, at(in, off * e),
                             at(out, off * e), len, count);
@@ -313,13 +315,13 @@ void all_to_all(Comm& comm, const gshmem_team_t* team_arg, const void* in, void*
     exchange_all_to_all(comm, team, in, out, block, stream);
     return;
   }
-  const uint64_t offset = c.direct ? out_offset : kNotDirect;
-  const kernels::Launch l =
-      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_TO_ALL, dtype, 0, 0, count, offset));
   if (c.algo == Algo::Packet) {
     move_packets(comm, team, stream, in, block, out, block, block);
     return;
   }
+  const uint64_t offset = c.direct ? out_offset : kNotDirect;
+  const kernels::Launch l =
+      launch(comm, team, stream, describe(GSHMEM_COLL_ALL_TO_ALL, dtype, 0, 0, count, offset));
   if (offset != kNotDirect) {
     kernels::all_to_all(sized(l, block), in, out, block, block, true);
     return;

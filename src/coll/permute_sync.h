@@ -1,7 +1,7 @@
 // The per-comm memory of the permute kernel (kernels_permute.cu), as its kernel receives it (by
 // value). Filled by CollState; its own region of the collectives' zeroed heap allocation, apart
 // from Sync's, because a permute exchanges with two PEs, not with every member (protocol.cuh's
-// reuse rule does not hold for it). The reducing collectives' packets (kernels_reduce.cu) use
+// reuse rule does not hold for it). Every small collective's packets (kernels_packets.cu) use
 // it too, as a permute to every other member at once: a call is one message of packets per pair
 // and region, so both kinds of call interleave on the same counts.
 //
